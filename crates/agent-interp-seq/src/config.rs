@@ -1,0 +1,176 @@
+//! [`Config`]: what a run may use, and the handles to steer and abort it.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use agent_op::{MemoryBackend, Provider, Steering, Tool, ToolSet, TraceId};
+use tokio_util::sync::CancellationToken;
+
+use crate::subscriber::Subscriber;
+
+/// What a run may use: the model provider, the permitted tools, the memory backend, event
+/// subscribers, the steering queue and the abort token. Cloning is cheap (everything is shared).
+///
+/// ```
+/// use agent_interp_seq::Config;
+/// use agent_provider::ScriptedProvider;
+/// use agent_op::Response;
+///
+/// let provider = ScriptedProvider::new([Response::text("hello")]);
+/// let config = Config::new().provider(provider).trace_id("calm-owl-0001");
+/// config.abort_handle().cancel(); // stops the run promptly with `ErrorKind::Aborted`
+/// ```
+#[derive(Clone, Default)]
+pub struct Config {
+    pub(crate) provider: Option<Arc<dyn Provider>>,
+    pub(crate) tools: ToolSet,
+    pub(crate) memory: Option<Arc<dyn MemoryBackend>>,
+    pub(crate) subscribers: Vec<Arc<dyn Subscriber>>,
+    pub(crate) steering: SteeringQueue,
+    pub(crate) cancel: CancellationToken,
+    pub(crate) trace_id: Option<TraceId>,
+}
+
+impl Config {
+    /// A config with no provider, tools, memory or subscribers.
+    pub fn new() -> Config {
+        Config::default()
+    }
+
+    /// Sets the model provider.
+    pub fn provider(mut self, provider: impl Provider + 'static) -> Config {
+        self.provider = Some(Arc::new(provider));
+        self
+    }
+
+    /// Sets a shared model provider.
+    pub fn shared_provider(mut self, provider: Arc<dyn Provider>) -> Config {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// Sets the tools the run may call (any other tool name fails the run).
+    pub fn tools(mut self, tools: ToolSet) -> Config {
+        self.tools = tools;
+        self
+    }
+
+    /// Adds one permitted tool.
+    pub fn tool(mut self, tool: impl Tool + 'static) -> Config {
+        self.tools.insert(Arc::new(tool));
+        self
+    }
+
+    /// Sets the memory backend for `remember`, `recall` and `forget`.
+    pub fn memory(mut self, memory: impl MemoryBackend + 'static) -> Config {
+        self.memory = Some(Arc::new(memory));
+        self
+    }
+
+    /// Sets a shared memory backend.
+    pub fn shared_memory(mut self, memory: Arc<dyn MemoryBackend>) -> Config {
+        self.memory = Some(memory);
+        self
+    }
+
+    /// Adds an event subscriber; every event is passed to every subscriber as it happens.
+    pub fn subscribe(mut self, subscriber: impl Subscriber + 'static) -> Config {
+        self.subscribers.push(Arc::new(subscriber));
+        self
+    }
+
+    /// Uses `queue` for steering messages (share it with whoever steers the run).
+    pub fn steering(mut self, queue: SteeringQueue) -> Config {
+        self.steering = queue;
+        self
+    }
+
+    /// Uses `token` to abort the run: cancelling it stops the run promptly.
+    pub fn cancel_token(mut self, token: CancellationToken) -> Config {
+        self.cancel = token;
+        self
+    }
+
+    /// Fixes the run's trace id (otherwise each run gets a fresh random one).
+    pub fn trace_id(mut self, id: impl Into<TraceId>) -> Config {
+        self.trace_id = Some(id.into());
+        self
+    }
+
+    /// The steering queue: push messages here for the program's `check()`.
+    pub fn steering_queue(&self) -> &SteeringQueue {
+        &self.steering
+    }
+
+    /// The abort token: `cancel()` it to stop the run.
+    pub fn abort_handle(&self) -> &CancellationToken {
+        &self.cancel
+    }
+
+    /// The permitted tools.
+    pub fn tool_set(&self) -> &ToolSet {
+        &self.tools
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("provider", &self.provider.is_some())
+            .field("tools", &self.tools)
+            .field("memory", &self.memory.is_some())
+            .field("subscribers", &self.subscribers.len())
+            .field("steering", &self.steering.len())
+            .field("aborted", &self.cancel.is_cancelled())
+            .field("trace_id", &self.trace_id)
+            .finish()
+    }
+}
+
+/// A queue of steering messages shared between a run and whoever steers it. Clones share the
+/// same queue.
+#[derive(Clone, Default)]
+pub struct SteeringQueue {
+    inner: Arc<Mutex<VecDeque<Steering>>>,
+}
+
+impl SteeringQueue {
+    /// An empty queue.
+    pub fn new() -> SteeringQueue {
+        SteeringQueue::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Steering>> {
+        // A panic elsewhere cannot leave a VecDeque half-updated; keep using it.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Queues a message for the program's next `check()`.
+    pub fn push(&self, steering: Steering) {
+        self.lock().push_back(steering);
+    }
+
+    /// Takes the oldest queued message.
+    pub fn pop(&self) -> Option<Steering> {
+        self.lock().pop_front()
+    }
+
+    /// How many messages are waiting.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether none are waiting.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl fmt::Debug for SteeringQueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SteeringQueue")
+            .field("waiting", &self.len())
+            .finish()
+    }
+}

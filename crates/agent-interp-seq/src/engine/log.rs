@@ -1,0 +1,155 @@
+//! Event logs of a run and its branches, and their assembly into one deterministic [`Trace`].
+//!
+//! Each run or branch appends to its own [`BranchLog`]. A fork stores its children's logs right
+//! after the `Fork` event, so the final trace lists each branch's events after its `Fork`, in
+//! declaration order, whatever order the branches really ran in. Logs are shared (`Arc`), so
+//! a branch cancelled mid-flight keeps everything it recorded.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use agent_op::{Event, Timestamp, Trace, TraceEntry, TraceId};
+use chrono::Utc;
+
+pub(crate) struct BranchLog {
+    id: TraceId,
+    parent: Option<TraceId>,
+    start: Timestamp,
+    inner: Mutex<LogInner>,
+}
+
+#[derive(Default)]
+struct LogInner {
+    items: Vec<Item>,
+    finished: bool,
+    cancelled: bool,
+    end: Option<Timestamp>,
+}
+
+enum Item {
+    Event(Event),
+    Branches(Vec<Arc<BranchLog>>),
+}
+
+impl BranchLog {
+    pub(crate) fn new(id: TraceId, parent: Option<TraceId>) -> Arc<BranchLog> {
+        Arc::new(BranchLog {
+            id,
+            parent,
+            start: Utc::now(),
+            inner: Mutex::new(LogInner::default()),
+        })
+    }
+
+    pub(crate) fn id(&self) -> &TraceId {
+        &self.id
+    }
+
+    fn lock(&self) -> MutexGuard<'_, LogInner> {
+        // Only pushes happen under this lock; a panic cannot leave it inconsistent.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn push(&self, event: Event) {
+        self.lock().items.push(Item::Event(event));
+    }
+
+    pub(crate) fn push_branches(&self, branches: Vec<Arc<BranchLog>>) {
+        self.lock().items.push(Item::Branches(branches));
+    }
+
+    /// The branch ran to its end (successfully or not).
+    pub(crate) fn finish(&self) {
+        let mut inner = self.lock();
+        inner.finished = true;
+        inner.end = Some(Utc::now());
+    }
+
+    pub(crate) fn is_finished(&self) -> bool {
+        self.lock().finished
+    }
+
+    /// The branch was cancelled, or its outcome discarded, because a sibling decided the fork.
+    pub(crate) fn mark_cancelled(&self) {
+        self.lock().cancelled = true;
+    }
+
+    /// This log and every branch below it, as a trace (non-destructive).
+    pub(crate) fn snapshot(&self) -> Trace {
+        let mut events = Vec::new();
+        self.collect(false, &mut events, &mut |item| match item {
+            Item::Event(e) => Some(e.clone()),
+            Item::Branches(_) => None,
+        });
+        self.trace(events)
+    }
+
+    /// Moves every event out of this log and its branches into a trace (at the end of a run).
+    pub(crate) fn take(&self) -> Trace {
+        let mut events = Vec::new();
+        self.drain(false, &mut events);
+        self.trace(events)
+    }
+
+    fn trace(&self, events: Vec<TraceEntry>) -> Trace {
+        let inner = self.lock();
+        Trace {
+            id: self.id.clone(),
+            parent_id: self.parent.clone(),
+            start: self.start,
+            end: inner.end,
+            events,
+        }
+    }
+
+    fn collect(
+        &self,
+        cancelled_above: bool,
+        out: &mut Vec<TraceEntry>,
+        copy: &mut dyn FnMut(&Item) -> Option<Event>,
+    ) {
+        let inner = self.lock();
+        let cancelled = cancelled_above || inner.cancelled;
+        for item in &inner.items {
+            match item {
+                Item::Event(_) => {
+                    if let Some(event) = copy(item) {
+                        out.push(TraceEntry {
+                            trace_id: self.id.clone(),
+                            cancelled,
+                            event,
+                        });
+                    }
+                }
+                Item::Branches(branches) => {
+                    for branch in branches {
+                        branch.collect(cancelled, out, copy);
+                    }
+                }
+            }
+        }
+    }
+
+    fn drain(&self, cancelled_above: bool, out: &mut Vec<TraceEntry>) {
+        let (items, cancelled) = {
+            let mut inner = self.lock();
+            (
+                std::mem::take(&mut inner.items),
+                cancelled_above || inner.cancelled,
+            )
+        };
+        for item in items {
+            match item {
+                Item::Event(event) => out.push(TraceEntry {
+                    trace_id: self.id.clone(),
+                    cancelled,
+                    event,
+                }),
+                Item::Branches(branches) => {
+                    for branch in branches {
+                        branch.drain(cancelled, out);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,814 @@
+//! The trampoline that runs one run or branch.
+//!
+//! A [`Machine`] walks a [`Node`] tree with an explicit stack of frames (continuations, loops,
+//! scopes), so the Rust stack stays flat however long the program runs. Pure steps (binds,
+//! state reads and writes, loops) run synchronously; only effects await.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use agent_op::node::{AnyValue, Bind, Effect, Fork, Loop, LoopStep, Node, Scope};
+use agent_op::trace::event::{
+    self, CheckpointReached, ForkKind, InferEnd, InferStart, LimitStart, TimeoutStart,
+};
+use agent_op::{
+    BoxFuture, Checkpoint, Event, EventKind, Exhausted, MemoryBackend, NewMemory, PREVIEW_CHARS,
+    Prompt, Provider, TimedOut, ToolError, TraceId, content_hash, preview,
+};
+use chrono::Utc;
+use futures_util::FutureExt;
+use serde_json::Value;
+use tokio::time::{Instant, sleep_until};
+
+use crate::engine::log::BranchLog;
+use crate::engine::scheduler::{BranchFuture, BranchOutcome, Scheduler};
+use crate::engine::scope::{
+    ActiveScope, Admission, BudgetCell, Reservation, ScopeExit, ScopeId, WorstCase,
+};
+use crate::engine::{Runtime, Unwind};
+use crate::error::ErrorKind;
+
+/// How many pure steps run between checks of the abort token and deadlines (and cooperative
+/// yields to the tokio scheduler).
+const CHECK_EVERY: u32 = 64;
+
+enum Frame<S> {
+    Bind(Box<dyn Bind<S>>),
+    Loop(Box<dyn Loop<S>>),
+    Scope(ScopeFrame<S>),
+}
+
+struct ScopeFrame<S> {
+    id: ScopeId,
+    /// The state on entry, restored if the scope ends early.
+    saved: S,
+    ok: fn(AnyValue) -> AnyValue,
+    early: EarlyExit,
+}
+
+enum EarlyExit {
+    Limit(fn(Exhausted) -> AnyValue),
+    Timeout(fn(TimedOut) -> AnyValue),
+}
+
+pub(crate) struct Machine<S, Sch> {
+    rt: Arc<Runtime<Sch>>,
+    log: Arc<BranchLog>,
+    id: TraceId,
+    pub(crate) state: S,
+    frames: Vec<Frame<S>>,
+    /// Scopes entered by this machine, innermost last.
+    scopes: Vec<ActiveScope>,
+    /// Scopes of the enclosing machines, outermost first.
+    inherited: Arc<[ActiveScope]>,
+    /// The earliest deadline of `inherited` and `scopes`.
+    next_deadline: Option<Instant>,
+    /// Model calls made by this branch (and the ancestors before it forked).
+    iteration: u32,
+    ticks: u32,
+}
+
+impl<S, Sch> Machine<S, Sch>
+where
+    S: Clone + Send + 'static,
+    Sch: Scheduler,
+{
+    pub(crate) fn root(rt: Arc<Runtime<Sch>>, log: Arc<BranchLog>, state: S) -> Self {
+        Machine {
+            id: log.id().clone(),
+            rt,
+            log,
+            state,
+            frames: Vec::new(),
+            scopes: Vec::new(),
+            inherited: Arc::from(Vec::new()),
+            next_deadline: None,
+            iteration: 0,
+            ticks: 0,
+        }
+    }
+
+    /// Runs `node` to its end. Returns its value, or how it stopped.
+    pub(crate) async fn run(&mut self, node: Node<S>) -> Result<AnyValue, Unwind> {
+        if self.rt.config.cancel.is_cancelled() {
+            return Err(Unwind::Aborted);
+        }
+        let mut node = node;
+        loop {
+            self.ticks = self.ticks.wrapping_add(1);
+            if self.ticks % CHECK_EVERY == 0 {
+                if let Err(unwind) = self.poll_interrupts().await {
+                    node = self.unwind(unwind)?;
+                    continue;
+                }
+            }
+            node = match node {
+                Node::Pure(value) => match self.frames.pop() {
+                    None => return Ok(value),
+                    Some(Frame::Bind(bind)) => bind.resume(value),
+                    Some(Frame::Loop(mut body)) => match body.resume(value) {
+                        LoopStep::Continue(next) => {
+                            self.frames.push(Frame::Loop(body));
+                            next
+                        }
+                        LoopStep::Break(value) => Node::Pure(value),
+                    },
+                    Some(Frame::Scope(scope)) => self.leave_scope(scope, value),
+                },
+                Node::Bind(mut bind) => {
+                    let first = bind.take();
+                    self.frames.push(Frame::Bind(bind));
+                    first
+                }
+                Node::Loop(mut body) => {
+                    let first = body.start();
+                    self.frames.push(Frame::Loop(body));
+                    first
+                }
+                Node::Read(read) => Node::Pure(read(&self.state)),
+                Node::Write(write) => {
+                    write(&mut self.state);
+                    Node::unit()
+                }
+                Node::Effect(effect) => match self.effect(effect).await {
+                    Ok(value) => Node::Pure(value),
+                    Err(unwind) => self.unwind(unwind)?,
+                },
+                Node::Checkpoint { name, snapshot } => match self.checkpoint(name, snapshot) {
+                    Ok(()) => Node::unit(),
+                    Err(unwind) => self.unwind(unwind)?,
+                },
+                Node::Scope(scope) => self.enter_scope(*scope),
+                Node::Fork(fork) => match self.fork(*fork).await {
+                    Ok(value) => Node::Pure(value),
+                    Err(unwind) => self.unwind(unwind)?,
+                },
+            };
+        }
+    }
+
+    /// Marks this machine's log finished.
+    pub(crate) fn finish(&self) {
+        self.log.finish();
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Events
+    // ------------------------------------------------------------------------------------
+
+    fn record(&mut self, kind: EventKind) {
+        let event = Event::now(kind);
+        for subscriber in &self.rt.config.subscribers {
+            // A panicking observer must not take the run down with it.
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                subscriber.on_event(&self.id, &event);
+            }));
+        }
+        self.log.push(event);
+    }
+
+    /// Records the failure where it happened and starts unwinding.
+    fn fail(&mut self, kind: ErrorKind) -> Unwind {
+        self.record(EventKind::error(kind.to_string()));
+        Unwind::Fail(kind)
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Interrupts: abort token and deadlines
+    // ------------------------------------------------------------------------------------
+
+    fn all_scopes(&self) -> impl Iterator<Item = &ActiveScope> {
+        self.inherited.iter().chain(self.scopes.iter())
+    }
+
+    fn refresh_deadline(&mut self) {
+        self.next_deadline = self.all_scopes().filter_map(|s| s.deadline).min();
+    }
+
+    /// The outermost scope whose deadline has passed, as an unwind.
+    fn expired(&self, now: Instant) -> Option<Unwind> {
+        self.all_scopes()
+            .find(|s| s.deadline.is_some_and(|d| d <= now))
+            .map(|s| Unwind::Exit {
+                scope: s.id,
+                exit: s.deadline_exit(now),
+            })
+    }
+
+    async fn poll_interrupts(&mut self) -> Result<(), Unwind> {
+        if self.rt.config.cancel.is_cancelled() {
+            return Err(Unwind::Aborted);
+        }
+        if self.next_deadline.is_some() {
+            if let Some(unwind) = self.expired(Instant::now()) {
+                return Err(unwind);
+            }
+        }
+        // Long pure loops must not starve other tasks (or sibling branches).
+        tokio::task::coop::consume_budget().await;
+        Ok(())
+    }
+
+    /// Awaits `fut` unless the run is aborted or a deadline in force passes first; then `fut`
+    /// is dropped, cancelling whatever it was doing.
+    async fn guarded<F: Future>(&mut self, fut: F) -> Result<F::Output, Unwind> {
+        let deadline = self.next_deadline;
+        let interrupted = {
+            let cancel = &self.rt.config.cancel;
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => true,
+                () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => true,
+                out = fut => return Ok(out),
+            }
+        };
+        debug_assert!(interrupted);
+        if self.rt.config.cancel.is_cancelled() {
+            return Err(Unwind::Aborted);
+        }
+        Err(self.expired(Instant::now()).unwrap_or_else(|| {
+            Unwind::Fail(ErrorKind::Internal(
+                "a deadline fired but no scope had expired".into(),
+            ))
+        }))
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Scopes
+    // ------------------------------------------------------------------------------------
+
+    fn enter_scope(&mut self, scope: Scope<S>) -> Node<S> {
+        let id = self.rt.next_scope_id();
+        let now = Instant::now();
+        let (active, body, ok, early) = match scope {
+            Scope::Limit {
+                budget,
+                body,
+                ok,
+                exhausted,
+            } => {
+                self.record(EventKind::Limit(LimitStart {
+                    budget: budget.clone(),
+                }));
+                let active = ActiveScope {
+                    id,
+                    started: now,
+                    deadline: budget.time.and_then(|t| now.checked_add(t)),
+                    budget: BudgetCell::new(budget),
+                    is_timeout: false,
+                };
+                (active, body, ok, EarlyExit::Limit(exhausted))
+            }
+            Scope::Timeout {
+                limit,
+                body,
+                ok,
+                timed_out,
+            } => {
+                self.record(EventKind::Timeout(TimeoutStart { limit }));
+                let active = ActiveScope {
+                    id,
+                    started: now,
+                    // A deadline too far away to represent is no deadline.
+                    deadline: now.checked_add(limit),
+                    budget: None,
+                    is_timeout: true,
+                };
+                (active, body, ok, EarlyExit::Timeout(timed_out))
+            }
+        };
+        self.scopes.push(active);
+        self.refresh_deadline();
+        self.frames.push(Frame::Scope(ScopeFrame {
+            id,
+            saved: self.state.clone(),
+            ok,
+            early,
+        }));
+        body
+    }
+
+    fn leave_scope(&mut self, frame: ScopeFrame<S>, value: AnyValue) -> Node<S> {
+        if let Some(pos) = self.scopes.iter().rposition(|s| s.id == frame.id) {
+            self.scopes.truncate(pos);
+        }
+        self.refresh_deadline();
+        Node::Pure((frame.ok)(value))
+    }
+
+    /// Handles an unwind: if one of this machine's scopes is its target, ends that scope early
+    /// (restoring its entry state) and continues after it; otherwise the machine stops.
+    fn unwind(&mut self, unwind: Unwind) -> Result<Node<S>, Unwind> {
+        let Unwind::Exit { scope, exit } = unwind else {
+            return Err(unwind);
+        };
+        let Some(pos) = self
+            .frames
+            .iter()
+            .rposition(|f| matches!(f, Frame::Scope(s) if s.id == scope))
+        else {
+            return Err(Unwind::Exit { scope, exit });
+        };
+        self.frames.truncate(pos + 1);
+        let Some(Frame::Scope(frame)) = self.frames.pop() else {
+            unreachable!("the frame at `pos` is the scope frame");
+        };
+        if let Some(spos) = self.scopes.iter().position(|s| s.id == scope) {
+            self.scopes.truncate(spos);
+        }
+        self.refresh_deadline();
+        self.state = frame.saved;
+        let value = match (frame.early, exit) {
+            (EarlyExit::Limit(wrap), ScopeExit::Exhausted(exhausted)) => {
+                self.record(EventKind::Exhausted(exhausted.clone()));
+                wrap(exhausted)
+            }
+            (EarlyExit::Timeout(wrap), ScopeExit::TimedOut(timed_out)) => {
+                self.record(EventKind::TimedOut(timed_out.clone()));
+                wrap(timed_out)
+            }
+            (_, exit) => {
+                return Err(Unwind::Fail(ErrorKind::Internal(format!(
+                    "scope {scope} ended with {exit:?}, which does not match its kind"
+                ))));
+            }
+        };
+        Ok(Node::Pure(value))
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Effects
+    // ------------------------------------------------------------------------------------
+
+    async fn effect(&mut self, effect: Effect) -> Result<AnyValue, Unwind> {
+        match effect {
+            Effect::InferRaw { model, prompt } => self.infer(model, prompt).await,
+            Effect::Tool { name, args } => self.call_tool(name, args).await,
+            Effect::ToolDefinitions => Ok(Box::new(self.rt.config.tools.definitions())),
+            Effect::Emit(kind) => {
+                self.record(kind);
+                Ok(Box::new(()))
+            }
+            Effect::GetTrace => Ok(Box::new(self.log.snapshot())),
+            Effect::Check => {
+                let steering = self.rt.config.steering.pop();
+                if let Some(s) = &steering {
+                    self.record(EventKind::Steering(s.clone()));
+                }
+                Ok(Box::new(steering))
+            }
+            Effect::Remember(memory) => self.remember(memory).await,
+            Effect::Recall { query, limit } => self.recall(query, limit).await,
+            Effect::Forget(id) => {
+                let backend = self.memory()?;
+                match self.guarded(backend.delete(&id)).await? {
+                    Ok(existed) => {
+                        self.record(EventKind::Forget(event::Forget { id, existed }));
+                        Ok(Box::new(existed))
+                    }
+                    Err(e) => Err(self.fail(ErrorKind::Memory(e))),
+                }
+            }
+            Effect::Fail(message) => Err(self.fail(ErrorKind::Program(message))),
+        }
+    }
+
+    /// Reserves one model call on every budget in force, waiting while concurrent calls may
+    /// still free room.
+    async fn reserve(&mut self, worst: WorstCase) -> Result<Reservation, Unwind> {
+        let cells: Vec<(ScopeId, Arc<BudgetCell>)> = self
+            .all_scopes()
+            .filter_map(|s| s.budget.clone().map(|b| (s.id, b)))
+            .collect();
+        loop {
+            let mut reservation = Reservation::new(worst);
+            let mut blocked = None;
+            for (scope, cell) in &cells {
+                let settled = cell.settled();
+                match cell.try_reserve(worst) {
+                    Admission::Admitted => reservation.push(*scope, cell.clone()),
+                    Admission::Exhausted(exhausted) => {
+                        reservation.release();
+                        return Err(Unwind::Exit {
+                            scope: *scope,
+                            exit: ScopeExit::Exhausted(exhausted),
+                        });
+                    }
+                    Admission::Wait => {
+                        blocked = Some(settled);
+                        break;
+                    }
+                }
+            }
+            match blocked {
+                None => return Ok(reservation),
+                Some(settled) => {
+                    reservation.release();
+                    self.guarded(settled).await?;
+                }
+            }
+        }
+    }
+
+    async fn infer(&mut self, model: String, prompt: Prompt) -> Result<AnyValue, Unwind> {
+        let Some(provider) = self.rt.config.provider.clone() else {
+            return Err(self.fail(ErrorKind::NoProvider));
+        };
+        let worst = WorstCase {
+            tokens: prompt
+                .options
+                .max_tokens
+                .map(|max| prompt.text_bytes().saturating_add(u64::from(max))),
+            cost: provider.max_cost(&model, &prompt),
+        };
+        let reservation = self.reserve(worst).await?;
+        let iteration = self.iteration;
+        self.record(EventKind::InferStart(InferStart {
+            model: model.clone(),
+            prompt_preview: prompt
+                .messages
+                .last()
+                .map(|m| preview(m.content(), PREVIEW_CHARS))
+                .unwrap_or_default(),
+            messages: count(prompt.messages.len()),
+            tools: count(prompt.tools.len()),
+            iteration,
+        }));
+        self.iteration = self.iteration.saturating_add(1);
+        let started = Instant::now();
+        // If this is interrupted, dropping `reservation` counts the call with unknown usage.
+        let result = self.guarded(provider.chat(&model, &prompt)).await?;
+        let response = match result {
+            Ok(response) => response,
+            Err(error) => {
+                drop(reservation.settle(None, None));
+                return Err(self.fail(ErrorKind::Provider { model, error }));
+            }
+        };
+        let exceeded = reservation.settle(Some(response.usage), response.cost);
+        self.record(EventKind::InferEnd(InferEnd {
+            model,
+            response_preview: preview(&response.content, PREVIEW_CHARS),
+            tool_calls: count(response.tool_calls.len()),
+            finish_reason: response.finish_reason.clone(),
+            input_tokens: response.usage.input_tokens,
+            output_tokens: response.usage.output_tokens,
+            cost: response.cost,
+            duration_us: micros(started.elapsed()),
+            iteration,
+        }));
+        match exceeded {
+            Some((scope, exhausted)) => Err(Unwind::Exit {
+                scope,
+                exit: ScopeExit::Exhausted(exhausted),
+            }),
+            None => Ok(Box::new(response)),
+        }
+    }
+
+    async fn call_tool(&mut self, name: String, args: Value) -> Result<AnyValue, Unwind> {
+        let iteration = self.iteration;
+        self.record(EventKind::ToolCall(event::ToolCall {
+            name: name.clone(),
+            args: args.clone(),
+            iteration,
+        }));
+        let Some(tool) = self.rt.config.tools.get(&name).cloned() else {
+            let permitted = self.rt.config.tools.names().map(str::to_owned).collect();
+            return Err(self.fail(ErrorKind::UnknownTool { name, permitted }));
+        };
+        let started = Instant::now();
+        let result: Result<Value, ToolError> = if tool.is_blocking() {
+            // Blocking work runs on tokio's blocking pool so it cannot stall other branches.
+            // If the call is cancelled the thread finishes on its own; its result is dropped.
+            let handle = tokio::runtime::Handle::current();
+            let task = tokio::task::spawn_blocking(move || handle.block_on(tool.call(args)));
+            match self.guarded(task).await? {
+                Ok(result) => result,
+                Err(join_error) => Err(ToolError::panicked(match join_error.try_into_panic() {
+                    Ok(payload) => panic_message(payload.as_ref()),
+                    Err(e) => e.to_string(),
+                })),
+            }
+        } else {
+            let call = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(args)));
+            match call {
+                Ok(fut) => match self.guarded(AssertUnwindSafe(fut).catch_unwind()).await? {
+                    Ok(result) => result,
+                    Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
+                },
+                Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
+            }
+        };
+        let output = match &result {
+            Ok(value) => value_preview(value),
+            Err(error) => preview(&error.to_string(), PREVIEW_CHARS),
+        };
+        self.record(EventKind::ToolResult(event::ToolResult {
+            name,
+            success: result.is_ok(),
+            output_preview: output,
+            duration_us: micros(started.elapsed()),
+            iteration,
+        }));
+        Ok(Box::new(result))
+    }
+
+    fn memory(&mut self) -> Result<Arc<dyn MemoryBackend>, Unwind> {
+        match self.rt.config.memory.clone() {
+            Some(backend) => Ok(backend),
+            None => Err(self.fail(ErrorKind::NoMemoryBackend)),
+        }
+    }
+
+    async fn remember(&mut self, memory: NewMemory) -> Result<AnyValue, Unwind> {
+        let backend = self.memory()?;
+        let content_preview = preview(&memory.content, PREVIEW_CHARS);
+        let hash = content_hash(&memory.content);
+        let tags = memory.tags.clone();
+        match self.guarded(backend.store(memory)).await? {
+            Ok(id) => {
+                self.record(EventKind::Remember(event::Remember {
+                    id: id.clone(),
+                    content_preview,
+                    content_hash: hash,
+                    tags,
+                }));
+                Ok(Box::new(id))
+            }
+            Err(e) => Err(self.fail(ErrorKind::Memory(e))),
+        }
+    }
+
+    async fn recall(&mut self, query: String, limit: usize) -> Result<AnyValue, Unwind> {
+        let backend = self.memory()?;
+        match self.guarded(backend.search(&query, limit)).await? {
+            Ok(hits) => {
+                let entries: Vec<_> = hits.into_iter().map(|hit| hit.entry).collect();
+                self.record(EventKind::Recall(event::Recall {
+                    query_preview: preview(&query, PREVIEW_CHARS),
+                    query_hash: content_hash(&query),
+                    results: count(entries.len()),
+                    ids: entries.iter().map(|e| e.id.clone()).collect(),
+                }));
+                Ok(Box::new(entries))
+            }
+            Err(e) => Err(self.fail(ErrorKind::Memory(e))),
+        }
+    }
+
+    fn checkpoint(
+        &mut self,
+        name: String,
+        snapshot: fn(&S) -> Result<Value, String>,
+    ) -> Result<(), Unwind> {
+        let state = match snapshot(&self.state) {
+            Ok(state) => state,
+            Err(message) => return Err(self.fail(ErrorKind::Checkpoint { name, message })),
+        };
+        self.record(EventKind::Checkpoint(CheckpointReached {
+            name: name.clone(),
+        }));
+        let checkpoint = Checkpoint {
+            name,
+            trace_id: self.id.clone(),
+            trace: self.log.snapshot(),
+            state,
+            at: Utc::now(),
+        };
+        for subscriber in &self.rt.config.subscribers {
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                subscriber.on_checkpoint(&checkpoint);
+            }));
+        }
+        self.rt.push_checkpoint(checkpoint);
+        Ok(())
+    }
+
+    // ------------------------------------------------------------------------------------
+    // Forks
+    // ------------------------------------------------------------------------------------
+
+    fn branch(&self, index: usize, log: Arc<BranchLog>, inherited: Arc<[ActiveScope]>) -> Self {
+        let next_deadline = inherited.iter().filter_map(|s| s.deadline).min();
+        Machine {
+            rt: self.rt.clone(),
+            id: self.id.child(index),
+            log,
+            state: self.state.clone(),
+            frames: Vec::new(),
+            scopes: Vec::new(),
+            inherited,
+            next_deadline,
+            iteration: self.iteration,
+            ticks: 0,
+        }
+    }
+
+    /// Boxed with an explicit `Send` bound: the recursion machine → fork → branch machine would
+    /// otherwise ask the compiler to prove `Send` for a future that contains itself.
+    fn fork(&mut self, fork: Fork<S>) -> BoxFuture<'_, Result<AnyValue, Unwind>> {
+        Box::pin(self.fork_inner(fork))
+    }
+
+    async fn fork_inner(&mut self, fork: Fork<S>) -> Result<AnyValue, Unwind> {
+        let (kind, branches, par) = match fork {
+            Fork::Par {
+                branches,
+                merge,
+                collect,
+            } => (ForkKind::Par, branches, Some((merge, collect))),
+            Fork::Race { branches } => (ForkKind::Race, branches, None),
+        };
+        if kind == ForkKind::Race && branches.is_empty() {
+            return Err(self.fail(ErrorKind::EmptyRace));
+        }
+        let ids: Vec<TraceId> = (0..branches.len()).map(|i| self.id.child(i)).collect();
+        self.record(EventKind::Fork(event::Fork {
+            kind,
+            branch_count: count(ids.len()),
+            branch_ids: ids.clone(),
+        }));
+        let logs: Vec<Arc<BranchLog>> = ids
+            .iter()
+            .map(|id| BranchLog::new(id.clone(), Some(self.id.clone())))
+            .collect();
+        self.log.push_branches(logs.clone());
+        let inherited: Arc<[ActiveScope]> = self.all_scopes().cloned().collect();
+        let futures: Vec<BranchFuture<S>> = branches
+            .into_iter()
+            .zip(&logs)
+            .enumerate()
+            .map(|(i, (node, log))| {
+                let mut machine = self.branch(i, log.clone(), inherited.clone());
+                Box::pin(async move {
+                    let result = machine.run(node).await;
+                    machine.finish();
+                    BranchOutcome {
+                        result,
+                        state: machine.state,
+                    }
+                }) as BranchFuture<S>
+            })
+            .collect();
+        let scheduled = match kind {
+            ForkKind::Par => self.rt.scheduler.run_par(futures),
+            ForkKind::Race => self.rt.scheduler.run_race(futures),
+        };
+        let outcomes = match self.guarded(scheduled).await {
+            Ok(outcomes) => outcomes,
+            Err(unwind) => {
+                // Interrupted from outside: every branch still running was cancelled.
+                for log in logs.iter().filter(|l| !l.is_finished()) {
+                    log.mark_cancelled();
+                }
+                return Err(unwind);
+            }
+        };
+        match par {
+            Some((merge, collect)) => self.join_par(ids, &logs, outcomes, merge, collect),
+            None => self.join_race(ids, &logs, outcomes),
+        }
+    }
+
+    /// Marks every branch after `decided` (and any branch that did not finish) cancelled: the
+    /// sequential interpreter would never have started them.
+    fn discard_after(
+        logs: &[Arc<BranchLog>],
+        outcomes: &[Option<BranchOutcome<S>>],
+        decided: usize,
+    ) {
+        for (i, (log, outcome)) in logs.iter().zip(outcomes).enumerate() {
+            if i > decided || outcome.is_none() {
+                log.mark_cancelled();
+            }
+        }
+    }
+
+    fn join_par(
+        &mut self,
+        ids: Vec<TraceId>,
+        logs: &[Arc<BranchLog>],
+        outcomes: Vec<Option<BranchOutcome<S>>>,
+        merge: fn(&mut S, S),
+        collect: fn(Vec<AnyValue>) -> AnyValue,
+    ) -> Result<AnyValue, Unwind> {
+        let interrupted = outcomes
+            .iter()
+            .position(|o| o.as_ref().is_some_and(BranchOutcome::interrupted));
+        let failed = outcomes
+            .iter()
+            .position(|o| o.as_ref().is_some_and(|o| !o.succeeded()));
+        if let Some(decided) = interrupted.or(failed) {
+            Self::discard_after(logs, &outcomes, decided);
+            let Some(Some(outcome)) = outcomes.into_iter().nth(decided) else {
+                unreachable!("`decided` indexes a finished branch");
+            };
+            return Err(match outcome.result {
+                Err(Unwind::Fail(error)) => Unwind::Fail(ErrorKind::Branch {
+                    id: ids[decided].clone(),
+                    error: Box::new(error),
+                }),
+                Err(other) => other,
+                Ok(_) => unreachable!("`decided` indexes an unsuccessful branch"),
+            });
+        }
+        let mut values = Vec::with_capacity(outcomes.len());
+        let mut merged: Option<S> = None;
+        for outcome in outcomes {
+            let Some(BranchOutcome {
+                result: Ok(value),
+                state,
+            }) = outcome
+            else {
+                return Err(Unwind::Fail(ErrorKind::Internal(
+                    "the scheduler dropped a par branch although none failed".into(),
+                )));
+            };
+            values.push(value);
+            match &mut merged {
+                None => merged = Some(state),
+                Some(acc) => merge(acc, state),
+            }
+        }
+        if let Some(state) = merged {
+            self.state = state;
+        }
+        self.record(EventKind::Join(event::Join {
+            kind: ForkKind::Par,
+            branch_ids: ids,
+            winner: None,
+        }));
+        Ok(collect(values))
+    }
+
+    fn join_race(
+        &mut self,
+        ids: Vec<TraceId>,
+        logs: &[Arc<BranchLog>],
+        outcomes: Vec<Option<BranchOutcome<S>>>,
+    ) -> Result<AnyValue, Unwind> {
+        let decided = outcomes
+            .iter()
+            .position(|o| o.as_ref().is_some_and(|o| !o.failed()));
+        match decided {
+            Some(decided) => {
+                Self::discard_after(logs, &outcomes, decided);
+                let Some(Some(outcome)) = outcomes.into_iter().nth(decided) else {
+                    unreachable!("`decided` indexes a finished branch");
+                };
+                match outcome.result {
+                    Ok(value) => {
+                        self.state = outcome.state;
+                        self.record(EventKind::Join(event::Join {
+                            kind: ForkKind::Race,
+                            branch_ids: ids,
+                            winner: Some(count(decided)),
+                        }));
+                        Ok(value)
+                    }
+                    Err(interrupt) => Err(interrupt),
+                }
+            }
+            None => {
+                // Every branch failed: report the first.
+                let first = outcomes.into_iter().next().flatten();
+                match first.map(|o| o.result) {
+                    Some(Err(Unwind::Fail(error))) => Err(Unwind::Fail(ErrorKind::Branch {
+                        id: ids[0].clone(),
+                        error: Box::new(error),
+                    })),
+                    _ => Err(Unwind::Fail(ErrorKind::Internal(
+                        "the scheduler ended a race with neither a winner nor all failures".into(),
+                    ))),
+                }
+            }
+        }
+    }
+}
+
+fn count(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+fn micros(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+fn value_preview(value: &Value) -> String {
+    match value {
+        Value::String(s) => preview(s, PREVIEW_CHARS),
+        other => preview(&other.to_string(), PREVIEW_CHARS),
+    }
+}
+
+fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "the tool panicked".to_owned()
+    }
+}

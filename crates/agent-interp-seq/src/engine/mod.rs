@@ -1,0 +1,130 @@
+//! The engine shared by every interpreter: a trampolined [`Machine`](machine::Machine) per run
+//! or branch, `limit`/`timeout` scopes with shared budgets, branch logs, and a pluggable
+//! [`Scheduler`] that decides only *when* branches run.
+
+mod log;
+mod machine;
+pub mod scheduler;
+pub(crate) mod scope;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use agent_op::node::take_value;
+use agent_op::{Checkpoint, Op, Trace, TraceId};
+
+use crate::config::Config;
+use crate::error::{ErrorKind, RunError};
+use log::BranchLog;
+use machine::Machine;
+use scheduler::Scheduler;
+use scope::{ScopeExit, ScopeId};
+
+/// How a run or branch stopped early.
+pub(crate) enum Unwind {
+    /// The program failed (a `race` may try another branch).
+    Fail(ErrorKind),
+    /// A `limit` or `timeout` ended early; unwind to it.
+    Exit { scope: ScopeId, exit: ScopeExit },
+    /// The abort token was cancelled.
+    Aborted,
+}
+
+/// A finished run: the program's value, its trace, its final state and its checkpoints.
+#[derive(Debug)]
+pub struct Outcome<S, A> {
+    /// What the program returned.
+    pub value: A,
+    /// Everything that happened.
+    pub trace: Trace,
+    /// The final state.
+    pub state: S,
+    /// The checkpoints taken, in order.
+    pub checkpoints: Vec<Checkpoint>,
+}
+
+/// What every machine of one run shares.
+pub(crate) struct Runtime<Sch> {
+    pub(crate) config: Config,
+    pub(crate) scheduler: Sch,
+    checkpoints: Mutex<Vec<Checkpoint>>,
+    next_scope: AtomicU64,
+}
+
+impl<Sch> Runtime<Sch> {
+    pub(crate) fn next_scope_id(&self) -> ScopeId {
+        self.next_scope.fetch_add(1, Ordering::Relaxed)
+    }
+
+    pub(crate) fn push_checkpoint(&self, checkpoint: Checkpoint) {
+        self.checkpoints
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(checkpoint);
+    }
+
+    fn take_checkpoints(&self) -> Vec<Checkpoint> {
+        std::mem::take(&mut *self.checkpoints.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+}
+
+/// Runs programs with a given branch [`Scheduler`]. The sequential interpreter is
+/// `Engine::new(Sequential)`; the parallel interpreter plugs in a concurrent scheduler.
+#[derive(Clone, Debug, Default)]
+pub struct Engine<Sch> {
+    scheduler: Sch,
+}
+
+impl<Sch: Scheduler + Clone> Engine<Sch> {
+    /// An engine running forks with `scheduler`.
+    pub fn new(scheduler: Sch) -> Engine<Sch> {
+        Engine { scheduler }
+    }
+
+    /// Runs `program` from `state` with `config`. Needs a tokio runtime (for timers); the
+    /// `time` driver must be enabled.
+    pub async fn run<S, A>(
+        &self,
+        config: &Config,
+        state: S,
+        program: Op<S, A>,
+    ) -> Result<Outcome<S, A>, RunError>
+    where
+        S: Clone + Send + 'static,
+        A: Send + 'static,
+    {
+        let id = config.trace_id.clone().unwrap_or_else(TraceId::random);
+        let runtime = Arc::new(Runtime {
+            config: config.clone(),
+            scheduler: self.scheduler.clone(),
+            checkpoints: Mutex::new(Vec::new()),
+            next_scope: AtomicU64::new(0),
+        });
+        let root = BranchLog::new(id, None);
+        let mut machine = Machine::root(runtime.clone(), root.clone(), state);
+        let result = machine.run(program.into_node()).await;
+        machine.finish();
+        let trace = root.take();
+        let checkpoints = runtime.take_checkpoints();
+        let kind = match result {
+            Ok(value) => {
+                return Ok(Outcome {
+                    value: take_value::<A>(value),
+                    trace,
+                    state: machine.state,
+                    checkpoints,
+                });
+            }
+            Err(Unwind::Fail(kind)) => kind,
+            Err(Unwind::Aborted) => ErrorKind::Aborted,
+            Err(Unwind::Exit { scope, exit }) => ErrorKind::Internal(format!(
+                "scope {scope} ended early ({exit:?}) but no frame owned it"
+            )),
+        };
+        Err(RunError {
+            kind,
+            trace,
+            checkpoints,
+        })
+    }
+}

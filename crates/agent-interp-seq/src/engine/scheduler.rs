@@ -1,0 +1,109 @@
+//! Branch schedulers: how the branches of a `par` or `race` are run.
+//!
+//! The engine is the same for every interpreter; only this decides whether branches run one
+//! after another ([`Sequential`], the reference semantics) or concurrently (the parallel
+//! interpreter's scheduler in `agent-interp-par`). The engine, not the scheduler, decides the
+//! outcome from what the scheduler returns, so both interpreters report the same result,
+//! error, state and trace for the same program.
+
+use std::future::Future;
+use std::pin::Pin;
+
+use agent_op::BoxFuture;
+use agent_op::node::AnyValue;
+
+use crate::engine::Unwind;
+
+/// One branch, ready to run: a future that runs the branch's program to its end.
+pub type BranchFuture<S> = Pin<Box<dyn Future<Output = BranchOutcome<S>> + Send>>;
+
+/// How a branch ended.
+pub struct BranchOutcome<S> {
+    pub(crate) result: Result<AnyValue, Unwind>,
+    pub(crate) state: S,
+}
+
+impl<S> BranchOutcome<S> {
+    /// The branch returned a value.
+    pub fn succeeded(&self) -> bool {
+        self.result.is_ok()
+    }
+
+    /// The branch failed in a way a `race` may recover from (the program failed: a provider
+    /// error, an unknown tool, `fail`, ...).
+    pub fn failed(&self) -> bool {
+        matches!(self.result, Err(Unwind::Fail(_)))
+    }
+
+    /// The branch was stopped by something outside it (an enclosing `limit` or `timeout`, or
+    /// the abort token): the whole fork must stop.
+    pub fn interrupted(&self) -> bool {
+        matches!(self.result, Err(Unwind::Exit { .. } | Unwind::Aborted))
+    }
+}
+
+/// Runs the branches of forks. Implementations decide only *when* branches run; see each
+/// method for what they must guarantee.
+pub trait Scheduler: Send + Sync + 'static {
+    /// Runs the branches of a `par`. Returns one entry per branch, in declaration order: the
+    /// outcome of each branch that ran to its end, `None` for branches cancelled or never
+    /// started.
+    ///
+    /// Every branch must run to its end, except: once a branch has failed or been interrupted,
+    /// branches *after* it may be cancelled (dropped); branches before it must still be awaited
+    /// (unless one is interrupted, which stops everything).
+    fn run_par<S: Send + 'static>(
+        &self,
+        branches: Vec<BranchFuture<S>>,
+    ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>>;
+
+    /// Runs the branches of a `race`. Returns one entry per branch, as for `run_par`.
+    ///
+    /// Must stop as soon as one branch succeeds or is interrupted (cancelling the others) and
+    /// otherwise run every branch to its end.
+    fn run_race<S: Send + 'static>(
+        &self,
+        branches: Vec<BranchFuture<S>>,
+    ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>>;
+}
+
+/// Runs branches one after another in declaration order: the reference semantics.
+///
+/// A `par` stops at its first failing branch; a `race` at its first successful one. Branches
+/// after that are never started.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Sequential;
+
+impl Scheduler for Sequential {
+    fn run_par<S: Send + 'static>(
+        &self,
+        branches: Vec<BranchFuture<S>>,
+    ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>> {
+        Box::pin(run_in_order(branches, |o| !o.succeeded()))
+    }
+
+    fn run_race<S: Send + 'static>(
+        &self,
+        branches: Vec<BranchFuture<S>>,
+    ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>> {
+        Box::pin(run_in_order(branches, |o| !o.failed()))
+    }
+}
+
+async fn run_in_order<S>(
+    branches: Vec<BranchFuture<S>>,
+    stop_after: impl Fn(&BranchOutcome<S>) -> bool,
+) -> Vec<Option<BranchOutcome<S>>> {
+    let mut out = Vec::with_capacity(branches.len());
+    let mut stopped = false;
+    for branch in branches {
+        if stopped {
+            out.push(None);
+            continue;
+        }
+        let outcome = branch.await;
+        stopped = stop_after(&outcome);
+        out.push(Some(outcome));
+    }
+    out
+}

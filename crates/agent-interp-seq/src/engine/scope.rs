@@ -1,0 +1,311 @@
+//! `limit` and `timeout` scopes: deadlines and shared budgets.
+//!
+//! # Budget guarantee
+//!
+//! A budget is shared by everything that runs inside its `limit`, including concurrent
+//! branches. Before each model call the interpreter *reserves* on every enclosing budget, and
+//! *settles* with the real usage afterwards:
+//!
+//! - **calls**: a call starts only if `calls made + calls in flight + 1 <= limit`, so a budget
+//!   of N calls never admits more than N calls, however many branches race for it;
+//! - **tokens** and **cost**: a call starts only if `spent + worst case of the calls in flight
+//!   < limit`. The worst case of a call is `prompt bytes + max_tokens` tokens (a token covers at
+//!   least one byte) and [`Provider::max_cost`](agent_op::Provider::max_cost) dollars; when it
+//!   is unknown, the call is counted as taking everything that is left, so it runs alone.
+//!   Calls that cannot start yet wait for in-flight calls to settle.
+//!
+//! After a call settles, spending above a limit stops the program inside that `limit` (the
+//! outermost exceeded one, when several are). A single call can overshoot a tokens or cost
+//! limit, since nobody knows a reply's length in advance; no call *starts* once a limit is
+//! reached. Cost counts only calls whose cost is known: pair a cost budget with a calls or
+//! tokens budget when the provider reports no prices.
+//!
+//! Sequentially, in-flight calls never overlap, so these rules reduce to "call while some budget
+//! is left; stop once it is exceeded" — the same outcome under either interpreter.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_op::{Budget, Exhausted, MicroUsd, Resource, TimedOut, Usage};
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+/// Identifies one entered `limit` or `timeout`, unique within a run.
+pub(crate) type ScopeId = u64;
+
+/// How a scope ended early.
+#[derive(Debug)]
+pub(crate) enum ScopeExit {
+    Exhausted(Exhausted),
+    TimedOut(TimedOut),
+}
+
+/// A scope in force: what branches inherit from their parent so that limits and deadlines
+/// around a fork apply inside it.
+#[derive(Clone)]
+pub(crate) struct ActiveScope {
+    pub(crate) id: ScopeId,
+    pub(crate) started: Instant,
+    pub(crate) deadline: Option<Instant>,
+    pub(crate) budget: Option<Arc<BudgetCell>>,
+    pub(crate) is_timeout: bool,
+}
+
+impl ActiveScope {
+    /// How this scope ends when its deadline passes.
+    pub(crate) fn deadline_exit(&self, now: Instant) -> ScopeExit {
+        let limit = self
+            .deadline
+            .map(|d| d.saturating_duration_since(self.started))
+            .unwrap_or_default();
+        if self.is_timeout {
+            ScopeExit::TimedOut(TimedOut { limit })
+        } else {
+            ScopeExit::Exhausted(Exhausted {
+                resource: Resource::Time,
+                spent: millis(now.saturating_duration_since(self.started)),
+                limit: millis(limit),
+            })
+        }
+    }
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A budget's counters, shared by every branch inside its `limit`.
+pub(crate) struct BudgetCell {
+    budget: Budget,
+    spent: Mutex<Spent>,
+    settled: Notify,
+}
+
+#[derive(Default)]
+struct Spent {
+    calls: u64,
+    tokens: u64,
+    cost: MicroUsd,
+    in_flight: u64,
+    reserved_tokens: u64,
+    reserved_cost: MicroUsd,
+    /// In-flight calls whose worst case is unknown (they reserve everything).
+    unbounded_tokens: u64,
+    unbounded_cost: u64,
+}
+
+/// The most a call can use, when known.
+#[derive(Copy, Clone, Debug, Default)]
+pub(crate) struct WorstCase {
+    pub(crate) tokens: Option<u64>,
+    pub(crate) cost: Option<MicroUsd>,
+}
+
+pub(crate) enum Admission {
+    Admitted,
+    Exhausted(Exhausted),
+    /// Other calls in flight may leave room; wait for one to settle.
+    Wait,
+}
+
+impl BudgetCell {
+    pub(crate) fn new(budget: Budget) -> Option<Arc<BudgetCell>> {
+        let limits_calls =
+            budget.calls.is_some() || budget.tokens.is_some() || budget.cost.is_some();
+        limits_calls.then(|| {
+            Arc::new(BudgetCell {
+                budget,
+                spent: Mutex::new(Spent::default()),
+                settled: Notify::new(),
+            })
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Spent> {
+        // Counters are updated in single statements; a panic cannot leave them torn.
+        self.spent.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tries to admit one call with the given worst case.
+    pub(crate) fn try_reserve(&self, worst: WorstCase) -> Admission {
+        let mut s = self.lock();
+        if let Some(limit) = self.budget.calls {
+            if s.calls + s.in_flight >= limit {
+                return Admission::Exhausted(Exhausted {
+                    resource: Resource::Calls,
+                    spent: s.calls + s.in_flight,
+                    limit,
+                });
+            }
+        }
+        if let Some(limit) = self.budget.tokens {
+            if s.tokens >= limit {
+                return Admission::Exhausted(Exhausted {
+                    resource: Resource::Tokens,
+                    spent: s.tokens,
+                    limit,
+                });
+            }
+            let crowded = s.unbounded_tokens > 0
+                || (s.in_flight > 0
+                    && (worst.tokens.is_none()
+                        || s.tokens + s.reserved_tokens + worst.tokens.unwrap_or(0) > limit));
+            if crowded {
+                return Admission::Wait;
+            }
+        }
+        if let Some(limit) = self.budget.cost {
+            if s.cost >= limit {
+                return Admission::Exhausted(Exhausted {
+                    resource: Resource::Cost,
+                    spent: s.cost.0,
+                    limit: limit.0,
+                });
+            }
+            let crowded = s.unbounded_cost > 0
+                || (s.in_flight > 0
+                    && (worst.cost.is_none()
+                        || s.cost.0 + s.reserved_cost.0 + worst.cost.map_or(0, |c| c.0) > limit.0));
+            if crowded {
+                return Admission::Wait;
+            }
+        }
+        s.in_flight += 1;
+        match worst.tokens {
+            Some(t) => s.reserved_tokens += t,
+            None => s.unbounded_tokens += 1,
+        }
+        match worst.cost {
+            Some(c) => s.reserved_cost += c,
+            None => s.unbounded_cost += 1,
+        }
+        Admission::Admitted
+    }
+
+    /// Gives back a reservation and records what the call really used. Returns the exceeded
+    /// limit, if the call went over one.
+    pub(crate) fn settle(
+        &self,
+        worst: WorstCase,
+        usage: Option<Usage>,
+        cost: Option<MicroUsd>,
+    ) -> Option<Exhausted> {
+        let exceeded = {
+            let mut s = self.lock();
+            s.in_flight = s.in_flight.saturating_sub(1);
+            match worst.tokens {
+                Some(t) => s.reserved_tokens = s.reserved_tokens.saturating_sub(t),
+                None => s.unbounded_tokens = s.unbounded_tokens.saturating_sub(1),
+            }
+            match worst.cost {
+                Some(c) => s.reserved_cost = MicroUsd(s.reserved_cost.0.saturating_sub(c.0)),
+                None => s.unbounded_cost = s.unbounded_cost.saturating_sub(1),
+            }
+            s.calls += 1;
+            if let Some(usage) = usage {
+                s.tokens = s.tokens.saturating_add(usage.total());
+            }
+            if let Some(cost) = cost {
+                s.cost += cost;
+            }
+            self.exceeded(&s)
+        };
+        self.settled.notify_waiters();
+        exceeded
+    }
+
+    fn exceeded(&self, s: &Spent) -> Option<Exhausted> {
+        if let Some(limit) = self.budget.tokens {
+            if s.tokens > limit {
+                return Some(Exhausted {
+                    resource: Resource::Tokens,
+                    spent: s.tokens,
+                    limit,
+                });
+            }
+        }
+        if let Some(limit) = self.budget.cost {
+            if s.cost > limit {
+                return Some(Exhausted {
+                    resource: Resource::Cost,
+                    spent: s.cost.0,
+                    limit: limit.0,
+                });
+            }
+        }
+        None
+    }
+
+    /// Gives back a reservation for a call that never started.
+    pub(crate) fn release(&self, worst: WorstCase) {
+        {
+            let mut s = self.lock();
+            s.in_flight = s.in_flight.saturating_sub(1);
+            match worst.tokens {
+                Some(t) => s.reserved_tokens = s.reserved_tokens.saturating_sub(t),
+                None => s.unbounded_tokens = s.unbounded_tokens.saturating_sub(1),
+            }
+            match worst.cost {
+                Some(c) => s.reserved_cost = MicroUsd(s.reserved_cost.0.saturating_sub(c.0)),
+                None => s.unbounded_cost = s.unbounded_cost.saturating_sub(1),
+            }
+        }
+        self.settled.notify_waiters();
+    }
+
+    /// Resolves after the next settlement. Create it *before* checking admission so a
+    /// settlement in between is not missed.
+    pub(crate) fn settled(&self) -> tokio::sync::futures::Notified<'_> {
+        self.settled.notified()
+    }
+}
+
+/// An admitted call's reservations on every enclosing budget. Dropping it unsettled (the call
+/// was cancelled) counts the call, with unknown usage, and frees its reservation.
+pub(crate) struct Reservation {
+    cells: Vec<(ScopeId, Arc<BudgetCell>)>,
+    worst: WorstCase,
+}
+
+impl Reservation {
+    pub(crate) fn new(worst: WorstCase) -> Reservation {
+        Reservation {
+            cells: Vec::new(),
+            worst,
+        }
+    }
+
+    pub(crate) fn push(&mut self, scope: ScopeId, cell: Arc<BudgetCell>) {
+        self.cells.push((scope, cell));
+    }
+
+    /// Gives the reservations back without counting a call (the call never started).
+    pub(crate) fn release(mut self) {
+        for (_, cell) in self.cells.drain(..) {
+            cell.release(self.worst);
+        }
+    }
+
+    /// Records the call's real usage; returns the outermost exceeded limit, if any.
+    pub(crate) fn settle(
+        mut self,
+        usage: Option<Usage>,
+        cost: Option<MicroUsd>,
+    ) -> Option<(ScopeId, Exhausted)> {
+        let mut outermost = None;
+        for (scope, cell) in self.cells.drain(..) {
+            if let Some(exhausted) = cell.settle(self.worst, usage, cost) {
+                outermost.get_or_insert((scope, exhausted));
+            }
+        }
+        outermost
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        for (_, cell) in self.cells.drain(..) {
+            cell.settle(self.worst, None, None);
+        }
+    }
+}

@@ -1,0 +1,44 @@
+//! # agent-interp-seq: the sequential interpreter
+//!
+//! Runs [`Op`](agent_op::Op) programs one operation at a time. Its behaviour is the reference
+//! semantics of the DSL: the parallel interpreter (`agent-interp-par`) shares this crate's
+//! [`Engine`] and only swaps the branch [`Scheduler`], so both give the same result, state and
+//! trace for the same program.
+//!
+//! - [`run`] runs a program; [`Config`] says what it may use;
+//! - [`Outcome`] is what a finished run returns, [`RunError`] what a failed one returns (with
+//!   its trace and checkpoints: nothing recorded is lost);
+//! - [`Subscriber`] observes events live; [`JsonlSubscriber`] streams them to a file;
+//! - [`engine`] holds the machinery shared with other interpreters.
+
+mod config;
+pub mod engine;
+mod error;
+mod subscriber;
+
+pub use config::{Config, SteeringQueue};
+pub use engine::scheduler::{BranchFuture, BranchOutcome, Scheduler, Sequential};
+pub use engine::{Engine, Outcome};
+pub use error::{ErrorKind, RunError};
+pub use subscriber::{JsonlSubscriber, Subscriber};
+pub use tokio_util::sync::CancellationToken;
+
+use agent_op::Op;
+
+/// Runs `program` from `initial_state`, one operation at a time; `par` branches run one after
+/// another in declaration order, and `race` tries its branches in order.
+///
+/// Must be called inside a tokio runtime with the time driver enabled.
+pub async fn run<S, A>(
+    config: &Config,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Sequential)
+        .run(config, initial_state, program)
+        .await
+}

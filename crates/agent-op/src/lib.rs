@@ -1,0 +1,71 @@
+//! # agent-op: agents as programs that are data
+//!
+//! An agent is a value of [`Op<S, A>`]: a program over state `S` returning `A`, built from inert
+//! operations (call a model, call a tool, read and write state, run branches in parallel or
+//! race them, checkpoint, budget, time out, remember and recall). Interpreters
+//! (`agent-interp-seq`, `agent-interp-par`) give programs meaning and record every run as a
+//! structured [`Trace`].
+//!
+//! This crate holds only data and traits, no I/O:
+//!
+//! - [`op`]: the DSL ([`Op`], its constructors, loops) and the [`op!`] do-notation macro;
+//! - [`node`]: the erased program tree interpreters walk;
+//! - [`message`]: messages, prompts and model responses;
+//! - [`trace`]: events, trace ids, traces and their queries, checkpoints, JSONL;
+//! - the effect-handler traits interpreters call: [`Provider`], [`Tool`], [`MemoryBackend`],
+//!   [`EmbeddingProvider`];
+//! - [`Budget`], [`Merge`], [`Steering`], [`MicroUsd`].
+//!
+//! ```
+//! use agent_op::{op, Budget, Prompt};
+//! use agent_op::op::{checkpoint, infer_raw, limit, modify, pure, tool, Op};
+//! use serde_json::json;
+//!
+//! #[derive(Clone, Default, serde::Serialize)]
+//! struct Notes { lines: Vec<String> }
+//!
+//! let program: Op<Notes, String> = op! {
+//!     let reply <- infer_raw("small-model", Prompt::new().user("Plan a trip"));
+//!     let weather <- tool("weather", json!({"city": "Oslo"}));
+//!     modify(move |n: &mut Notes| n.lines.push(reply.content));
+//!     checkpoint("planned");
+//!     let guarded <- limit(Budget::new().calls(1), infer_raw("small-model", Prompt::new().user("Summarize")));
+//!     pure(format!("weather ok: {}, summary ok: {}", weather.is_ok(), guarded.is_ok()))
+//! };
+//! # let _ = program;
+//! ```
+
+mod budget;
+mod cost;
+mod future;
+mod macros;
+mod memory;
+mod merge;
+pub mod message;
+pub mod node;
+pub mod op;
+mod preview;
+mod provider;
+mod serde_util;
+mod steering;
+mod tool;
+pub mod trace;
+
+pub use budget::{Budget, Exhausted, Resource, TimedOut};
+pub use cost::MicroUsd;
+pub use future::BoxFuture;
+pub use memory::{
+    EmbeddingError, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
+    NewMemory, PrunePolicy, PruneReport, ScoredMemory, Tag, check_embedding, content_hash,
+};
+pub use merge::Merge;
+pub use message::{
+    FinishReason, InferOptions, Message, Prompt, Response, ResponseFormat, ToolCall, ToolChoice,
+    Usage,
+};
+pub use op::Op;
+pub use preview::{PREVIEW_CHARS, preview};
+pub use provider::{Provider, ProviderError};
+pub use steering::Steering;
+pub use tool::{FnTool, Tool, ToolDefinition, ToolError, ToolErrorKind, ToolSet};
+pub use trace::{Checkpoint, Event, EventKind, EventType, Timestamp, Trace, TraceEntry, TraceId};

@@ -1,0 +1,271 @@
+//! Agent memory: entries, the [`MemoryBackend`] trait and the [`EmbeddingProvider`] trait.
+//!
+//! Backends (in-memory, SQLite) live in `agent-memory`; embedding clients in `agent-provider`.
+//! Programs reach memory through the `remember`, `recall` and `forget` operations.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::future::BoxFuture;
+use crate::provider::ProviderError;
+use crate::trace::Timestamp;
+
+/// Identifies a stored memory. Backends choose the format; callers treat it as opaque.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct MemoryId(pub String);
+
+impl fmt::Display for MemoryId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for MemoryId {
+    fn from(s: &str) -> MemoryId {
+        MemoryId(s.to_owned())
+    }
+}
+
+/// A label on a memory, for retrieval by topic.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Tag(pub String);
+
+impl fmt::Display for Tag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<&str> for Tag {
+    fn from(s: &str) -> Tag {
+        Tag(s.to_owned())
+    }
+}
+
+impl From<String> for Tag {
+    fn from(s: String) -> Tag {
+        Tag(s)
+    }
+}
+
+/// Something an agent learned, as stored.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MemoryEntry {
+    /// Its id.
+    pub id: MemoryId,
+    /// What was learned.
+    pub content: String,
+    /// How and why it was learned.
+    pub context: String,
+    /// Its labels.
+    pub tags: Vec<Tag>,
+    /// When it was stored.
+    pub created_at: Timestamp,
+    /// When it was last recalled (or stored).
+    pub accessed_at: Timestamp,
+    /// How often it was recalled.
+    pub access_count: u64,
+}
+
+/// A memory to store; the backend assigns its id and times.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NewMemory {
+    /// What was learned.
+    pub content: String,
+    /// How and why it was learned.
+    pub context: String,
+    /// Its labels.
+    pub tags: Vec<Tag>,
+}
+
+/// A search hit: an entry and how well it matched (higher is better; backends document the
+/// scale).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ScoredMemory {
+    /// The entry.
+    pub entry: MemoryEntry,
+    /// How well it matched the query.
+    pub score: f32,
+}
+
+/// What [`MemoryBackend::prune`] removes. Every rule that is set applies.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PrunePolicy {
+    /// Keep at most this many entries, evicting the least accessed first (fewest recalls, then
+    /// the longest unused).
+    pub max_entries: Option<u64>,
+    /// Remove entries not accessed for longer than this.
+    pub max_age: Option<Duration>,
+    /// Merge entries whose embeddings have at least this cosine similarity into the older one.
+    pub merge_similarity: Option<f32>,
+}
+
+/// What a prune did.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PruneReport {
+    /// Entries removed by the size and age rules.
+    pub removed: u64,
+    /// Entries merged into a near-duplicate.
+    pub merged: u64,
+}
+
+/// Storage for memories. Every backend passes the same conformance suite in `agent-memory`.
+pub trait MemoryBackend: Send + Sync {
+    /// Stores a memory and returns its new id.
+    fn store(&self, memory: NewMemory) -> BoxFuture<'_, Result<MemoryId, MemoryError>>;
+
+    /// The `k` entries most similar to `query`, best first. Recalled entries get their access
+    /// time and count updated.
+    fn search<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+    ) -> BoxFuture<'a, Result<Vec<ScoredMemory>, MemoryError>>;
+
+    /// The `n` most recently stored entries, newest first.
+    fn recent(&self, n: usize) -> BoxFuture<'_, Result<Vec<MemoryEntry>, MemoryError>>;
+
+    /// Entries carrying every one of `tags`, newest first.
+    fn by_tags<'a>(
+        &'a self,
+        tags: &'a [Tag],
+    ) -> BoxFuture<'a, Result<Vec<MemoryEntry>, MemoryError>>;
+
+    /// Removes entries according to `policy`.
+    fn prune<'a>(
+        &'a self,
+        policy: &'a PrunePolicy,
+    ) -> BoxFuture<'a, Result<PruneReport, MemoryError>>;
+
+    /// Deletes an entry; `false` if there was none with that id.
+    fn delete<'a>(&'a self, id: &'a MemoryId) -> BoxFuture<'a, Result<bool, MemoryError>>;
+
+    /// The entry with that id, if any (does not count as an access).
+    fn get<'a>(
+        &'a self,
+        id: &'a MemoryId,
+    ) -> BoxFuture<'a, Result<Option<MemoryEntry>, MemoryError>>;
+
+    /// How many entries are stored.
+    fn count(&self) -> BoxFuture<'_, Result<u64, MemoryError>>;
+}
+
+/// Why a memory operation failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MemoryError {
+    /// The embedder failed or returned an unusable vector.
+    #[error("embedding failed: {0}")]
+    Embedding(#[from] EmbeddingError),
+    /// The store was built with a different embedder; its vectors are not comparable.
+    #[error(
+        "memory store was built with embedder `{stored_model}` ({stored_dimensions} dimensions), \
+         but `{given_model}` ({given_dimensions} dimensions) was given"
+    )]
+    EmbedderMismatch {
+        /// The model recorded in the store.
+        stored_model: String,
+        /// The dimension recorded in the store.
+        stored_dimensions: usize,
+        /// The model given now.
+        given_model: String,
+        /// The dimension given now.
+        given_dimensions: usize,
+    },
+    /// The request itself was unusable.
+    #[error("invalid memory request: {0}")]
+    InvalidInput(String),
+    /// The storage layer failed.
+    #[error("memory storage failed: {0}")]
+    Storage(String),
+}
+
+/// Turns text into vectors for semantic search.
+pub trait EmbeddingProvider: Send + Sync {
+    /// The embedding model's name, recorded by stores so vectors are never mixed.
+    fn model(&self) -> &str;
+
+    /// The length of every vector it returns.
+    fn dimensions(&self) -> usize;
+
+    /// Embeds one text.
+    fn embed<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<Vec<f32>, EmbeddingError>>;
+
+    /// Embeds many texts, in order. The default embeds them one at a time.
+    fn embed_batch<'a>(
+        &'a self,
+        texts: &'a [String],
+    ) -> BoxFuture<'a, Result<Vec<Vec<f32>>, EmbeddingError>> {
+        Box::pin(async move {
+            let mut out = Vec::with_capacity(texts.len());
+            for text in texts {
+                out.push(self.embed(text).await?);
+            }
+            Ok(out)
+        })
+    }
+}
+
+/// Why embedding failed.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EmbeddingError {
+    /// The embedding service failed.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// A vector had the wrong length.
+    #[error("embedding has {got} dimensions, expected {expected}")]
+    DimensionMismatch {
+        /// The embedder's declared dimension.
+        expected: usize,
+        /// What it returned.
+        got: usize,
+    },
+    /// A vector held NaN or infinite values.
+    #[error("embedding contains non-finite values")]
+    NonFinite,
+    /// Anything else.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Checks that `vector` has `expected` finite components.
+pub fn check_embedding(vector: &[f32], expected: usize) -> Result<(), EmbeddingError> {
+    if vector.len() != expected {
+        return Err(EmbeddingError::DimensionMismatch {
+            expected,
+            got: vector.len(),
+        });
+    }
+    if vector.iter().any(|x| !x.is_finite()) {
+        return Err(EmbeddingError::NonFinite);
+    }
+    Ok(())
+}
+
+/// A stable fingerprint of `text` (`sha256:<hex>`), recorded in trace events instead of the
+/// text itself.
+///
+/// ```
+/// assert_eq!(
+///     agent_op::content_hash("abc"),
+///     "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+/// );
+/// ```
+pub fn content_hash(text: &str) -> String {
+    let digest = Sha256::digest(text.as_bytes());
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for byte in digest {
+        out.push(char::from(HEX[usize::from(byte >> 4)]));
+        out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    }
+    out
+}
+
+const HEX: &[u8; 16] = b"0123456789abcdef";

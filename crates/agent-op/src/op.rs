@@ -1,0 +1,478 @@
+//! The DSL: [`Op<S, A>`], a program over state `S` that returns an `A`, and the constructors
+//! of its operations.
+//!
+//! An `Op` is inert data. Nothing happens until an interpreter runs it, so the same program can
+//! run sequentially, concurrently, or against recorded responses.
+//!
+//! ```
+//! use agent_op::op::{self, Op};
+//!
+//! // Count to three in the state, then read it back.
+//! let program: Op<u32, u32> = op::repeat(3, |_| op::modify(|n: &mut u32| *n += 1))
+//!     .then(op::get());
+//! # let _ = program;
+//! ```
+
+use std::marker::PhantomData;
+use std::mem;
+use std::ops::ControlFlow;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::budget::{Budget, Exhausted, TimedOut};
+use crate::memory::{MemoryEntry, MemoryId, NewMemory, Tag};
+use crate::merge::Merge;
+use crate::message::{Prompt, Response};
+use crate::node::{AnyValue, Bind, Effect, Fork, Loop, LoopStep, Node, Scope, take_value};
+use crate::steering::Steering;
+use crate::tool::{ToolDefinition, ToolError};
+use crate::trace::{EventKind, Trace};
+
+/// A program over state `S` that returns an `A`.
+///
+/// Programs are `Send + 'static` values, so interpreters can run branches on other tasks.
+/// Build them with the functions of this module and combine them with [`Op::map`],
+/// [`Op::and_then`] and [`Op::then`], or with the [`op!`](crate::op!) macro.
+#[must_use = "an Op does nothing until an interpreter runs it"]
+pub struct Op<S, A> {
+    node: Node<S>,
+    _returns: PhantomData<fn() -> A>,
+}
+
+impl<S, A> Op<S, A> {
+    fn from_node(node: Node<S>) -> Op<S, A> {
+        Op {
+            node,
+            _returns: PhantomData,
+        }
+    }
+
+    /// The erased tree, for interpreters.
+    pub fn into_node(mut self) -> Node<S> {
+        mem::replace(&mut self.node, Node::unit())
+    }
+}
+
+impl<S, A> Drop for Op<S, A> {
+    /// Tears a program that was never run down iteratively: a long left-nested chain of binds
+    /// (built with `fold`, say) would otherwise overflow the stack when dropped recursively.
+    fn drop(&mut self) {
+        let mut node = mem::replace(&mut self.node, Node::unit());
+        while let Node::Bind(mut bind) = node {
+            node = bind.take();
+        }
+    }
+}
+
+impl<S: 'static, A: Send + 'static> Op<S, A> {
+    /// Transforms the result.
+    pub fn map<B, F>(self, f: F) -> Op<S, B>
+    where
+        B: Send + 'static,
+        F: FnOnce(A) -> B + Send + 'static,
+    {
+        Op::from_node(Node::Bind(Box::new(MapNode {
+            inner: self.into_node(),
+            f,
+            _a: PhantomData,
+        })))
+    }
+
+    /// Runs `self`, then the program `f` builds from its result.
+    pub fn and_then<B, F>(self, f: F) -> Op<S, B>
+    where
+        B: Send + 'static,
+        F: FnOnce(A) -> Op<S, B> + Send + 'static,
+    {
+        Op::from_node(Node::Bind(Box::new(AndThenNode {
+            inner: self.into_node(),
+            f,
+            _a: PhantomData,
+        })))
+    }
+
+    /// Runs `self`, discards its result, then runs `next`.
+    pub fn then<B: Send + 'static>(self, next: Op<S, B>) -> Op<S, B> {
+        self.and_then(move |_| next)
+    }
+
+    /// Discards the result.
+    pub fn void(self) -> Op<S, ()> {
+        self.map(|_| ())
+    }
+}
+
+struct MapNode<S, A, F> {
+    inner: Node<S>,
+    f: F,
+    _a: PhantomData<fn(A)>,
+}
+
+impl<S, A, B, F> Bind<S> for MapNode<S, A, F>
+where
+    A: 'static,
+    B: Send + 'static,
+    F: FnOnce(A) -> B + Send,
+{
+    fn take(&mut self) -> Node<S> {
+        mem::replace(&mut self.inner, Node::unit())
+    }
+
+    fn resume(self: Box<Self>, value: AnyValue) -> Node<S> {
+        Node::Pure(Box::new((self.f)(take_value::<A>(value))))
+    }
+}
+
+struct AndThenNode<S, A, F> {
+    inner: Node<S>,
+    f: F,
+    _a: PhantomData<fn(A)>,
+}
+
+impl<S, A, B, F> Bind<S> for AndThenNode<S, A, F>
+where
+    A: 'static,
+    F: FnOnce(A) -> Op<S, B> + Send,
+{
+    fn take(&mut self) -> Node<S> {
+        mem::replace(&mut self.inner, Node::unit())
+    }
+
+    fn resume(self: Box<Self>, value: AnyValue) -> Node<S> {
+        (self.f)(take_value::<A>(value)).into_node()
+    }
+}
+
+// ----------------------------------------------------------------------------------------
+// Values and state
+// ----------------------------------------------------------------------------------------
+
+/// A program that returns `a` and does nothing else.
+pub fn pure<S, A: Send + 'static>(a: A) -> Op<S, A> {
+    Op::from_node(Node::Pure(Box::new(a)))
+}
+
+/// Returns a copy of the state.
+pub fn get<S: Clone + Send + 'static>() -> Op<S, S> {
+    Op::from_node(Node::Read(Box::new(|s: &S| Box::new(s.clone()))))
+}
+
+/// Returns what `f` computes from the state (without copying the whole state).
+pub fn gets<S, B, F>(f: F) -> Op<S, B>
+where
+    S: 'static,
+    B: Send + 'static,
+    F: FnOnce(&S) -> B + Send + 'static,
+{
+    Op::from_node(Node::Read(Box::new(move |s: &S| Box::new(f(s)))))
+}
+
+/// Replaces the state.
+pub fn put<S: Send + 'static>(state: S) -> Op<S, ()> {
+    Op::from_node(Node::Write(Box::new(move |s: &mut S| *s = state)))
+}
+
+/// Changes the state in place.
+pub fn modify<S, F>(f: F) -> Op<S, ()>
+where
+    S: 'static,
+    F: FnOnce(&mut S) + Send + 'static,
+{
+    Op::from_node(Node::Write(Box::new(f)))
+}
+
+/// Like [`gets`], and records a `StateRead` event labelled `key`.
+///
+/// Plain state operations record nothing, so tight loops stay cheap; use the labelled ones for
+/// the reads and writes worth seeing in a trace.
+pub fn gets_labeled<S, B, F>(key: impl Into<String>, f: F) -> Op<S, B>
+where
+    S: 'static,
+    B: Send + 'static,
+    F: FnOnce(&S) -> B + Send + 'static,
+{
+    emit(EventKind::state_read(key)).then(gets(f))
+}
+
+/// Like [`modify`], and records a `StateWrite` event labelled `key`.
+pub fn modify_labeled<S, F>(key: impl Into<String>, f: F) -> Op<S, ()>
+where
+    S: 'static,
+    F: FnOnce(&mut S) + Send + 'static,
+{
+    emit(EventKind::state_write(key)).then(modify(f))
+}
+
+// ----------------------------------------------------------------------------------------
+// Effects
+// ----------------------------------------------------------------------------------------
+
+fn effect<S, A>(effect: Effect) -> Op<S, A> {
+    Op::from_node(Node::Effect(effect))
+}
+
+/// Calls `model` with a raw prompt. A provider error fails the run.
+pub fn infer_raw<S>(model: impl Into<String>, prompt: Prompt) -> Op<S, Response> {
+    effect(Effect::InferRaw {
+        model: model.into(),
+        prompt,
+    })
+}
+
+/// Calls the tool `name`. A failing tool is a value (`Err(ToolError)`) the program can feed
+/// back to a model; a name the run does not permit fails the run.
+pub fn tool<S>(name: impl Into<String>, args: Value) -> Op<S, Result<Value, ToolError>> {
+    effect(Effect::Tool {
+        name: name.into(),
+        args,
+    })
+}
+
+/// The definitions of the tools this run permits, to offer them to a model.
+pub fn tool_definitions<S>() -> Op<S, Vec<ToolDefinition>> {
+    effect(Effect::ToolDefinitions)
+}
+
+/// Records an event in the trace.
+pub fn emit<S>(kind: impl Into<EventKind>) -> Op<S, ()> {
+    effect(Effect::Emit(kind.into()))
+}
+
+/// The trace of this run (or of this branch) so far.
+pub fn get_trace<S>() -> Op<S, Trace> {
+    effect(Effect::GetTrace)
+}
+
+/// Takes a checkpoint named `name`: records a `Checkpoint` event and a
+/// [`Checkpoint`](crate::Checkpoint) holding the events so far and the state serialized to
+/// JSON. A state that fails to serialize fails the run.
+pub fn checkpoint<S: Serialize>(name: impl Into<String>) -> Op<S, ()> {
+    fn snapshot<S: Serialize>(s: &S) -> Result<Value, String> {
+        serde_json::to_value(s).map_err(|e| e.to_string())
+    }
+    Op::from_node(Node::Checkpoint {
+        name: name.into(),
+        snapshot: snapshot::<S>,
+    })
+}
+
+/// The next steering message queued from outside the run, if any.
+pub fn check<S>() -> Op<S, Option<Steering>> {
+    effect(Effect::Check)
+}
+
+/// Fails the run (or, inside a `race`, this branch) with `message`.
+pub fn fail<S, A>(message: impl Into<String>) -> Op<S, A> {
+    effect(Effect::Fail(message.into()))
+}
+
+/// Stores a memory in the run's memory backend.
+pub fn remember<S>(
+    content: impl Into<String>,
+    context: impl Into<String>,
+    tags: Vec<Tag>,
+) -> Op<S, MemoryId> {
+    effect(Effect::Remember(NewMemory {
+        content: content.into(),
+        context: context.into(),
+        tags,
+    }))
+}
+
+/// The memories most relevant to `query`, best first, at most `limit` of them.
+pub fn recall<S>(query: impl Into<String>, limit: usize) -> Op<S, Vec<MemoryEntry>> {
+    effect(Effect::Recall {
+        query: query.into(),
+        limit,
+    })
+}
+
+/// Deletes a memory; returns whether it existed.
+pub fn forget<S>(id: MemoryId) -> Op<S, bool> {
+    effect(Effect::Forget(id))
+}
+
+// ----------------------------------------------------------------------------------------
+// Scopes
+// ----------------------------------------------------------------------------------------
+
+fn wrap_ok<A: Send + 'static, E: Send + 'static>(value: AnyValue) -> AnyValue {
+    Box::new(Ok::<A, E>(take_value::<A>(value)))
+}
+
+fn wrap_err<A: Send + 'static, E: Send + 'static>(error: E) -> AnyValue {
+    Box::new(Err::<A, E>(error))
+}
+
+/// Runs `body` under `budget`. If any limit is exceeded the body is stopped and this returns
+/// `Err(Exhausted)`; the body's events stay in the trace (they happened, and may have cost
+/// money) but its state changes are discarded. Nested limits all count.
+pub fn limit<S, A: Send + 'static>(budget: Budget, body: Op<S, A>) -> Op<S, Result<A, Exhausted>> {
+    Op::from_node(Node::Scope(Box::new(Scope::Limit {
+        budget,
+        body: body.into_node(),
+        ok: wrap_ok::<A, Exhausted>,
+        exhausted: wrap_err::<A, Exhausted>,
+    })))
+}
+
+/// Runs `body` for at most `after`. If time runs out, in-flight work is cancelled and this
+/// returns `Err(TimedOut)`, with the same rules as [`limit`] for events and state.
+pub fn timeout<S, A: Send + 'static>(
+    after: Duration,
+    body: Op<S, A>,
+) -> Op<S, Result<A, TimedOut>> {
+    Op::from_node(Node::Scope(Box::new(Scope::Timeout {
+        limit: after,
+        body: body.into_node(),
+        ok: wrap_ok::<A, TimedOut>,
+        timed_out: wrap_err::<A, TimedOut>,
+    })))
+}
+
+// ----------------------------------------------------------------------------------------
+// Branches
+// ----------------------------------------------------------------------------------------
+
+/// Runs every branch from the current state and returns their results in declaration order.
+/// The branches' end states are merged in declaration order with [`Merge`]. If a branch fails,
+/// the `par` fails with the error of the failing branch that comes first in declaration order.
+pub fn par<S: Merge + 'static, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op<S, Vec<B>> {
+    fn merge<S: Merge>(into: &mut S, other: S) {
+        into.merge(other);
+    }
+    fn collect<B: Send + 'static>(values: Vec<AnyValue>) -> AnyValue {
+        Box::new(values.into_iter().map(take_value::<B>).collect::<Vec<B>>())
+    }
+    Op::from_node(Node::Fork(Box::new(Fork::Par {
+        branches: branches.into_iter().map(Op::into_node).collect(),
+        merge: merge::<S>,
+        collect: collect::<B>,
+    })))
+}
+
+/// Runs the branches from the current state; the first to succeed wins, and its result and end
+/// state are kept. Fails with the first branch's error if all fail, and on an empty race.
+pub fn race<S, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op<S, B> {
+    Op::from_node(Node::Fork(Box::new(Fork::Race {
+        branches: branches.into_iter().map(Op::into_node).collect(),
+    })))
+}
+
+// ----------------------------------------------------------------------------------------
+// Loops and sequences (all run in constant stack and memory)
+// ----------------------------------------------------------------------------------------
+
+/// Runs `body` with an accumulator until it returns `ControlFlow::Break`.
+///
+/// ```
+/// use std::ops::ControlFlow;
+/// use agent_op::op::{self, Op};
+///
+/// // Sum 1..=10 without touching the state.
+/// let sum: Op<(), u64> = op::loop_fn((1u64, 0u64), |(i, acc)| {
+///     op::pure(if i > 10 { ControlFlow::Break(acc) } else { ControlFlow::Continue((i + 1, acc + i)) })
+/// });
+/// # let _ = sum;
+/// ```
+pub fn loop_fn<S, Acc, B, F>(init: Acc, body: F) -> Op<S, B>
+where
+    S: 'static,
+    Acc: Send + 'static,
+    B: Send + 'static,
+    F: FnMut(Acc) -> Op<S, ControlFlow<B, Acc>> + Send + 'static,
+{
+    Op::from_node(Node::Loop(Box::new(LoopNode {
+        init: Some(init),
+        body,
+        _types: PhantomData,
+    })))
+}
+
+struct LoopNode<S, Acc, B, F> {
+    init: Option<Acc>,
+    body: F,
+    _types: PhantomData<fn(S) -> B>,
+}
+
+impl<S, Acc, B, F> Loop<S> for LoopNode<S, Acc, B, F>
+where
+    S: 'static,
+    Acc: Send + 'static,
+    B: Send + 'static,
+    F: FnMut(Acc) -> Op<S, ControlFlow<B, Acc>> + Send,
+{
+    fn start(&mut self) -> Node<S> {
+        match self.init.take() {
+            Some(acc) => (self.body)(acc).into_node(),
+            None => panic!("agent-op: a loop was started twice (interpreter bug)"),
+        }
+    }
+
+    fn resume(&mut self, value: AnyValue) -> LoopStep<S> {
+        match take_value::<ControlFlow<B, Acc>>(value) {
+            ControlFlow::Continue(acc) => LoopStep::Continue((self.body)(acc).into_node()),
+            ControlFlow::Break(b) => LoopStep::Break(Box::new(b)),
+        }
+    }
+}
+
+/// Runs `step(0)`, `step(1)`, ..., `step(n - 1)` in order.
+pub fn repeat<S, A, F>(n: u64, mut step: F) -> Op<S, ()>
+where
+    S: 'static,
+    A: Send + 'static,
+    F: FnMut(u64) -> Op<S, A> + Send + 'static,
+{
+    loop_fn(0u64, move |i| {
+        if i >= n {
+            pure(ControlFlow::Break(()))
+        } else {
+            step(i).map(move |_| ControlFlow::Continue(i + 1))
+        }
+    })
+}
+
+/// Runs the programs one after another and collects their results in order.
+pub fn sequence<S, A>(ops: Vec<Op<S, A>>) -> Op<S, Vec<A>>
+where
+    S: 'static,
+    A: Send + 'static,
+{
+    let results = Vec::with_capacity(ops.len());
+    loop_fn(
+        (ops.into_iter(), results),
+        |(mut rest, mut results)| match rest.next() {
+            None => pure(ControlFlow::Break(results)),
+            Some(op) => op.map(move |a| {
+                results.push(a);
+                ControlFlow::Continue((rest, results))
+            }),
+        },
+    )
+}
+
+/// Runs `f` on every item, in order, and collects the results.
+pub fn for_each<S, T, A, I, F>(items: I, mut f: F) -> Op<S, Vec<A>>
+where
+    S: 'static,
+    T: Send + 'static,
+    A: Send + 'static,
+    I: IntoIterator<Item = T>,
+    I::IntoIter: Send + 'static,
+    F: FnMut(T) -> Op<S, A> + Send + 'static,
+{
+    let results = Vec::new();
+    loop_fn(
+        (items.into_iter(), results),
+        move |(mut rest, mut results)| match rest.next() {
+            None => pure(ControlFlow::Break(results)),
+            Some(item) => f(item).map(move |a| {
+                results.push(a);
+                ControlFlow::Continue((rest, results))
+            }),
+        },
+    )
+}

@@ -1,0 +1,251 @@
+//! Tools: the [`Tool`] trait, tool definitions, tool errors and the [`ToolSet`] a run permits.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::future::BoxFuture;
+
+/// What a model is told about a tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolDefinition {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON schema of its arguments.
+    pub parameters: Value,
+}
+
+/// Something a program can call by name with JSON arguments.
+///
+/// Tools run inside the interpreter's async runtime. A tool that does CPU-heavy or blocking work
+/// returns `true` from [`Tool::is_blocking`]; interpreters then run it on a blocking thread
+/// (`tokio::task::spawn_blocking`) so it cannot stall other branches or tasks.
+pub trait Tool: Send + Sync {
+    /// The name programs and models call it by.
+    fn name(&self) -> &str;
+
+    /// What it does, for the model.
+    fn description(&self) -> &str;
+
+    /// JSON schema of its arguments.
+    fn parameters(&self) -> Value;
+
+    /// Runs the tool. A failure is a value ([`ToolError`]) the program can show the model.
+    fn call(&self, args: Value) -> BoxFuture<'_, Result<Value, ToolError>>;
+
+    /// Whether the tool blocks the thread it runs on (CPU-heavy work, blocking I/O).
+    fn is_blocking(&self) -> bool {
+        false
+    }
+
+    /// The definition given to models.
+    fn definition(&self) -> ToolDefinition {
+        ToolDefinition {
+            name: self.name().to_owned(),
+            description: self.description().to_owned(),
+            parameters: self.parameters(),
+        }
+    }
+}
+
+/// Why a tool call failed. A value, not a crash: programs usually feed it back to the model.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{kind}: {message}")]
+pub struct ToolError {
+    /// The kind of failure.
+    pub kind: ToolErrorKind,
+    /// What went wrong, readable by a model.
+    pub message: String,
+}
+
+/// The kinds of [`ToolError`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolErrorKind {
+    /// The tool ran and reported a failure.
+    Failed,
+    /// The arguments did not fit the tool's schema.
+    InvalidArguments,
+    /// The tool panicked; the interpreter caught it.
+    Panicked,
+}
+
+impl fmt::Display for ToolErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ToolErrorKind::Failed => "tool failed",
+            ToolErrorKind::InvalidArguments => "invalid arguments",
+            ToolErrorKind::Panicked => "tool panicked",
+        })
+    }
+}
+
+impl ToolError {
+    /// The tool ran and failed.
+    pub fn failed(message: impl Into<String>) -> ToolError {
+        ToolError {
+            kind: ToolErrorKind::Failed,
+            message: message.into(),
+        }
+    }
+
+    /// The arguments were wrong.
+    pub fn invalid_arguments(message: impl Into<String>) -> ToolError {
+        ToolError {
+            kind: ToolErrorKind::InvalidArguments,
+            message: message.into(),
+        }
+    }
+
+    /// The tool panicked.
+    pub fn panicked(message: impl Into<String>) -> ToolError {
+        ToolError {
+            kind: ToolErrorKind::Panicked,
+            message: message.into(),
+        }
+    }
+}
+
+/// A tool made from a name, a description, a schema and an async function.
+///
+/// ```
+/// use agent_op::{FnTool, Tool, ToolError};
+/// use serde_json::{json, Value};
+///
+/// let add = FnTool::new("add", "Adds a and b", json!({"type": "object"}), |args: Value| async move {
+///     let a = args["a"].as_i64().ok_or_else(|| ToolError::invalid_arguments("a must be an integer"))?;
+///     let b = args["b"].as_i64().ok_or_else(|| ToolError::invalid_arguments("b must be an integer"))?;
+///     Ok(json!(a + b))
+/// });
+/// assert_eq!(add.name(), "add");
+/// ```
+pub struct FnTool<F> {
+    name: String,
+    description: String,
+    parameters: Value,
+    blocking: bool,
+    f: F,
+}
+
+impl<F> FnTool<F> {
+    /// A tool that runs `f` (an async function of the JSON arguments).
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: Value,
+        f: F,
+    ) -> FnTool<F> {
+        FnTool {
+            name: name.into(),
+            description: description.into(),
+            parameters,
+            blocking: false,
+            f,
+        }
+    }
+
+    /// Marks the tool as blocking (see [`Tool::is_blocking`]).
+    pub fn blocking(mut self) -> FnTool<F> {
+        self.blocking = true;
+        self
+    }
+}
+
+impl<F, Fut> Tool for FnTool<F>
+where
+    F: Fn(Value) -> Fut + Send + Sync,
+    Fut: Future<Output = Result<Value, ToolError>> + Send + 'static,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.parameters.clone()
+    }
+
+    fn call(&self, args: Value) -> BoxFuture<'_, Result<Value, ToolError>> {
+        Box::pin((self.f)(args))
+    }
+
+    fn is_blocking(&self) -> bool {
+        self.blocking
+    }
+}
+
+/// The tools a run may call, by name. A program calling any other name fails the run: tool
+/// permissions are enforced by the interpreter, not by the prompt. Cloning is cheap (the set is
+/// shared until changed).
+#[derive(Clone, Default)]
+pub struct ToolSet {
+    tools: Arc<BTreeMap<String, Arc<dyn Tool>>>,
+}
+
+impl ToolSet {
+    /// An empty set.
+    pub fn new() -> ToolSet {
+        ToolSet::default()
+    }
+
+    /// Adds a tool, replacing any tool of the same name.
+    pub fn with(mut self, tool: impl Tool + 'static) -> ToolSet {
+        self.insert(Arc::new(tool));
+        self
+    }
+
+    /// Adds a shared tool, replacing any tool of the same name.
+    pub fn insert(&mut self, tool: Arc<dyn Tool>) {
+        Arc::make_mut(&mut self.tools).insert(tool.name().to_owned(), tool);
+    }
+
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name)
+    }
+
+    /// The definitions of every tool, sorted by name.
+    pub fn definitions(&self) -> Vec<ToolDefinition> {
+        self.tools.values().map(|t| t.definition()).collect()
+    }
+
+    /// The tool names, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(String::as_str)
+    }
+
+    /// How many tools there are.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
+
+impl fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_set().entries(self.tools.keys()).finish()
+    }
+}
+
+impl<T: Tool + 'static> FromIterator<T> for ToolSet {
+    fn from_iter<I: IntoIterator<Item = T>>(iter: I) -> ToolSet {
+        let mut set = ToolSet::new();
+        for tool in iter {
+            set.insert(Arc::new(tool));
+        }
+        set
+    }
+}

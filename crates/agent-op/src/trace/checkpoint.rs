@@ -1,0 +1,22 @@
+//! [`Checkpoint`]: a named snapshot of a run, enough to inspect or resume it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::trace::{Timestamp, Trace, TraceId};
+
+/// Taken by the `checkpoint(name)` operation: the events so far and the program state,
+/// serialized.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Checkpoint {
+    /// The checkpoint's name.
+    pub name: String,
+    /// The run or branch that took it.
+    pub trace_id: TraceId,
+    /// The events of that run or branch up to this point.
+    pub trace: Trace,
+    /// The program state, serialized to JSON.
+    pub state: Value,
+    /// When it was taken.
+    pub at: Timestamp,
+}

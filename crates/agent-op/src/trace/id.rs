@@ -1,0 +1,173 @@
+//! Human-readable trace ids, with branch ids derived from their parent's.
+
+use std::collections::hash_map::RandomState;
+use std::fmt;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Names a run (`brave-otter-3f2a`) or one of its branches (`brave-otter-3f2a.2`,
+/// `brave-otter-3f2a.2.0`). Cheap to clone.
+///
+/// Branch ids are derived from the parent id and the branch's index in its `par` or `race`, so
+/// every interpreter names the same branch the same way.
+///
+/// ```
+/// use agent_op::TraceId;
+/// let root = TraceId::from("brave-otter-3f2a");
+/// let branch = root.child(2);
+/// assert_eq!(branch.as_str(), "brave-otter-3f2a.2");
+/// assert_eq!(branch.parent(), Some(root.clone()));
+/// assert_eq!(branch.child(0).root(), "brave-otter-3f2a");
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TraceId(Arc<str>);
+
+const ADJECTIVES: [&str; 64] = [
+    "amber", "ancient", "bold", "brave", "bright", "brisk", "calm", "clever", "cosmic", "crisp",
+    "curious", "daring", "dawn", "deft", "eager", "early", "fancy", "fierce", "gentle", "glad",
+    "golden", "grand", "happy", "hidden", "humble", "icy", "jolly", "keen", "kind", "lively",
+    "lucky", "lunar", "merry", "misty", "modest", "noble", "nimble", "odd", "patient", "plucky",
+    "proud", "quick", "quiet", "rapid", "rare", "restless", "rosy", "rustic", "shy", "silent",
+    "silver", "sleek", "smooth", "snowy", "solar", "steady", "stormy", "sunny", "swift", "tidy",
+    "vivid", "warm", "wild", "wise",
+];
+
+const NOUNS: [&str; 64] = [
+    "badger", "beacon", "bear", "bison", "brook", "canyon", "cedar", "comet", "condor", "coral",
+    "crane", "dune", "eagle", "ember", "falcon", "fern", "finch", "fjord", "fox", "glacier",
+    "grove", "harbor", "hawk", "heron", "ibis", "island", "jaguar", "koala", "lark", "lynx",
+    "maple", "marten", "meadow", "moose", "moth", "newt", "oak", "orca", "otter", "owl", "panda",
+    "pebble", "pine", "prairie", "quail", "raven", "reef", "river", "robin", "sparrow", "spruce",
+    "stone", "summit", "swan", "thistle", "tiger", "tundra", "valley", "walrus", "willow", "wolf",
+    "wren", "yak", "zebra",
+];
+
+/// A random `u64` without a dependency on a random-number crate: `RandomState` is seeded by the
+/// OS once per thread and perturbed per instance; mixing in a counter keeps ids distinct.
+fn random_u64() -> u64 {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let mut h = RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.finish()
+}
+
+impl TraceId {
+    /// A fresh random id such as `brave-otter-3f2a`.
+    pub fn random() -> TraceId {
+        let r = random_u64();
+        let adjective = ADJECTIVES[(r & 63) as usize];
+        let noun = NOUNS[((r >> 6) & 63) as usize];
+        let suffix = (r >> 12) & 0xffff;
+        TraceId(format!("{adjective}-{noun}-{suffix:04x}").into())
+    }
+
+    /// The id of branch `index` of this trace.
+    pub fn child(&self, index: usize) -> TraceId {
+        TraceId(format!("{}.{index}", self.0).into())
+    }
+
+    /// The id of the trace this branch forked from, if it is a branch.
+    pub fn parent(&self) -> Option<TraceId> {
+        let (head, tail) = self.0.rsplit_once('.')?;
+        if tail.is_empty() || !tail.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        Some(TraceId(head.into()))
+    }
+
+    /// The run's id: this id without any branch suffix.
+    pub fn root(&self) -> &str {
+        match self.0.find('.') {
+            Some(i) => &self.0[..i],
+            None => &self.0,
+        }
+    }
+
+    /// How many forks deep this branch is (0 for a run).
+    pub fn depth(&self) -> usize {
+        self.0.bytes().filter(|&b| b == b'.').count()
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl From<&str> for TraceId {
+    fn from(s: &str) -> TraceId {
+        TraceId(s.into())
+    }
+}
+
+impl From<String> for TraceId {
+    fn from(s: String) -> TraceId {
+        TraceId(s.into())
+    }
+}
+
+impl fmt::Display for TraceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for TraceId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(&*self.0, f)
+    }
+}
+
+impl Serialize for TraceId {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for TraceId {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<TraceId, D::Error> {
+        struct IdVisitor;
+        impl serde::de::Visitor<'_> for IdVisitor {
+            type Value = TraceId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a trace id string")
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<TraceId, E> {
+                Ok(TraceId::from(s))
+            }
+        }
+        d.deserialize_str(IdVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn random_ids_are_readable_and_distinct() {
+        let a = TraceId::random();
+        let b = TraceId::random();
+        assert_ne!(a, b);
+        let parts: Vec<&str> = a.as_str().split('-').collect();
+        assert_eq!(parts.len(), 3, "{a}");
+        assert!(ADJECTIVES.contains(&parts[0]));
+        assert!(NOUNS.contains(&parts[1]));
+        assert_eq!(parts[2].len(), 4);
+        assert_eq!(a.depth(), 0);
+        assert_eq!(a.parent(), None);
+    }
+
+    #[test]
+    fn branch_ids_nest() {
+        let root = TraceId::from("calm-owl-0001");
+        let leaf = root.child(3).child(10);
+        assert_eq!(leaf.as_str(), "calm-owl-0001.3.10");
+        assert_eq!(leaf.depth(), 2);
+        assert_eq!(leaf.parent(), Some(root.child(3)));
+        assert_eq!(leaf.root(), "calm-owl-0001");
+    }
+}

@@ -1,0 +1,252 @@
+//! [`Trace`]: the events of a run and its branches, with queries.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::cost::MicroUsd;
+use crate::message::Usage;
+use crate::serde_util::is_false;
+use crate::trace::{Event, EventKind, EventType, Timestamp, TraceId};
+
+/// One event of a trace, with the id of the run or branch it happened in.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceEntry {
+    /// The run or branch the event belongs to.
+    pub trace_id: TraceId,
+    /// The branch was cancelled, or its outcome discarded, because a sibling decided its `par`
+    /// or `race` first. A sequential run never starts such a branch, so canonical traces leave
+    /// these events out.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cancelled: bool,
+    /// What happened.
+    pub event: Event,
+}
+
+/// Everything that happened during a run: its events and those of every branch it forked, in
+/// a deterministic order (each `Fork` is followed by its branches' events in declaration order,
+/// then the `Join`).
+///
+/// ```
+/// use agent_op::{Event, EventKind, Trace, TraceId};
+/// let mut trace = Trace::new(TraceId::from("calm-owl-0001"));
+/// trace.append(Event::now(EventKind::custom("started", serde_json::json!({}))));
+/// assert_eq!(trace.events.len(), 1);
+/// assert_eq!(trace.infer_calls(), 0);
+/// ```
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Trace {
+    /// The trace's id.
+    pub id: TraceId,
+    /// The trace this one forked from, for a branch's own trace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_id: Option<TraceId>,
+    /// When the run started.
+    pub start: Timestamp,
+    /// When the run ended, once it has.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub end: Option<Timestamp>,
+    /// The events, oldest first within each branch.
+    pub events: Vec<TraceEntry>,
+}
+
+/// Money spent by the model calls of a trace.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+pub struct CostSummary {
+    /// The sum of the calls whose cost is known.
+    pub known: MicroUsd,
+    /// How many calls have an unknown cost.
+    pub unknown_calls: u64,
+}
+
+impl CostSummary {
+    /// The exact total, if every call's cost is known.
+    pub fn exact(&self) -> Option<MicroUsd> {
+        (self.unknown_calls == 0).then_some(self.known)
+    }
+}
+
+/// One tool call found in a trace.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolCallRecord {
+    /// The branch it happened in.
+    pub trace_id: TraceId,
+    /// The tool.
+    pub name: String,
+    /// The arguments.
+    pub args: Value,
+    /// Whether it succeeded; `None` if no result was recorded (it was cut short).
+    pub success: Option<bool>,
+    /// A preview of the output, if a result was recorded.
+    pub result_preview: Option<String>,
+    /// How long it took, if a result was recorded.
+    pub duration: Option<Duration>,
+}
+
+impl Trace {
+    /// An empty trace starting now.
+    pub fn new(id: TraceId) -> Trace {
+        Trace {
+            id,
+            parent_id: None,
+            start: chrono::Utc::now(),
+            end: None,
+            events: Vec::new(),
+        }
+    }
+
+    /// Appends an event under this trace's own id.
+    pub fn append(&mut self, event: Event) {
+        self.events.push(TraceEntry {
+            trace_id: self.id.clone(),
+            cancelled: false,
+            event,
+        });
+    }
+
+    /// Appends every event of `other`, keeping their trace ids, and widens this trace's time
+    /// span to cover it. Nothing is dropped or deduplicated.
+    pub fn merge(&mut self, other: Trace) {
+        self.start = self.start.min(other.start);
+        self.end = match (self.end, other.end) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        self.events.extend(other.events);
+    }
+
+    fn kinds(&self) -> impl Iterator<Item = &EventKind> {
+        self.events.iter().map(|e| &e.event.kind)
+    }
+
+    /// What the model calls cost.
+    pub fn total_cost(&self) -> CostSummary {
+        let mut summary = CostSummary::default();
+        for kind in self.kinds() {
+            if let EventKind::InferEnd(end) = kind {
+                match end.cost {
+                    Some(c) => summary.known += c,
+                    None => summary.unknown_calls += 1,
+                }
+            }
+        }
+        summary
+    }
+
+    /// Tokens used by the model calls.
+    pub fn total_tokens(&self) -> Usage {
+        let mut usage = Usage::default();
+        for kind in self.kinds() {
+            if let EventKind::InferEnd(end) = kind {
+                usage.input_tokens = usage.input_tokens.saturating_add(end.input_tokens);
+                usage.output_tokens = usage.output_tokens.saturating_add(end.output_tokens);
+            }
+        }
+        usage
+    }
+
+    /// From the start to the end of the run (or to its last event, if it has not ended).
+    pub fn total_duration(&self) -> Option<Duration> {
+        let end = self
+            .end
+            .or_else(|| self.events.iter().map(|e| e.event.at).max())?;
+        (end - self.start).to_std().ok()
+    }
+
+    /// Every tool call, each paired with the result that followed it in the same branch.
+    pub fn tool_calls(&self) -> Vec<ToolCallRecord> {
+        let mut records: Vec<ToolCallRecord> = Vec::new();
+        // Index of the call in `records` still waiting for its result, per branch.
+        let mut open: BTreeMap<&TraceId, usize> = BTreeMap::new();
+        for entry in &self.events {
+            match &entry.event.kind {
+                EventKind::ToolCall(call) => {
+                    open.insert(&entry.trace_id, records.len());
+                    records.push(ToolCallRecord {
+                        trace_id: entry.trace_id.clone(),
+                        name: call.name.clone(),
+                        args: call.args.clone(),
+                        success: None,
+                        result_preview: None,
+                        duration: None,
+                    });
+                }
+                EventKind::ToolResult(result) => {
+                    if let Some(i) = open.remove(&entry.trace_id) {
+                        let record = &mut records[i];
+                        record.success = Some(result.success);
+                        record.result_preview = Some(result.output_preview.clone());
+                        record.duration = Some(Duration::from_micros(result.duration_us));
+                    }
+                }
+                _ => {}
+            }
+        }
+        records
+    }
+
+    /// How many model calls were started.
+    pub fn infer_calls(&self) -> usize {
+        self.events_of(EventType::InferStart).count()
+    }
+
+    /// The names of the checkpoints taken, in order.
+    pub fn checkpoints(&self) -> Vec<&str> {
+        self.kinds()
+            .filter_map(|k| match k {
+                EventKind::Checkpoint(c) => Some(c.name.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The messages of the error events, in order.
+    pub fn errors(&self) -> Vec<&str> {
+        self.kinds()
+            .filter_map(|k| match k {
+                EventKind::Error(e) => Some(e.message.as_str()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The events of one type.
+    pub fn events_of(&self, ty: EventType) -> impl Iterator<Item = &TraceEntry> {
+        self.events
+            .iter()
+            .filter(move |e| e.event.kind.event_type() == ty)
+    }
+
+    /// The events that happened between `from` and `to`, inclusive.
+    pub fn events_between(
+        &self,
+        from: Timestamp,
+        to: Timestamp,
+    ) -> impl Iterator<Item = &TraceEntry> {
+        self.events
+            .iter()
+            .filter(move |e| e.event.at >= from && e.event.at <= to)
+    }
+
+    /// The events of one branch (or of the run itself), in order.
+    pub fn events_in<'a>(&'a self, id: &'a TraceId) -> impl Iterator<Item = &'a Event> {
+        self.events
+            .iter()
+            .filter(move |e| &e.trace_id == id)
+            .map(|e| &e.event)
+    }
+
+    /// The trace reduced to what every interpreter must agree on: for each run or branch id,
+    /// its events in order, without timestamps or durations, leaving out cancelled branches.
+    pub fn canonical(&self) -> BTreeMap<TraceId, Vec<EventKind>> {
+        let mut out: BTreeMap<TraceId, Vec<EventKind>> = BTreeMap::new();
+        for entry in self.events.iter().filter(|e| !e.cancelled) {
+            out.entry(entry.trace_id.clone())
+                .or_default()
+                .push(entry.event.kind.without_timing());
+        }
+        out
+    }
+}

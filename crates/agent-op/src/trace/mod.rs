@@ -1,0 +1,13 @@
+//! Structured traces: events, trace ids, the [`Trace`] with its queries, checkpoints, and the
+//! JSONL format.
+
+mod checkpoint;
+pub mod event;
+mod id;
+pub mod jsonl;
+mod log;
+
+pub use checkpoint::Checkpoint;
+pub use event::{Event, EventKind, EventType, ForkKind, Timestamp};
+pub use id::TraceId;
+pub use log::{CostSummary, ToolCallRecord, Trace, TraceEntry};
