@@ -2,9 +2,22 @@
 //!
 //! An [`Op<S, A>`](crate::Op) is a typed handle on a [`Node<S>`]: the same tree with the result
 //! type erased, so an interpreter can run it in a loop with an explicit stack of continuations
-//! (constant Rust stack, however long the program runs). Values travel between nodes as
-//! [`AnyValue`]s; the typed constructors in [`crate::op`] guarantee every continuation receives
-//! the type it expects, so a failed downcast is an interpreter bug, not bad input.
+//! (constant Rust stack, however long the program runs).
+//!
+//! # Passing values
+//!
+//! A value travels from the node that produces it to the continuation that consumes it as
+//! `&mut dyn Any` pointing at an `Option<T>` (a *slot*, usually on the interpreter's stack):
+//! the consumer takes the value out with [`take_value`]. Nothing is boxed on the way, so a pure
+//! step costs no allocation beyond the nodes the program itself builds. A value that must be
+//! stored (a finished branch, a `pure` node) is an [`AnyValue`]: a boxed slot.
+//!
+//! The interpreter supplies a [`Feed`]: "give this value to whatever runs next". Continuations
+//! that compute a value directly (`map`, a loop's `break`) feed it on; the interpreter bounds
+//! how deep such feeding may nest (see [`Bind::box_input`]).
+//!
+//! The typed constructors in [`crate::op`] guarantee every continuation receives the type it
+//! expects, so a failed downcast is an interpreter bug, not bad input.
 //!
 //! This module is for interpreter authors. Programs are written with [`crate::op`].
 
@@ -18,47 +31,62 @@ use crate::memory::{MemoryId, NewMemory};
 use crate::message::Prompt;
 use crate::trace::EventKind;
 
-/// A value whose type is known to the nodes that produce and consume it.
-/// (Boxing a zero-sized value such as `()` does not allocate.)
+/// A stored value: a boxed `Option<T>` slot holding `Some(value)`, for values that must
+/// outlive the step that produced them.
 pub type AnyValue = Box<dyn Any + Send>;
 
-/// Unwraps a value the program's types guarantee to be an `A`.
+/// Boxes `value` as an [`AnyValue`].
+pub fn box_value<T: Send + 'static>(value: T) -> AnyValue {
+    Box::new(Some(value))
+}
+
+/// Takes the `T` out of a slot.
 ///
 /// # Panics
-/// If the value is not an `A`. Well-typed programs built with [`crate::op`] never trigger this;
-/// it can only be reached by an interpreter that feeds a continuation the wrong value.
-pub fn take_value<A: 'static>(value: AnyValue) -> A {
-    match value.downcast::<A>() {
-        Ok(a) => *a,
-        Err(_) => panic!(
+/// If the slot does not hold a `T`. Well-typed programs built with [`crate::op`] never trigger
+/// this; only an interpreter feeding a continuation the wrong slot can.
+pub fn take_value<T: 'static>(slot: &mut dyn Any) -> T {
+    match slot.downcast_mut::<Option<T>>().and_then(Option::take) {
+        Some(value) => value,
+        None => panic!(
             "agent-op: a continuation expected a value of type `{}`; the interpreter fed it \
-             another type (interpreter bug)",
-            std::any::type_name::<A>()
+             another (interpreter bug)",
+            std::any::type_name::<T>()
         ),
     }
 }
 
+/// Boxes the `T` in `slot` (a helper for [`Bind::box_input`] and friends).
+pub fn rebox<T: Send + 'static>(slot: &mut dyn Any) -> AnyValue {
+    box_value(take_value::<T>(slot))
+}
+
+/// The interpreter's side of value passing: gives a value to whatever runs next and returns
+/// the node to run after that.
+pub trait Feed<S> {
+    /// Feeds the value in `slot` to the next continuation.
+    fn feed(&mut self, slot: &mut dyn Any) -> Node<S>;
+}
+
 /// One node of a program over state `S`.
 pub enum Node<S> {
-    /// A finished computation with its value.
+    /// A finished computation yielding `()` (needs no allocation).
+    Unit,
+    /// A finished computation with a stored value.
     Pure(AnyValue),
     /// Run a node, then feed its value to a continuation.
     Bind(Box<dyn Bind<S>>),
     /// A loop that runs its body until the body breaks.
     Loop(Box<dyn Loop<S>>),
-    /// Read the state (the closure returns the value).
-    Read(Box<dyn FnOnce(&S) -> AnyValue + Send>),
+    /// Read the state: the closure feeds what it reads to the next continuation.
+    Read(Box<dyn FnOnce(&S, &mut dyn Feed<S>) -> Node<S> + Send>),
     /// Change the state. Yields `()`.
     Write(Box<dyn FnOnce(&mut S) + Send>),
-    /// An effect whose result type is fixed by its kind; see [`Effect`].
-    Effect(Effect),
+    /// An effect whose result type is fixed by its kind; see [`Effect`]. (Boxed, like every
+    /// large variant, so nodes stay a few words wide and cheap to move.)
+    Effect(Box<Effect>),
     /// Take a checkpoint. Yields `()`.
-    Checkpoint {
-        /// The checkpoint's name.
-        name: String,
-        /// Serializes the state (captured where `S: Serialize` was known).
-        snapshot: fn(&S) -> Result<Value, String>,
-    },
+    Checkpoint(Box<CheckpointNode<S>>),
     /// Run a body under a budget or time limit.
     Scope(Box<Scope<S>>),
     /// Run branches as a `par` or a `race`.
@@ -66,10 +94,18 @@ pub enum Node<S> {
 }
 
 impl<S> Node<S> {
-    /// A finished computation yielding `()` (no allocation).
+    /// A finished computation yielding `()`.
     pub fn unit() -> Node<S> {
-        Node::Pure(Box::new(()))
+        Node::Unit
     }
+}
+
+/// A checkpoint to take.
+pub struct CheckpointNode<S> {
+    /// The checkpoint's name.
+    pub name: String,
+    /// Serializes the state (captured where `S: Serialize` was known).
+    pub snapshot: fn(&S) -> Result<Value, String>,
 }
 
 /// A node followed by a continuation. Interpreters call [`Bind::take`] once to get the node to
@@ -77,29 +113,40 @@ impl<S> Node<S> {
 pub trait Bind<S>: Send {
     /// Takes the node to run first. Called exactly once, before `resume`.
     fn take(&mut self) -> Node<S>;
-    /// Feeds the first node's value to the continuation, giving the node to run next.
-    fn resume(self: Box<Self>, value: AnyValue) -> Node<S>;
+
+    /// Gives the first node's value to the continuation; returns the node to run next (the
+    /// continuation may instead compute a value and `next.feed` it on).
+    fn resume(self: Box<Self>, slot: &mut dyn Any, next: &mut dyn Feed<S>) -> Node<S>;
+
+    /// Boxes the value in `slot` (of the type `resume` expects), so an interpreter can store
+    /// it instead of feeding it right away when feeding nests too deep.
+    fn box_input(&self, slot: &mut dyn Any) -> AnyValue;
 }
 
 /// What a loop does after one run of its body.
 pub enum LoopStep<S> {
-    /// Run this node (the body again) and resume the loop with its value.
+    /// Run this node (the body again), then resume the loop with its value.
     Continue(Node<S>),
-    /// The loop is done; this is its value.
-    Break(AnyValue),
+    /// The loop is done and has fed its value on; run this node next.
+    Done(Node<S>),
 }
 
 /// A loop. Interpreters call [`Loop::start`] once, then [`Loop::resume`] with each value of the
-/// body until it breaks, keeping the loop on their stack, so a loop of any length runs in
+/// body until it is done, keeping the loop on their stack, so a loop of any length runs in
 /// constant memory.
 pub trait Loop<S>: Send {
     /// The first run of the body. Called exactly once.
     fn start(&mut self) -> Node<S>;
-    /// Feeds the body's value back; continue with another run or break.
-    fn resume(&mut self, value: AnyValue) -> LoopStep<S>;
+
+    /// Feeds the body's value back: run the body again, or finish (feeding the loop's value to
+    /// `next`).
+    fn resume(&mut self, slot: &mut dyn Any, next: &mut dyn Feed<S>) -> LoopStep<S>;
+
+    /// Boxes a value of the body's type (see [`Bind::box_input`]).
+    fn box_input(&self, slot: &mut dyn Any) -> AnyValue;
 }
 
-/// Effects with fixed result types. The interpreter boxes exactly the type listed for each.
+/// Effects with fixed result types. The interpreter feeds exactly the type listed for each.
 #[derive(Debug)]
 pub enum Effect {
     /// Call a model. Yields [`Response`](crate::Response).
@@ -139,6 +186,10 @@ pub enum Effect {
     Fail(String),
 }
 
+/// Continues after a scope's body returned normally: takes the body's value from the slot,
+/// wraps it as `Ok`, and feeds it on.
+pub type ScopeOk<S> = fn(&mut dyn Any, &mut dyn Feed<S>) -> Node<S>;
+
 /// A budget or time limit around a body.
 pub enum Scope<S> {
     /// `limit(budget, body)`: yields `Result<A, Exhausted>`.
@@ -147,10 +198,10 @@ pub enum Scope<S> {
         budget: Budget,
         /// The body.
         body: Node<S>,
-        /// Wraps the body's value as `Ok`.
-        ok: fn(AnyValue) -> AnyValue,
-        /// Makes the `Err` value.
-        exhausted: fn(Exhausted) -> AnyValue,
+        /// Feeds `Ok(value)` on.
+        ok: ScopeOk<S>,
+        /// Feeds `Err(exhausted)` on.
+        exhausted: fn(Exhausted, &mut dyn Feed<S>) -> Node<S>,
     },
     /// `timeout(limit, body)`: yields `Result<A, TimedOut>`.
     Timeout {
@@ -158,10 +209,10 @@ pub enum Scope<S> {
         limit: Duration,
         /// The body.
         body: Node<S>,
-        /// Wraps the body's value as `Ok`.
-        ok: fn(AnyValue) -> AnyValue,
-        /// Makes the `Err` value.
-        timed_out: fn(TimedOut) -> AnyValue,
+        /// Feeds `Ok(value)` on.
+        ok: ScopeOk<S>,
+        /// Feeds `Err(timed_out)` on.
+        timed_out: fn(TimedOut, &mut dyn Feed<S>) -> Node<S>,
     },
 }
 
@@ -171,14 +222,18 @@ pub enum Fork<S> {
     Par {
         /// The branches.
         branches: Vec<Node<S>>,
+        /// Boxes a branch's final value (a `B`).
+        finish: fn(&mut dyn Any) -> AnyValue,
         /// `Merge::merge` for the state type.
         merge: fn(&mut S, S),
-        /// Builds the `Vec<B>` from the branches' values.
-        collect: fn(Vec<AnyValue>) -> AnyValue,
+        /// Builds the `Vec<B>` from the branches' values and feeds it on.
+        collect: fn(Vec<AnyValue>, &mut dyn Feed<S>) -> Node<S>,
     },
     /// The first branch to succeed wins; yields its `B` and its end state.
     Race {
         /// The branches.
         branches: Vec<Node<S>>,
+        /// Boxes a branch's final value (a `B`).
+        finish: fn(&mut dyn Any) -> AnyValue,
     },
 }

@@ -13,8 +13,8 @@
 //! # let _ = program;
 //! ```
 
+use std::any::{Any, TypeId};
 use std::marker::PhantomData;
-use std::mem;
 use std::ops::ControlFlow;
 use std::time::Duration;
 
@@ -25,7 +25,10 @@ use crate::budget::{Budget, Exhausted, TimedOut};
 use crate::memory::{MemoryEntry, MemoryId, NewMemory, Tag};
 use crate::merge::Merge;
 use crate::message::{Prompt, Response};
-use crate::node::{AnyValue, Bind, Effect, Fork, Loop, LoopStep, Node, Scope, take_value};
+use crate::node::{
+    AnyValue, Bind, CheckpointNode, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, box_value,
+    rebox, take_value,
+};
 use crate::steering::Steering;
 use crate::tool::{ToolDefinition, ToolError};
 use crate::trace::{EventKind, Trace};
@@ -50,19 +53,19 @@ impl<S, A> Op<S, A> {
     }
 
     /// The erased tree, for interpreters.
-    pub fn into_node(mut self) -> Node<S> {
-        mem::replace(&mut self.node, Node::unit())
+    pub fn into_node(self) -> Node<S> {
+        self.node
     }
 }
 
-impl<S, A> Drop for Op<S, A> {
-    /// Tears a program that was never run down iteratively: a long left-nested chain of binds
-    /// (built with `fold`, say) would otherwise overflow the stack when dropped recursively.
-    fn drop(&mut self) {
-        let mut node = mem::replace(&mut self.node, Node::unit());
-        while let Node::Bind(mut bind) = node {
-            node = bind.take();
-        }
+/// Drops a node that was never run without recursing down a chain of binds: a long
+/// left-nested chain (built with `fold`, say) would otherwise overflow the stack. Every bind
+/// node calls this from its `Drop` on the node it still holds.
+fn dismantle<S>(node: Option<Node<S>>) {
+    let mut node = node;
+    while let Some(Node::Bind(mut bind)) = node {
+        // `bind` now holds nothing, so dropping it at the end of this iteration is shallow.
+        node = Some(bind.take());
     }
 }
 
@@ -74,8 +77,8 @@ impl<S: 'static, A: Send + 'static> Op<S, A> {
         F: FnOnce(A) -> B + Send + 'static,
     {
         Op::from_node(Node::Bind(Box::new(MapNode {
-            inner: self.into_node(),
-            f,
+            inner: Some(self.into_node()),
+            f: Some(f),
             _a: PhantomData,
         })))
     }
@@ -87,15 +90,19 @@ impl<S: 'static, A: Send + 'static> Op<S, A> {
         F: FnOnce(A) -> Op<S, B> + Send + 'static,
     {
         Op::from_node(Node::Bind(Box::new(AndThenNode {
-            inner: self.into_node(),
-            f,
+            inner: Some(self.into_node()),
+            f: Some(f),
             _a: PhantomData,
         })))
     }
 
     /// Runs `self`, discards its result, then runs `next`.
     pub fn then<B: Send + 'static>(self, next: Op<S, B>) -> Op<S, B> {
-        self.and_then(move |_| next)
+        Op::from_node(Node::Bind(Box::new(ThenNode {
+            first: Some(self.into_node()),
+            next: Some(next.into_node()),
+            _a: PhantomData::<fn(A)>,
+        })))
     }
 
     /// Discards the result.
@@ -105,43 +112,103 @@ impl<S: 'static, A: Send + 'static> Op<S, A> {
 }
 
 struct MapNode<S, A, F> {
-    inner: Node<S>,
-    f: F,
+    inner: Option<Node<S>>,
+    /// `Some` until `resume` (an `Option` because the node has a `Drop`).
+    f: Option<F>,
     _a: PhantomData<fn(A)>,
 }
 
 impl<S, A, B, F> Bind<S> for MapNode<S, A, F>
 where
-    A: 'static,
+    A: Send + 'static,
     B: Send + 'static,
     F: FnOnce(A) -> B + Send,
 {
     fn take(&mut self) -> Node<S> {
-        mem::replace(&mut self.inner, Node::unit())
+        self.inner.take().unwrap_or_else(Node::unit)
     }
 
-    fn resume(self: Box<Self>, value: AnyValue) -> Node<S> {
-        Node::Pure(Box::new((self.f)(take_value::<A>(value))))
+    fn resume(mut self: Box<Self>, slot: &mut dyn Any, next: &mut dyn Feed<S>) -> Node<S> {
+        match self.f.take() {
+            Some(f) => next.feed(&mut Some(f(take_value::<A>(slot)))),
+            None => resumed_twice(),
+        }
+    }
+
+    fn box_input(&self, slot: &mut dyn Any) -> AnyValue {
+        rebox::<A>(slot)
     }
 }
 
 struct AndThenNode<S, A, F> {
-    inner: Node<S>,
-    f: F,
+    inner: Option<Node<S>>,
+    /// `Some` until `resume` (an `Option` because the node has a `Drop`).
+    f: Option<F>,
     _a: PhantomData<fn(A)>,
 }
 
 impl<S, A, B, F> Bind<S> for AndThenNode<S, A, F>
 where
-    A: 'static,
+    A: Send + 'static,
     F: FnOnce(A) -> Op<S, B> + Send,
 {
     fn take(&mut self) -> Node<S> {
-        mem::replace(&mut self.inner, Node::unit())
+        self.inner.take().unwrap_or_else(Node::unit)
     }
 
-    fn resume(self: Box<Self>, value: AnyValue) -> Node<S> {
-        (self.f)(take_value::<A>(value)).into_node()
+    fn resume(mut self: Box<Self>, slot: &mut dyn Any, _next: &mut dyn Feed<S>) -> Node<S> {
+        match self.f.take() {
+            Some(f) => f(take_value::<A>(slot)).into_node(),
+            None => resumed_twice(),
+        }
+    }
+
+    fn box_input(&self, slot: &mut dyn Any) -> AnyValue {
+        rebox::<A>(slot)
+    }
+}
+
+impl<S, A, F> Drop for MapNode<S, A, F> {
+    fn drop(&mut self) {
+        dismantle(self.inner.take());
+    }
+}
+
+impl<S, A, F> Drop for AndThenNode<S, A, F> {
+    fn drop(&mut self) {
+        dismantle(self.inner.take());
+    }
+}
+
+impl<S, A> Drop for ThenNode<S, A> {
+    fn drop(&mut self) {
+        dismantle(self.first.take());
+        dismantle(self.next.take());
+    }
+}
+
+fn resumed_twice<S>() -> Node<S> {
+    panic!("agent-op: a continuation was resumed twice (interpreter bug)")
+}
+
+struct ThenNode<S, A> {
+    first: Option<Node<S>>,
+    next: Option<Node<S>>,
+    _a: PhantomData<fn(A)>,
+}
+
+impl<S, A: Send + 'static> Bind<S> for ThenNode<S, A> {
+    fn take(&mut self) -> Node<S> {
+        self.first.take().unwrap_or_else(Node::unit)
+    }
+
+    fn resume(mut self: Box<Self>, _slot: &mut dyn Any, _next: &mut dyn Feed<S>) -> Node<S> {
+        // The first value is discarded: whoever owns the slot drops it.
+        self.next.take().unwrap_or_else(Node::unit)
+    }
+
+    fn box_input(&self, slot: &mut dyn Any) -> AnyValue {
+        rebox::<A>(slot)
     }
 }
 
@@ -151,12 +218,19 @@ where
 
 /// A program that returns `a` and does nothing else.
 pub fn pure<S, A: Send + 'static>(a: A) -> Op<S, A> {
-    Op::from_node(Node::Pure(Box::new(a)))
+    if TypeId::of::<A>() == TypeId::of::<()>() {
+        // `()` needs no storage: `Node::Unit` avoids allocating a slot for it.
+        Op::from_node(Node::Unit)
+    } else {
+        Op::from_node(Node::Pure(box_value(a)))
+    }
 }
 
 /// Returns a copy of the state.
 pub fn get<S: Clone + Send + 'static>() -> Op<S, S> {
-    Op::from_node(Node::Read(Box::new(|s: &S| Box::new(s.clone()))))
+    Op::from_node(Node::Read(Box::new(|s: &S, next: &mut dyn Feed<S>| {
+        next.feed(&mut Some(s.clone()))
+    })))
 }
 
 /// Returns what `f` computes from the state (without copying the whole state).
@@ -166,7 +240,9 @@ where
     B: Send + 'static,
     F: FnOnce(&S) -> B + Send + 'static,
 {
-    Op::from_node(Node::Read(Box::new(move |s: &S| Box::new(f(s)))))
+    Op::from_node(Node::Read(Box::new(
+        move |s: &S, next: &mut dyn Feed<S>| next.feed(&mut Some(f(s))),
+    )))
 }
 
 /// Replaces the state.
@@ -210,7 +286,7 @@ where
 // ----------------------------------------------------------------------------------------
 
 fn effect<S, A>(effect: Effect) -> Op<S, A> {
-    Op::from_node(Node::Effect(effect))
+    Op::from_node(Node::Effect(Box::new(effect)))
 }
 
 /// Calls `model` with a raw prompt. A provider error fails the run.
@@ -252,10 +328,10 @@ pub fn checkpoint<S: Serialize>(name: impl Into<String>) -> Op<S, ()> {
     fn snapshot<S: Serialize>(s: &S) -> Result<Value, String> {
         serde_json::to_value(s).map_err(|e| e.to_string())
     }
-    Op::from_node(Node::Checkpoint {
+    Op::from_node(Node::Checkpoint(Box::new(CheckpointNode {
         name: name.into(),
         snapshot: snapshot::<S>,
-    })
+    })))
 }
 
 /// The next steering message queued from outside the run, if any.
@@ -298,12 +374,16 @@ pub fn forget<S>(id: MemoryId) -> Op<S, bool> {
 // Scopes
 // ----------------------------------------------------------------------------------------
 
-fn wrap_ok<A: Send + 'static, E: Send + 'static>(value: AnyValue) -> AnyValue {
-    Box::new(Ok::<A, E>(take_value::<A>(value)))
+fn feed_ok<S, A: Send + 'static, E: Send + 'static>(
+    slot: &mut dyn Any,
+    next: &mut dyn Feed<S>,
+) -> Node<S> {
+    let a = take_value::<A>(slot);
+    next.feed(&mut Some(Ok::<A, E>(a)))
 }
 
-fn wrap_err<A: Send + 'static, E: Send + 'static>(error: E) -> AnyValue {
-    Box::new(Err::<A, E>(error))
+fn feed_err<S, A: Send + 'static, E: Send + 'static>(error: E, next: &mut dyn Feed<S>) -> Node<S> {
+    next.feed(&mut Some(Err::<A, E>(error)))
 }
 
 /// Runs `body` under `budget`. If any limit is exceeded the body is stopped and this returns
@@ -313,8 +393,8 @@ pub fn limit<S, A: Send + 'static>(budget: Budget, body: Op<S, A>) -> Op<S, Resu
     Op::from_node(Node::Scope(Box::new(Scope::Limit {
         budget,
         body: body.into_node(),
-        ok: wrap_ok::<A, Exhausted>,
-        exhausted: wrap_err::<A, Exhausted>,
+        ok: feed_ok::<S, A, Exhausted>,
+        exhausted: feed_err::<S, A, Exhausted>,
     })))
 }
 
@@ -327,8 +407,8 @@ pub fn timeout<S, A: Send + 'static>(
     Op::from_node(Node::Scope(Box::new(Scope::Timeout {
         limit: after,
         body: body.into_node(),
-        ok: wrap_ok::<A, TimedOut>,
-        timed_out: wrap_err::<A, TimedOut>,
+        ok: feed_ok::<S, A, TimedOut>,
+        timed_out: feed_err::<S, A, TimedOut>,
     })))
 }
 
@@ -343,13 +423,18 @@ pub fn par<S: Merge + 'static, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op
     fn merge<S: Merge>(into: &mut S, other: S) {
         into.merge(other);
     }
-    fn collect<B: Send + 'static>(values: Vec<AnyValue>) -> AnyValue {
-        Box::new(values.into_iter().map(take_value::<B>).collect::<Vec<B>>())
+    fn collect<S, B: Send + 'static>(values: Vec<AnyValue>, next: &mut dyn Feed<S>) -> Node<S> {
+        let values: Vec<B> = values
+            .into_iter()
+            .map(|mut v| take_value::<B>(&mut *v))
+            .collect();
+        next.feed(&mut Some(values))
     }
     Op::from_node(Node::Fork(Box::new(Fork::Par {
         branches: branches.into_iter().map(Op::into_node).collect(),
+        finish: rebox::<B>,
         merge: merge::<S>,
-        collect: collect::<B>,
+        collect: collect::<S, B>,
     })))
 }
 
@@ -358,6 +443,7 @@ pub fn par<S: Merge + 'static, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op
 pub fn race<S, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op<S, B> {
     Op::from_node(Node::Fork(Box::new(Fork::Race {
         branches: branches.into_iter().map(Op::into_node).collect(),
+        finish: rebox::<B>,
     })))
 }
 
@@ -411,28 +497,69 @@ where
         }
     }
 
-    fn resume(&mut self, value: AnyValue) -> LoopStep<S> {
-        match take_value::<ControlFlow<B, Acc>>(value) {
+    fn resume(&mut self, slot: &mut dyn Any, next: &mut dyn Feed<S>) -> LoopStep<S> {
+        match take_value::<ControlFlow<B, Acc>>(slot) {
             ControlFlow::Continue(acc) => LoopStep::Continue((self.body)(acc).into_node()),
-            ControlFlow::Break(b) => LoopStep::Break(Box::new(b)),
+            ControlFlow::Break(b) => LoopStep::Done(next.feed(&mut Some(b))),
         }
+    }
+
+    fn box_input(&self, slot: &mut dyn Any) -> AnyValue {
+        rebox::<ControlFlow<B, Acc>>(slot)
     }
 }
 
-/// Runs `step(0)`, `step(1)`, ..., `step(n - 1)` in order.
-pub fn repeat<S, A, F>(n: u64, mut step: F) -> Op<S, ()>
+/// Runs `step(0)`, `step(1)`, ..., `step(n - 1)` in order, discarding their results.
+pub fn repeat<S, A, F>(n: u64, step: F) -> Op<S, ()>
 where
     S: 'static,
     A: Send + 'static,
     F: FnMut(u64) -> Op<S, A> + Send + 'static,
 {
-    loop_fn(0u64, move |i| {
-        if i >= n {
-            pure(ControlFlow::Break(()))
+    if n == 0 {
+        return pure(());
+    }
+    Op::from_node(Node::Loop(Box::new(RepeatNode {
+        i: 0,
+        n,
+        step,
+        _a: PhantomData::<fn() -> A>,
+    })))
+}
+
+/// `repeat` needs no accumulator, so unlike `loop_fn` its body needs no `map` to build a
+/// `ControlFlow`: one allocation less per iteration.
+struct RepeatNode<A, F> {
+    i: u64,
+    n: u64,
+    step: F,
+    _a: PhantomData<fn() -> A>,
+}
+
+impl<S, A, F> Loop<S> for RepeatNode<A, F>
+where
+    S: 'static,
+    A: Send + 'static,
+    F: FnMut(u64) -> Op<S, A> + Send,
+{
+    fn start(&mut self) -> Node<S> {
+        self.i = 1;
+        (self.step)(0).into_node()
+    }
+
+    fn resume(&mut self, _slot: &mut dyn Any, next: &mut dyn Feed<S>) -> LoopStep<S> {
+        if self.i >= self.n {
+            LoopStep::Done(next.feed(&mut Some(())))
         } else {
-            step(i).map(move |_| ControlFlow::Continue(i + 1))
+            let i = self.i;
+            self.i += 1;
+            LoopStep::Continue((self.step)(i).into_node())
         }
-    })
+    }
+
+    fn box_input(&self, slot: &mut dyn Any) -> AnyValue {
+        rebox::<A>(slot)
+    }
 }
 
 /// Runs the programs one after another and collects their results in order.

@@ -8,7 +8,9 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use agent_op::node::{AnyValue, Bind, Effect, Fork, Loop, LoopStep, Node, Scope};
+use agent_op::node::{
+    AnyValue, Bind, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, ScopeOk, box_value,
+};
 use agent_op::trace::event::{
     self, CheckpointReached, ForkKind, InferEnd, InferStart, LimitStart, TimeoutStart,
 };
@@ -29,34 +31,38 @@ use crate::engine::scope::{
 use crate::engine::{Runtime, Unwind};
 use crate::error::ErrorKind;
 
-/// How many pure steps run between checks of the abort token and deadlines (and cooperative
+/// How many nodes run between checks of the abort token and deadlines (and cooperative
 /// yields to the tokio scheduler).
 const CHECK_EVERY: u32 = 64;
+
+/// How deeply continuations may feed values straight into one another before the value is
+/// stored and fed from the main loop instead (bounds Rust stack use for long `map` chains).
+const MAX_FEED_DEPTH: u32 = 64;
 
 enum Frame<S> {
     Bind(Box<dyn Bind<S>>),
     Loop(Box<dyn Loop<S>>),
-    Scope(ScopeFrame<S>),
+    Scope(Box<ScopeFrame<S>>),
+    /// The bottom of a machine's stack: stores the program's final value.
+    Return(fn(&mut dyn Any) -> AnyValue),
 }
 
 struct ScopeFrame<S> {
     id: ScopeId,
     /// The state on entry, restored if the scope ends early.
     saved: S,
-    ok: fn(AnyValue) -> AnyValue,
-    early: EarlyExit,
+    ok: ScopeOk<S>,
+    early: EarlyExit<S>,
 }
 
-enum EarlyExit {
-    Limit(fn(Exhausted) -> AnyValue),
-    Timeout(fn(TimedOut) -> AnyValue),
+enum EarlyExit<S> {
+    Limit(fn(Exhausted, &mut dyn Feed<S>) -> Node<S>),
+    Timeout(fn(TimedOut, &mut dyn Feed<S>) -> Node<S>),
 }
 
-pub(crate) struct Machine<S, Sch> {
-    rt: Arc<Runtime<Sch>>,
-    log: Arc<BranchLog>,
-    id: TraceId,
-    pub(crate) state: S,
+/// The continuation stack and the scopes in force. Separate from the state so a state read can
+/// feed its value on while the state is borrowed.
+struct Stack<S> {
     frames: Vec<Frame<S>>,
     /// Scopes entered by this machine, innermost last.
     scopes: Vec<ActiveScope>,
@@ -64,9 +70,102 @@ pub(crate) struct Machine<S, Sch> {
     inherited: Arc<[ActiveScope]>,
     /// The earliest deadline of `inherited` and `scopes`.
     next_deadline: Option<Instant>,
+    /// The program's final value, once the `Return` frame received it.
+    done: Option<AnyValue>,
+    depth: u32,
+}
+
+pub(crate) struct Machine<S, Sch> {
+    rt: Arc<Runtime<Sch>>,
+    log: Arc<BranchLog>,
+    id: TraceId,
+    pub(crate) state: S,
+    stack: Stack<S>,
     /// Model calls made by this branch (and the ancestors before it forked).
     iteration: u32,
     ticks: u32,
+}
+
+impl<S> Stack<S> {
+    fn new(finish: fn(&mut dyn Any) -> AnyValue, inherited: Arc<[ActiveScope]>) -> Stack<S> {
+        let next_deadline = inherited.iter().filter_map(|s| s.deadline).min();
+        Stack {
+            frames: vec![Frame::Return(finish)],
+            scopes: Vec::new(),
+            inherited,
+            next_deadline,
+            done: None,
+            depth: 0,
+        }
+    }
+
+    fn all_scopes(&self) -> impl Iterator<Item = &ActiveScope> {
+        self.inherited.iter().chain(self.scopes.iter())
+    }
+
+    fn refresh_deadline(&mut self) {
+        self.next_deadline = self.all_scopes().filter_map(|s| s.deadline).min();
+    }
+
+    fn pop_scope(&mut self, id: ScopeId) {
+        if let Some(pos) = self.scopes.iter().rposition(|s| s.id == id) {
+            self.scopes.truncate(pos);
+        }
+        self.refresh_deadline();
+    }
+
+    /// The outermost scope whose deadline has passed, as an unwind.
+    fn expired(&self, now: Instant) -> Option<Unwind> {
+        self.all_scopes()
+            .find(|s| s.deadline.is_some_and(|d| d <= now))
+            .map(|s| Unwind::Exit {
+                scope: s.id,
+                exit: s.deadline_exit(now),
+            })
+    }
+}
+
+impl<S> Feed<S> for Stack<S> {
+    fn feed(&mut self, slot: &mut dyn Any) -> Node<S> {
+        let Some(frame) = self.frames.pop() else {
+            return Node::Effect(Box::new(Effect::Fail(
+                "internal interpreter error: a value was produced with no continuation".into(),
+            )));
+        };
+        if self.depth >= MAX_FEED_DEPTH {
+            let stored = match &frame {
+                Frame::Bind(bind) => Some(bind.box_input(slot)),
+                Frame::Loop(body) => Some(body.box_input(slot)),
+                // Scope and return frames only nest as deep as the program's own structure.
+                Frame::Scope(_) | Frame::Return(_) => None,
+            };
+            if let Some(value) = stored {
+                self.frames.push(frame);
+                return Node::Pure(value);
+            }
+        }
+        self.depth += 1;
+        let next = match frame {
+            Frame::Bind(bind) => bind.resume(slot, self),
+            Frame::Loop(mut body) => match body.resume(slot, self) {
+                LoopStep::Continue(next) => {
+                    self.frames.push(Frame::Loop(body));
+                    next
+                }
+                LoopStep::Done(next) => next,
+            },
+            Frame::Scope(scope) => {
+                self.pop_scope(scope.id);
+                (scope.ok)(slot, self)
+            }
+            Frame::Return(finish) => {
+                self.done = Some(finish(slot));
+                Node::Unit
+            }
+        };
+        self.depth -= 1;
+        next
+    }
 }
 
 impl<S, Sch> Machine<S, Sch>
@@ -74,16 +173,18 @@ where
     S: Clone + Send + 'static,
     Sch: Scheduler,
 {
-    pub(crate) fn root(rt: Arc<Runtime<Sch>>, log: Arc<BranchLog>, state: S) -> Self {
+    pub(crate) fn root(
+        rt: Arc<Runtime<Sch>>,
+        log: Arc<BranchLog>,
+        state: S,
+        finish: fn(&mut dyn Any) -> AnyValue,
+    ) -> Self {
         Machine {
             id: log.id().clone(),
             rt,
             log,
             state,
-            frames: Vec::new(),
-            scopes: Vec::new(),
-            inherited: Arc::from(Vec::new()),
-            next_deadline: None,
+            stack: Stack::new(finish, Arc::from(Vec::new())),
             iteration: 0,
             ticks: 0,
         }
@@ -104,44 +205,39 @@ where
                 }
             }
             node = match node {
-                Node::Pure(value) => match self.frames.pop() {
-                    None => return Ok(value),
-                    Some(Frame::Bind(bind)) => bind.resume(value),
-                    Some(Frame::Loop(mut body)) => match body.resume(value) {
-                        LoopStep::Continue(next) => {
-                            self.frames.push(Frame::Loop(body));
-                            next
-                        }
-                        LoopStep::Break(value) => Node::Pure(value),
-                    },
-                    Some(Frame::Scope(scope)) => self.leave_scope(scope, value),
-                },
+                Node::Unit => {
+                    if let Some(value) = self.stack.done.take() {
+                        return Ok(value);
+                    }
+                    self.stack.feed(&mut Some(()))
+                }
+                Node::Pure(mut value) => self.stack.feed(&mut *value),
                 Node::Bind(mut bind) => {
                     let first = bind.take();
-                    self.frames.push(Frame::Bind(bind));
+                    self.stack.frames.push(Frame::Bind(bind));
                     first
                 }
                 Node::Loop(mut body) => {
                     let first = body.start();
-                    self.frames.push(Frame::Loop(body));
+                    self.stack.frames.push(Frame::Loop(body));
                     first
                 }
-                Node::Read(read) => Node::Pure(read(&self.state)),
+                Node::Read(read) => read(&self.state, &mut self.stack),
                 Node::Write(write) => {
                     write(&mut self.state);
-                    Node::unit()
+                    self.stack.feed(&mut Some(()))
                 }
-                Node::Effect(effect) => match self.effect(effect).await {
-                    Ok(value) => Node::Pure(value),
+                Node::Effect(effect) => match self.effect(*effect).await {
+                    Ok(mut value) => self.stack.feed(&mut *value),
                     Err(unwind) => self.unwind(unwind)?,
                 },
-                Node::Checkpoint { name, snapshot } => match self.checkpoint(name, snapshot) {
-                    Ok(()) => Node::unit(),
+                Node::Checkpoint(cp) => match self.checkpoint(cp.name, cp.snapshot) {
+                    Ok(()) => self.stack.feed(&mut Some(())),
                     Err(unwind) => self.unwind(unwind)?,
                 },
                 Node::Scope(scope) => self.enter_scope(*scope),
                 Node::Fork(fork) => match self.fork(*fork).await {
-                    Ok(value) => Node::Pure(value),
+                    Ok(next) => next,
                     Err(unwind) => self.unwind(unwind)?,
                 },
             };
@@ -178,30 +274,12 @@ where
     // Interrupts: abort token and deadlines
     // ------------------------------------------------------------------------------------
 
-    fn all_scopes(&self) -> impl Iterator<Item = &ActiveScope> {
-        self.inherited.iter().chain(self.scopes.iter())
-    }
-
-    fn refresh_deadline(&mut self) {
-        self.next_deadline = self.all_scopes().filter_map(|s| s.deadline).min();
-    }
-
-    /// The outermost scope whose deadline has passed, as an unwind.
-    fn expired(&self, now: Instant) -> Option<Unwind> {
-        self.all_scopes()
-            .find(|s| s.deadline.is_some_and(|d| d <= now))
-            .map(|s| Unwind::Exit {
-                scope: s.id,
-                exit: s.deadline_exit(now),
-            })
-    }
-
     async fn poll_interrupts(&mut self) -> Result<(), Unwind> {
         if self.rt.config.cancel.is_cancelled() {
             return Err(Unwind::Aborted);
         }
-        if self.next_deadline.is_some() {
-            if let Some(unwind) = self.expired(Instant::now()) {
+        if self.stack.next_deadline.is_some() {
+            if let Some(unwind) = self.stack.expired(Instant::now()) {
                 return Err(unwind);
             }
         }
@@ -213,7 +291,7 @@ where
     /// Awaits `fut` unless the run is aborted or a deadline in force passes first; then `fut`
     /// is dropped, cancelling whatever it was doing.
     async fn guarded<F: Future>(&mut self, fut: F) -> Result<F::Output, Unwind> {
-        let deadline = self.next_deadline;
+        let deadline = self.stack.next_deadline;
         let interrupted = {
             let cancel = &self.rt.config.cancel;
             tokio::select! {
@@ -227,7 +305,7 @@ where
         if self.rt.config.cancel.is_cancelled() {
             return Err(Unwind::Aborted);
         }
-        Err(self.expired(Instant::now()).unwrap_or_else(|| {
+        Err(self.stack.expired(Instant::now()).unwrap_or_else(|| {
             Unwind::Fail(ErrorKind::Internal(
                 "a deadline fired but no scope had expired".into(),
             ))
@@ -278,23 +356,15 @@ where
                 (active, body, ok, EarlyExit::Timeout(timed_out))
             }
         };
-        self.scopes.push(active);
-        self.refresh_deadline();
-        self.frames.push(Frame::Scope(ScopeFrame {
+        self.stack.scopes.push(active);
+        self.stack.refresh_deadline();
+        self.stack.frames.push(Frame::Scope(Box::new(ScopeFrame {
             id,
             saved: self.state.clone(),
             ok,
             early,
-        }));
+        })));
         body
-    }
-
-    fn leave_scope(&mut self, frame: ScopeFrame<S>, value: AnyValue) -> Node<S> {
-        if let Some(pos) = self.scopes.iter().rposition(|s| s.id == frame.id) {
-            self.scopes.truncate(pos);
-        }
-        self.refresh_deadline();
-        Node::Pure((frame.ok)(value))
     }
 
     /// Handles an unwind: if one of this machine's scopes is its target, ends that scope early
@@ -304,29 +374,32 @@ where
             return Err(unwind);
         };
         let Some(pos) = self
+            .stack
             .frames
             .iter()
             .rposition(|f| matches!(f, Frame::Scope(s) if s.id == scope))
         else {
             return Err(Unwind::Exit { scope, exit });
         };
-        self.frames.truncate(pos + 1);
-        let Some(Frame::Scope(frame)) = self.frames.pop() else {
+        self.stack.frames.truncate(pos + 1);
+        let Some(Frame::Scope(frame)) = self.stack.frames.pop() else {
             unreachable!("the frame at `pos` is the scope frame");
         };
-        if let Some(spos) = self.scopes.iter().position(|s| s.id == scope) {
-            self.scopes.truncate(spos);
+        let frame = *frame;
+        if let Some(spos) = self.stack.scopes.iter().position(|s| s.id == scope) {
+            self.stack.scopes.truncate(spos);
         }
-        self.refresh_deadline();
+        self.stack.refresh_deadline();
+        self.stack.depth = 0;
         self.state = frame.saved;
-        let value = match (frame.early, exit) {
-            (EarlyExit::Limit(wrap), ScopeExit::Exhausted(exhausted)) => {
+        let next = match (frame.early, exit) {
+            (EarlyExit::Limit(feed_err), ScopeExit::Exhausted(exhausted)) => {
                 self.record(EventKind::Exhausted(exhausted.clone()));
-                wrap(exhausted)
+                feed_err(exhausted, &mut self.stack)
             }
-            (EarlyExit::Timeout(wrap), ScopeExit::TimedOut(timed_out)) => {
+            (EarlyExit::Timeout(feed_err), ScopeExit::TimedOut(timed_out)) => {
                 self.record(EventKind::TimedOut(timed_out.clone()));
-                wrap(timed_out)
+                feed_err(timed_out, &mut self.stack)
             }
             (_, exit) => {
                 return Err(Unwind::Fail(ErrorKind::Internal(format!(
@@ -334,7 +407,7 @@ where
                 ))));
             }
         };
-        Ok(Node::Pure(value))
+        Ok(next)
     }
 
     // ------------------------------------------------------------------------------------
@@ -345,18 +418,18 @@ where
         match effect {
             Effect::InferRaw { model, prompt } => self.infer(model, prompt).await,
             Effect::Tool { name, args } => self.call_tool(name, args).await,
-            Effect::ToolDefinitions => Ok(Box::new(self.rt.config.tools.definitions())),
+            Effect::ToolDefinitions => Ok(box_value(self.rt.config.tools.definitions())),
             Effect::Emit(kind) => {
                 self.record(kind);
-                Ok(Box::new(()))
+                Ok(box_value(()))
             }
-            Effect::GetTrace => Ok(Box::new(self.log.snapshot())),
+            Effect::GetTrace => Ok(box_value(self.log.snapshot())),
             Effect::Check => {
                 let steering = self.rt.config.steering.pop();
                 if let Some(s) = &steering {
                     self.record(EventKind::Steering(s.clone()));
                 }
-                Ok(Box::new(steering))
+                Ok(box_value(steering))
             }
             Effect::Remember(memory) => self.remember(memory).await,
             Effect::Recall { query, limit } => self.recall(query, limit).await,
@@ -365,7 +438,7 @@ where
                 match self.guarded(backend.delete(&id)).await? {
                     Ok(existed) => {
                         self.record(EventKind::Forget(event::Forget { id, existed }));
-                        Ok(Box::new(existed))
+                        Ok(box_value(existed))
                     }
                     Err(e) => Err(self.fail(ErrorKind::Memory(e))),
                 }
@@ -378,6 +451,7 @@ where
     /// still free room.
     async fn reserve(&mut self, worst: WorstCase) -> Result<Reservation, Unwind> {
         let cells: Vec<(ScopeId, Arc<BudgetCell>)> = self
+            .stack
             .all_scopes()
             .filter_map(|s| s.budget.clone().map(|b| (s.id, b)))
             .collect();
@@ -463,7 +537,7 @@ where
                 scope,
                 exit: ScopeExit::Exhausted(exhausted),
             }),
-            None => Ok(Box::new(response)),
+            None => Ok(box_value(response)),
         }
     }
 
@@ -512,7 +586,7 @@ where
             duration_us: micros(started.elapsed()),
             iteration,
         }));
-        Ok(Box::new(result))
+        Ok(box_value(result))
     }
 
     fn memory(&mut self) -> Result<Arc<dyn MemoryBackend>, Unwind> {
@@ -535,7 +609,7 @@ where
                     content_hash: hash,
                     tags,
                 }));
-                Ok(Box::new(id))
+                Ok(box_value(id))
             }
             Err(e) => Err(self.fail(ErrorKind::Memory(e))),
         }
@@ -552,7 +626,7 @@ where
                     results: count(entries.len()),
                     ids: entries.iter().map(|e| e.id.clone()).collect(),
                 }));
-                Ok(Box::new(entries))
+                Ok(box_value(entries))
             }
             Err(e) => Err(self.fail(ErrorKind::Memory(e))),
         }
@@ -590,17 +664,19 @@ where
     // Forks
     // ------------------------------------------------------------------------------------
 
-    fn branch(&self, index: usize, log: Arc<BranchLog>, inherited: Arc<[ActiveScope]>) -> Self {
-        let next_deadline = inherited.iter().filter_map(|s| s.deadline).min();
+    fn branch(
+        &self,
+        index: usize,
+        log: Arc<BranchLog>,
+        inherited: Arc<[ActiveScope]>,
+        finish: fn(&mut dyn Any) -> AnyValue,
+    ) -> Self {
         Machine {
             rt: self.rt.clone(),
             id: self.id.child(index),
             log,
             state: self.state.clone(),
-            frames: Vec::new(),
-            scopes: Vec::new(),
-            inherited,
-            next_deadline,
+            stack: Stack::new(finish, inherited),
             iteration: self.iteration,
             ticks: 0,
         }
@@ -608,18 +684,19 @@ where
 
     /// Boxed with an explicit `Send` bound: the recursion machine → fork → branch machine would
     /// otherwise ask the compiler to prove `Send` for a future that contains itself.
-    fn fork(&mut self, fork: Fork<S>) -> BoxFuture<'_, Result<AnyValue, Unwind>> {
+    fn fork(&mut self, fork: Fork<S>) -> BoxFuture<'_, Result<Node<S>, Unwind>> {
         Box::pin(self.fork_inner(fork))
     }
 
-    async fn fork_inner(&mut self, fork: Fork<S>) -> Result<AnyValue, Unwind> {
-        let (kind, branches, par) = match fork {
+    async fn fork_inner(&mut self, fork: Fork<S>) -> Result<Node<S>, Unwind> {
+        let (kind, branches, finish, par) = match fork {
             Fork::Par {
                 branches,
+                finish,
                 merge,
                 collect,
-            } => (ForkKind::Par, branches, Some((merge, collect))),
-            Fork::Race { branches } => (ForkKind::Race, branches, None),
+            } => (ForkKind::Par, branches, finish, Some((merge, collect))),
+            Fork::Race { branches, finish } => (ForkKind::Race, branches, finish, None),
         };
         if kind == ForkKind::Race && branches.is_empty() {
             return Err(self.fail(ErrorKind::EmptyRace));
@@ -635,13 +712,13 @@ where
             .map(|id| BranchLog::new(id.clone(), Some(self.id.clone())))
             .collect();
         self.log.push_branches(logs.clone());
-        let inherited: Arc<[ActiveScope]> = self.all_scopes().cloned().collect();
+        let inherited: Arc<[ActiveScope]> = self.stack.all_scopes().cloned().collect();
         let futures: Vec<BranchFuture<S>> = branches
             .into_iter()
             .zip(&logs)
             .enumerate()
             .map(|(i, (node, log))| {
-                let mut machine = self.branch(i, log.clone(), inherited.clone());
+                let mut machine = self.branch(i, log.clone(), inherited.clone(), finish);
                 Box::pin(async move {
                     let result = machine.run(node).await;
                     machine.finish();
@@ -692,8 +769,8 @@ where
         logs: &[Arc<BranchLog>],
         outcomes: Vec<Option<BranchOutcome<S>>>,
         merge: fn(&mut S, S),
-        collect: fn(Vec<AnyValue>) -> AnyValue,
-    ) -> Result<AnyValue, Unwind> {
+        collect: fn(Vec<AnyValue>, &mut dyn Feed<S>) -> Node<S>,
+    ) -> Result<Node<S>, Unwind> {
         let interrupted = outcomes
             .iter()
             .position(|o| o.as_ref().is_some_and(BranchOutcome::interrupted));
@@ -740,7 +817,7 @@ where
             branch_ids: ids,
             winner: None,
         }));
-        Ok(collect(values))
+        Ok(collect(values, &mut self.stack))
     }
 
     fn join_race(
@@ -748,7 +825,7 @@ where
         ids: Vec<TraceId>,
         logs: &[Arc<BranchLog>],
         outcomes: Vec<Option<BranchOutcome<S>>>,
-    ) -> Result<AnyValue, Unwind> {
+    ) -> Result<Node<S>, Unwind> {
         let decided = outcomes
             .iter()
             .position(|o| o.as_ref().is_some_and(|o| !o.failed()));
@@ -759,14 +836,14 @@ where
                     unreachable!("`decided` indexes a finished branch");
                 };
                 match outcome.result {
-                    Ok(value) => {
+                    Ok(mut value) => {
                         self.state = outcome.state;
                         self.record(EventKind::Join(event::Join {
                             kind: ForkKind::Race,
                             branch_ids: ids,
                             winner: Some(count(decided)),
                         }));
-                        Ok(value)
+                        Ok(self.stack.feed(&mut *value))
                     }
                     Err(interrupt) => Err(interrupt),
                 }

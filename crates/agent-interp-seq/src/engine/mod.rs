@@ -10,7 +10,7 @@ pub(crate) mod scope;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agent_op::node::take_value;
+use agent_op::node::{rebox, take_value};
 use agent_op::{Checkpoint, Op, Trace, TraceId};
 
 use crate::config::Config;
@@ -101,15 +101,15 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
             next_scope: AtomicU64::new(0),
         });
         let root = BranchLog::new(id, None);
-        let mut machine = Machine::root(runtime.clone(), root.clone(), state);
+        let mut machine = Machine::root(runtime.clone(), root.clone(), state, rebox::<A>);
         let result = machine.run(program.into_node()).await;
         machine.finish();
         let trace = root.take();
         let checkpoints = runtime.take_checkpoints();
         let kind = match result {
-            Ok(value) => {
+            Ok(mut value) => {
                 return Ok(Outcome {
-                    value: take_value::<A>(value),
+                    value: take_value::<A>(&mut *value),
                     trace,
                     state: machine.state,
                     checkpoints,
