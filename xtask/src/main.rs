@@ -1,1 +1,161 @@
-fn main() {}
+//! Project automation for the effect-agents workspace, run as `cargo xtask <command>`.
+//!
+//! * `cargo xtask test-all` runs formatting, lint, test and doctest checks in order and
+//!   stops at the first failure. It is what `.ci/run` (and therefore CI) runs.
+//! * `cargo xtask bench [FILTER]` runs every bench target and forwards their JSON result
+//!   lines (see `bench-kit`'s `report`) to stdout; everything else goes to stderr.
+//!
+//! Every child process is the `cargo` that invoked xtask and runs from the workspace root,
+//! whatever the current directory.
+
+mod bench;
+mod test_all;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, ExitStatus};
+use std::time::Duration;
+
+/// Usage text, printed by `help` and on a command-line error.
+const USAGE: &str = "\
+Usage: cargo xtask <command>
+
+Commands:
+  test-all        cargo fmt --check, clippy -D warnings, tests, doctests (what CI runs)
+  bench [FILTER]  run all benchmarks (only those whose name contains FILTER);
+                  JSON result lines go to stdout, everything else to stderr
+  help            print this message";
+
+/// Exit code for command-line usage errors.
+const USAGE_ERROR: u8 = 2;
+
+/// A parsed command line.
+#[derive(Debug, PartialEq, Eq)]
+enum Task {
+    /// Print usage.
+    Help,
+    /// Run every check, as CI does.
+    TestAll,
+    /// Run the benchmarks, optionally only those whose name contains the filter.
+    Bench(Option<String>),
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let task = match parse(&args) {
+        Ok(task) => task,
+        Err(message) => {
+            eprintln!("error: {message}\n\n{USAGE}");
+            return ExitCode::from(USAGE_ERROR);
+        }
+    };
+    let result = match task {
+        Task::Help => {
+            println!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        Task::TestAll => workspace_root().and_then(|root| test_all::run(&root)),
+        Task::Bench(filter) => workspace_root().and_then(|root| bench::run(&root, filter)),
+    };
+    result.unwrap_or_else(|message| {
+        eprintln!("error: {message}");
+        ExitCode::FAILURE
+    })
+}
+
+/// Parses the arguments after `cargo xtask`.
+fn parse(args: &[String]) -> Result<Task, String> {
+    let rest = args.get(1..).unwrap_or_default();
+    match args.first().map(String::as_str) {
+        None | Some("help" | "-h" | "--help") => Ok(Task::Help),
+        Some("test-all") if rest.is_empty() => Ok(Task::TestAll),
+        Some("bench") if rest.len() <= 1 => Ok(Task::Bench(rest.first().cloned())),
+        Some(cmd @ ("test-all" | "bench")) => Err(format!("too many arguments for `{cmd}`")),
+        Some(other) => Err(format!("unknown command `{other}`")),
+    }
+}
+
+/// The workspace root: the parent of this crate's directory (`<root>/xtask`).
+fn workspace_root() -> Result<PathBuf, String> {
+    let manifest_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir
+        .parent()
+        .map(Path::to_path_buf)
+        .ok_or_else(|| format!("no parent directory for {}", manifest_dir.display()))
+}
+
+/// A `cargo` command with `args`, run from `root`: the `cargo` that invoked xtask
+/// (`$CARGO`), or `cargo` from `PATH`.
+fn cargo(root: &Path, args: &[&str]) -> Command {
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut command = Command::new(program);
+    command.args(args).current_dir(root);
+    command
+}
+
+/// How a command is shown to the user: `cargo` and its arguments.
+fn display(args: &[&str]) -> String {
+    std::iter::once("cargo")
+        .chain(args.iter().copied())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// The exit code that mirrors a child's status (1 if it was killed by a signal).
+fn exit_code(status: ExitStatus) -> ExitCode {
+    status
+        .code()
+        .and_then(|code| u8::try_from(code).ok())
+        .map_or(ExitCode::FAILURE, ExitCode::from)
+}
+
+/// A duration as `12.3s`, or `4m05.6s` from one minute on.
+fn format_duration(d: Duration) -> String {
+    let tenths = d.as_millis() / 100;
+    let (minutes, tenths) = (tenths / 600, tenths % 600);
+    if minutes == 0 {
+        format!("{}.{}s", tenths / 10, tenths % 10)
+    } else {
+        format!("{minutes}m{:02}.{}s", tenths / 10, tenths % 10)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(xs: &[&str]) -> Vec<String> {
+        xs.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_commands() {
+        assert_eq!(parse(&args(&[])), Ok(Task::Help));
+        assert_eq!(parse(&args(&["help"])), Ok(Task::Help));
+        assert_eq!(parse(&args(&["test-all"])), Ok(Task::TestAll));
+        assert_eq!(parse(&args(&["bench"])), Ok(Task::Bench(None)));
+        assert_eq!(
+            parse(&args(&["bench", "seq"])),
+            Ok(Task::Bench(Some("seq".into())))
+        );
+    }
+
+    #[test]
+    fn rejects_bad_command_lines() {
+        assert!(parse(&args(&["frobnicate"])).is_err());
+        assert!(parse(&args(&["test-all", "x"])).is_err());
+        assert!(parse(&args(&["bench", "a", "b"])).is_err());
+    }
+
+    #[test]
+    fn formats_durations() {
+        assert_eq!(format_duration(Duration::from_millis(12_345)), "12.3s");
+        assert_eq!(format_duration(Duration::from_millis(245_600)), "4m05.6s");
+        assert_eq!(format_duration(Duration::ZERO), "0.0s");
+    }
+
+    #[test]
+    fn displays_commands() {
+        assert_eq!(display(&["fmt", "--all"]), "cargo fmt --all");
+    }
+}

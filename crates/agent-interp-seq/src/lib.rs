@@ -5,17 +5,20 @@
 //! [`Engine`] and only swaps the branch [`Scheduler`], so both give the same result, state and
 //! trace for the same program.
 //!
-//! - [`run`] runs a program; [`Config`] says what it may use;
+//! - [`run`] runs a program; [`Config`] says what it may use; [`run_agent`] runs an agent
+//!   program in one call;
 //! - [`Outcome`] is what a finished run returns, [`RunError`] what a failed one returns (with
 //!   its trace and checkpoints: nothing recorded is lost);
 //! - [`Subscriber`] observes events live; [`JsonlSubscriber`] streams them to a file;
 //! - [`engine`] holds the machinery shared with other interpreters.
 
+mod agent;
 mod config;
 pub mod engine;
 mod error;
 mod subscriber;
 
+pub use agent::run_agent;
 pub use config::{Config, SteeringQueue};
 pub use engine::scheduler::{BranchFuture, BranchOutcome, Scheduler, Sequential};
 pub use engine::{Engine, Outcome};

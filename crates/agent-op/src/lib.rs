@@ -9,6 +9,7 @@
 //! This crate holds only data and traits, no I/O:
 //!
 //! - [`op`]: the DSL ([`Op`], its constructors, loops) and the [`op!`] do-notation macro;
+//! - [`agent`]: a ready-made conversational agent loop ([`agent::react`]);
 //! - [`node`]: the erased program tree interpreters walk;
 //! - [`message`]: messages, prompts and model responses;
 //! - [`trace`]: events, trace ids, traces and their queries, checkpoints, JSONL;
@@ -35,6 +36,7 @@
 //! # let _ = program;
 //! ```
 
+pub mod agent;
 mod budget;
 mod cost;
 mod future;

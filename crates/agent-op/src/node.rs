@@ -68,6 +68,9 @@ pub trait Feed<S> {
     fn feed(&mut self, slot: &mut dyn Any) -> Node<S>;
 }
 
+/// What a [`Node::Read`] runs: reads the state and feeds what it read on.
+pub type ReadFn<S> = dyn FnOnce(&S, &mut dyn Feed<S>) -> Node<S> + Send;
+
 /// One node of a program over state `S`.
 pub enum Node<S> {
     /// A finished computation yielding `()` (needs no allocation).
@@ -79,7 +82,7 @@ pub enum Node<S> {
     /// A loop that runs its body until the body breaks.
     Loop(Box<dyn Loop<S>>),
     /// Read the state: the closure feeds what it reads to the next continuation.
-    Read(Box<dyn FnOnce(&S, &mut dyn Feed<S>) -> Node<S> + Send>),
+    Read(Box<ReadFn<S>>),
     /// Change the state. Yields `()`.
     Write(Box<dyn FnOnce(&mut S) + Send>),
     /// An effect whose result type is fixed by its kind; see [`Effect`]. (Boxed, like every

@@ -516,7 +516,8 @@ where
         let response = match result {
             Ok(response) => response,
             Err(error) => {
-                drop(reservation.settle(None, None));
+                // The call counts; with no known usage it cannot exceed a limit.
+                let _ = reservation.settle(None, None);
                 return Err(self.fail(ErrorKind::Provider { model, error }));
             }
         };

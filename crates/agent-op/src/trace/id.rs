@@ -3,8 +3,8 @@
 use std::collections::hash_map::RandomState;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
@@ -45,19 +45,32 @@ const NOUNS: [&str; 64] = [
     "wren", "yak", "zebra",
 ];
 
-/// A random `u64` without a dependency on a random-number crate: `RandomState` is seeded by the
-/// OS once per thread and perturbed per instance; mixing in a counter keeps ids distinct.
-fn random_u64() -> u64 {
+/// 28 random-looking bits per call, without a dependency on a random-number crate.
+///
+/// A process-wide counter goes through a permutation of the 28-bit space keyed by
+/// `RandomState` (which the OS seeds), so the first 2^28 ids of a process are all distinct and
+/// different processes get different sequences. (Hashing the counter and truncating the hash
+/// to 28 bits would repeat an id within 10,000 draws about one time in six.)
+fn random_bits() -> u64 {
+    const MASK: u64 = (1 << 28) - 1;
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.finish()
+    static KEY: OnceLock<u64> = OnceLock::new();
+    let key = *KEY.get_or_init(|| RandomState::new().build_hasher().finish());
+    let mut x = COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_add(key) & MASK;
+    // Every step is a bijection of 28-bit values: multiplying by an odd number, xor-shifting
+    // right, and xoring a constant.
+    for round in 0..3 {
+        x = x.wrapping_mul(0x9e37_79b1) & MASK;
+        x ^= x >> 15;
+        x ^= (key >> (12 * round + 28)) & MASK;
+    }
+    x
 }
 
 impl TraceId {
     /// A fresh random id such as `brave-otter-3f2a`.
     pub fn random() -> TraceId {
-        let r = random_u64();
+        let r = random_bits();
         let adjective = ADJECTIVES[(r & 63) as usize];
         let noun = NOUNS[((r >> 6) & 63) as usize];
         let suffix = (r >> 12) & 0xffff;

@@ -122,6 +122,12 @@ struct AnyLine<'a> {
     trace: Option<Header>,
 }
 
+/// Just the version of a line, to name the version of a line that does not parse as this one.
+#[derive(Deserialize)]
+struct VersionOnly {
+    v: u64,
+}
+
 fn write_entry_line<W: Write>(w: &mut W, entry: &TraceEntry) -> io::Result<()> {
     let line = EntryLine {
         v: FORMAT_VERSION,
@@ -173,8 +179,14 @@ enum Parsed {
 /// Parses one line. `last_id` lets consecutive lines of one branch share a single id
 /// allocation.
 fn parse_line(bytes: &[u8], last_id: &mut Option<TraceId>) -> Result<Parsed, LineError> {
-    let line: AnyLine<'_> =
-        serde_json::from_slice(bytes).map_err(|e| LineError::Malformed(e.to_string()))?;
+    let line: AnyLine<'_> = serde_json::from_slice(bytes).map_err(|e| {
+        // A line of another version may not fit this version's shape (a new event type, say):
+        // report the version, not the mismatch.
+        match serde_json::from_slice::<VersionOnly>(bytes) {
+            Ok(VersionOnly { v }) if v != u64::from(FORMAT_VERSION) => LineError::Version(v),
+            _ => LineError::Malformed(e.to_string()),
+        }
+    })?;
     if line.v != u64::from(FORMAT_VERSION) {
         return Err(LineError::Version(line.v));
     }
@@ -240,7 +252,8 @@ pub fn read_jsonl<R: BufRead>(mut reader: R) -> Result<ReadTrace, JsonlError> {
                     });
                 }
             },
-            Err(_) if !complete => {
+            // A complete line of another version is not torn, even without its newline.
+            Err(LineError::Malformed(_)) if !complete => {
                 torn = Some(TornLine {
                     line: line_no,
                     bytes: buf.len(),
@@ -309,7 +322,8 @@ pub struct JsonlAppender {
 
 impl JsonlAppender {
     /// Opens (or creates) `path` for appending. Returns the appender and the torn line that
-    /// was cut off, if any.
+    /// was cut off, if any. Fails with [`JsonlError::UnsupportedVersion`], leaving the file
+    /// as it is, if its last line is a complete line of another format version.
     pub fn open(path: impl AsRef<Path>) -> Result<(JsonlAppender, Option<TornLine>), JsonlError> {
         let mut file = OpenOptions::new()
             .read(true)
@@ -403,16 +417,25 @@ fn repair_tail(file: &mut File) -> Result<Option<TornLine>, JsonlError> {
     file.seek(SeekFrom::Start(tail_start))?;
     file.read_to_end(&mut tail)?;
     let lines_before = count_lines(file, tail_start)?;
-    if parse_line(tail.trim_ascii(), &mut None).is_ok() {
-        file.seek(SeekFrom::End(0))?;
-        file.write_all(b"\n")?;
-        Ok(None)
-    } else {
-        file.set_len(tail_start)?;
-        Ok(Some(TornLine {
+    match parse_line(tail.trim_ascii(), &mut None) {
+        Ok(_) => {
+            file.seek(SeekFrom::End(0))?;
+            file.write_all(b"\n")?;
+            Ok(None)
+        }
+        // A complete line of another version: appending to the file would mix versions, and
+        // cutting the line would lose it.
+        Err(LineError::Version(version)) => Err(JsonlError::UnsupportedVersion {
             line: lines_before + 1,
-            bytes: tail.len(),
-        }))
+            version,
+        }),
+        Err(LineError::Malformed(_)) => {
+            file.set_len(tail_start)?;
+            Ok(Some(TornLine {
+                line: lines_before + 1,
+                bytes: tail.len(),
+            }))
+        }
     }
 }
 

@@ -1,0 +1,472 @@
+//! Proptest strategies for every trace type, shared by the trace and JSONL tests, plus small
+//! helpers to build events by hand.
+
+// Each test crate uses a different subset of these helpers.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use agent_op::trace::event::{
+    CheckpointReached, Custom, Failure, Forget, Fork, InferEnd, InferStart, Join, LimitStart,
+    Recall, Remember, StateAccess, TimeoutStart, ToolCall, ToolResult,
+};
+use agent_op::trace::{ForkKind, Timestamp};
+use agent_op::{
+    Budget, Event, EventKind, EventType, Exhausted, FinishReason, MemoryId, MicroUsd, Resource,
+    Steering, Tag, TimedOut, Trace, TraceEntry, TraceId,
+};
+use proptest::prelude::*;
+use serde_json::Value;
+
+/// Characters that stress JSON escaping: quotes, backslashes, control characters, line and
+/// paragraph separators, multi-byte characters.
+const NASTY: &[char] = &[
+    '"', '\\', '/', '\n', '\r', '\t', '\u{0}', '\u{1}', '\u{1f}', '\u{7f}', '\u{2028}', '\u{2029}',
+    '\u{feff}', 'é', '€', '漢', '😀', '{', '}', '[', ']', ':', ',', ' ',
+];
+
+/// Arbitrary text: any Unicode scalar values, mixed with characters that need escaping.
+pub fn text() -> impl Strategy<Value = String> + Clone {
+    prop::collection::vec(
+        prop_oneof![
+            3 => any::<char>(),
+            2 => prop::sample::select(NASTY),
+            3 => prop::char::range('a', 'z'),
+        ],
+        0..24,
+    )
+    .prop_map(|chars| chars.into_iter().collect())
+}
+
+/// A timestamp with microsecond precision between 1900 and 2100.
+pub fn timestamp() -> impl Strategy<Value = Timestamp> + Clone {
+    (-2_208_988_800_000_000i64..4_102_444_800_000_000).prop_map(|micros| {
+        Timestamp::from_timestamp_micros(micros).expect("the range is representable")
+    })
+}
+
+/// A JSON number that survives a text round trip: integers of either sign, and decimals with
+/// few digits (serde_json parses those exactly).
+fn json_number() -> impl Strategy<Value = Value> + Clone {
+    prop_oneof![
+        any::<i64>().prop_map(Value::from),
+        any::<u64>().prop_map(Value::from),
+        (-1_000_000_000i64..1_000_000_000).prop_map(|n| Value::from(n as f64 / 1000.0)),
+    ]
+}
+
+/// A JSON value of depth at most 3.
+pub fn json_value() -> impl Strategy<Value = Value> + Clone {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::Bool),
+        json_number(),
+        text().prop_map(Value::String),
+    ];
+    leaf.prop_recursive(3, 32, 4, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+            prop::collection::btree_map(text(), inner, 0..4)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// A run id in the `adjective-noun-hex` shape.
+pub fn root_id() -> impl Strategy<Value = TraceId> + Clone {
+    ("[a-z]{1,8}", "[a-z]{1,8}", 0u32..=0xffff)
+        .prop_map(|(a, n, hex)| TraceId::from(format!("{a}-{n}-{hex:04x}")))
+}
+
+/// A run id or a branch id up to three forks deep.
+pub fn trace_id() -> impl Strategy<Value = TraceId> + Clone {
+    (root_id(), prop::collection::vec(0usize..12, 0..4))
+        .prop_map(|(root, path)| path.into_iter().fold(root, |id, index| id.child(index)))
+}
+
+/// Any trace id, including ones that are not in the usual shape (ids are opaque text to the
+/// format).
+pub fn any_trace_id() -> impl Strategy<Value = TraceId> + Clone {
+    prop_oneof![4 => trace_id(), 1 => text().prop_map(TraceId::from)]
+}
+
+pub fn micro_usd() -> impl Strategy<Value = MicroUsd> + Clone {
+    any::<u64>().prop_map(MicroUsd)
+}
+
+/// A duration of whole milliseconds (the unit the format stores).
+pub fn millis() -> impl Strategy<Value = Duration> + Clone {
+    any::<u64>().prop_map(Duration::from_millis)
+}
+
+pub fn finish_reason() -> impl Strategy<Value = FinishReason> + Clone {
+    prop_oneof![
+        Just(FinishReason::Stop),
+        Just(FinishReason::Length),
+        Just(FinishReason::ToolCalls),
+        Just(FinishReason::ContentFilter),
+        text().prop_map(FinishReason::Other),
+    ]
+}
+
+pub fn fork_kind() -> impl Strategy<Value = ForkKind> + Clone {
+    prop_oneof![Just(ForkKind::Par), Just(ForkKind::Race)]
+}
+
+pub fn resource() -> impl Strategy<Value = Resource> + Clone {
+    prop_oneof![
+        Just(Resource::Cost),
+        Just(Resource::Tokens),
+        Just(Resource::Time),
+        Just(Resource::Calls),
+    ]
+}
+
+pub fn budget() -> impl Strategy<Value = Budget> + Clone {
+    (
+        prop::option::of(micro_usd()),
+        prop::option::of(any::<u64>()),
+        prop::option::of(millis()),
+        prop::option::of(any::<u64>()),
+    )
+        .prop_map(|(cost, tokens, time, calls)| Budget {
+            cost,
+            tokens,
+            time,
+            calls,
+        })
+}
+
+pub fn infer_start() -> impl Strategy<Value = InferStart> + Clone {
+    (text(), text(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
+        |(model, prompt_preview, messages, tools, iteration)| InferStart {
+            model,
+            prompt_preview,
+            messages,
+            tools,
+            iteration,
+        },
+    )
+}
+
+pub fn infer_end() -> impl Strategy<Value = InferEnd> + Clone {
+    (
+        (text(), text(), any::<u32>(), finish_reason()),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            prop::option::of(micro_usd()),
+            any::<u64>(),
+            any::<u32>(),
+        ),
+    )
+        .prop_map(
+            |(
+                (model, response_preview, tool_calls, finish_reason),
+                (input_tokens, output_tokens, cost, duration_us, iteration),
+            )| InferEnd {
+                model,
+                response_preview,
+                tool_calls,
+                finish_reason,
+                input_tokens,
+                output_tokens,
+                cost,
+                duration_us,
+                iteration,
+            },
+        )
+}
+
+pub fn tool_call() -> impl Strategy<Value = ToolCall> + Clone {
+    (text(), json_value(), any::<u32>()).prop_map(|(name, args, iteration)| ToolCall {
+        name,
+        args,
+        iteration,
+    })
+}
+
+pub fn tool_result() -> impl Strategy<Value = ToolResult> + Clone {
+    (text(), any::<bool>(), text(), any::<u64>(), any::<u32>()).prop_map(
+        |(name, success, output_preview, duration_us, iteration)| ToolResult {
+            name,
+            success,
+            output_preview,
+            duration_us,
+            iteration,
+        },
+    )
+}
+
+pub fn state_access() -> impl Strategy<Value = StateAccess> + Clone {
+    text().prop_map(|key| StateAccess { key })
+}
+
+pub fn fork() -> impl Strategy<Value = Fork> + Clone {
+    (
+        fork_kind(),
+        any::<u32>(),
+        prop::collection::vec(any_trace_id(), 0..5),
+    )
+        .prop_map(|(kind, branch_count, branch_ids)| Fork {
+            kind,
+            branch_count,
+            branch_ids,
+        })
+}
+
+pub fn join() -> impl Strategy<Value = Join> + Clone {
+    (
+        fork_kind(),
+        prop::collection::vec(any_trace_id(), 0..5),
+        prop::option::of(any::<u32>()),
+    )
+        .prop_map(|(kind, branch_ids, winner)| Join {
+            kind,
+            branch_ids,
+            winner,
+        })
+}
+
+pub fn checkpoint_reached() -> impl Strategy<Value = CheckpointReached> + Clone {
+    text().prop_map(|name| CheckpointReached { name })
+}
+
+pub fn limit_start() -> impl Strategy<Value = LimitStart> + Clone {
+    budget().prop_map(|budget| LimitStart { budget })
+}
+
+pub fn exhausted() -> impl Strategy<Value = Exhausted> + Clone {
+    (resource(), any::<u64>(), any::<u64>()).prop_map(|(resource, spent, limit)| Exhausted {
+        resource,
+        spent,
+        limit,
+    })
+}
+
+pub fn timeout_start() -> impl Strategy<Value = TimeoutStart> + Clone {
+    millis().prop_map(|limit| TimeoutStart { limit })
+}
+
+pub fn timed_out() -> impl Strategy<Value = TimedOut> + Clone {
+    millis().prop_map(|limit| TimedOut { limit })
+}
+
+pub fn steering() -> impl Strategy<Value = Steering> + Clone {
+    text().prop_map(Steering::new)
+}
+
+pub fn memory_id() -> impl Strategy<Value = MemoryId> + Clone {
+    text().prop_map(MemoryId)
+}
+
+pub fn remember() -> impl Strategy<Value = Remember> + Clone {
+    (
+        memory_id(),
+        text(),
+        text(),
+        prop::collection::vec(text().prop_map(Tag), 0..4),
+    )
+        .prop_map(|(id, content_preview, content_hash, tags)| Remember {
+            id,
+            content_preview,
+            content_hash,
+            tags,
+        })
+}
+
+pub fn recall() -> impl Strategy<Value = Recall> + Clone {
+    (
+        text(),
+        text(),
+        any::<u32>(),
+        prop::collection::vec(memory_id(), 0..4),
+    )
+        .prop_map(|(query_preview, query_hash, results, ids)| Recall {
+            query_preview,
+            query_hash,
+            results,
+            ids,
+        })
+}
+
+pub fn forget() -> impl Strategy<Value = Forget> + Clone {
+    (memory_id(), any::<bool>()).prop_map(|(id, existed)| Forget { id, existed })
+}
+
+pub fn custom() -> impl Strategy<Value = Custom> + Clone {
+    (text(), json_value()).prop_map(|(name, data)| Custom { name, data })
+}
+
+pub fn failure() -> impl Strategy<Value = Failure> + Clone {
+    text().prop_map(|message| Failure { message })
+}
+
+/// Events of one type. The match is exhaustive, so a new event type does not compile until it
+/// has a strategy here.
+pub fn event_kind_of(ty: EventType) -> BoxedStrategy<EventKind> {
+    match ty {
+        EventType::InferStart => infer_start().prop_map(EventKind::InferStart).boxed(),
+        EventType::InferEnd => infer_end().prop_map(EventKind::InferEnd).boxed(),
+        EventType::ToolCall => tool_call().prop_map(EventKind::ToolCall).boxed(),
+        EventType::ToolResult => tool_result().prop_map(EventKind::ToolResult).boxed(),
+        EventType::StateRead => state_access().prop_map(EventKind::StateRead).boxed(),
+        EventType::StateWrite => state_access().prop_map(EventKind::StateWrite).boxed(),
+        EventType::Fork => fork().prop_map(EventKind::Fork).boxed(),
+        EventType::Join => join().prop_map(EventKind::Join).boxed(),
+        EventType::Checkpoint => checkpoint_reached().prop_map(EventKind::Checkpoint).boxed(),
+        EventType::Limit => limit_start().prop_map(EventKind::Limit).boxed(),
+        EventType::Exhausted => exhausted().prop_map(EventKind::Exhausted).boxed(),
+        EventType::Timeout => timeout_start().prop_map(EventKind::Timeout).boxed(),
+        EventType::TimedOut => timed_out().prop_map(EventKind::TimedOut).boxed(),
+        EventType::Steering => steering().prop_map(EventKind::Steering).boxed(),
+        EventType::Remember => remember().prop_map(EventKind::Remember).boxed(),
+        EventType::Recall => recall().prop_map(EventKind::Recall).boxed(),
+        EventType::Forget => forget().prop_map(EventKind::Forget).boxed(),
+        EventType::Custom => custom().prop_map(EventKind::Custom).boxed(),
+        EventType::Error => failure().prop_map(EventKind::Error).boxed(),
+    }
+}
+
+/// An event of any type (every type equally likely).
+pub fn event_kind() -> BoxedStrategy<EventKind> {
+    prop::sample::select(EventType::ALL)
+        .prop_flat_map(event_kind_of)
+        .boxed()
+}
+
+pub fn event() -> impl Strategy<Value = Event> {
+    (timestamp(), event_kind()).prop_map(|(at, kind)| Event { at, kind })
+}
+
+pub fn entry() -> impl Strategy<Value = TraceEntry> {
+    (any_trace_id(), any::<bool>(), event()).prop_map(|(trace_id, cancelled, event)| TraceEntry {
+        trace_id,
+        cancelled,
+        event,
+    })
+}
+
+/// A trace whose events belong to a few branches of one run (or, rarely, to unrelated ids).
+pub fn trace_with(events: std::ops::Range<usize>) -> impl Strategy<Value = Trace> {
+    (
+        trace_id(),
+        prop::option::of(any_trace_id()),
+        timestamp(),
+        prop::option::of(timestamp()),
+        prop::collection::vec(entry(), events),
+    )
+        .prop_map(|(id, parent_id, start, end, events)| Trace {
+            id,
+            parent_id,
+            start,
+            end,
+            events,
+        })
+}
+
+pub fn trace() -> impl Strategy<Value = Trace> {
+    trace_with(0..16)
+}
+
+// ---- hand-built events ----
+
+/// `2026-11-22T10:00:00Z` plus `ms` milliseconds.
+pub fn t(ms: i64) -> Timestamp {
+    Timestamp::from_timestamp_millis(1_795_341_600_000 + ms).expect("in range")
+}
+
+pub fn entry_at(id: &str, ms: i64, kind: EventKind) -> TraceEntry {
+    TraceEntry {
+        trace_id: TraceId::from(id),
+        cancelled: false,
+        event: Event::at(t(ms), kind),
+    }
+}
+
+pub fn infer_start_kind(iteration: u32) -> EventKind {
+    EventKind::InferStart(InferStart {
+        model: "small-model".into(),
+        prompt_preview: "Plan a trip".into(),
+        messages: 2,
+        tools: 1,
+        iteration,
+    })
+}
+
+pub fn infer_end_kind(cost: Option<u64>, input: u64, output: u64, duration_us: u64) -> EventKind {
+    EventKind::InferEnd(InferEnd {
+        model: "small-model".into(),
+        response_preview: "Sure, here is a plan".into(),
+        tool_calls: 0,
+        finish_reason: FinishReason::Stop,
+        input_tokens: input,
+        output_tokens: output,
+        cost: cost.map(MicroUsd),
+        duration_us,
+        iteration: 0,
+    })
+}
+
+pub fn tool_call_kind(name: &str, args: Value) -> EventKind {
+    EventKind::ToolCall(ToolCall {
+        name: name.into(),
+        args,
+        iteration: 0,
+    })
+}
+
+pub fn tool_result_kind(name: &str, success: bool, output: &str, duration_us: u64) -> EventKind {
+    EventKind::ToolResult(ToolResult {
+        name: name.into(),
+        success,
+        output_preview: output.into(),
+        duration_us,
+        iteration: 0,
+    })
+}
+
+pub fn checkpoint_kind(name: &str) -> EventKind {
+    EventKind::Checkpoint(CheckpointReached { name: name.into() })
+}
+
+/// The entries of `events` as a multiset, keyed by their JSON (entries are not `Ord`).
+pub fn multiset(events: &[TraceEntry]) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for e in events {
+        *out.entry(serde_json::to_string(e).expect("serializable"))
+            .or_default() += 1;
+    }
+    out
+}
+
+/// A fresh, empty directory under the system temp dir, removed when dropped.
+pub struct TempDir(pub std::path::PathBuf);
+
+impl TempDir {
+    pub fn new(tag: &str) -> TempDir {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
+        let dir = std::env::temp_dir().join(format!(
+            "agent-op-{tag}-{}-{nanos}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).expect("create temp dir");
+        TempDir(dir)
+    }
+
+    pub fn path(&self, name: &str) -> std::path::PathBuf {
+        self.0.join(name)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

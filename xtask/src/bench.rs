@@ -1,0 +1,93 @@
+//! `cargo xtask bench [FILTER]`: runs every bench target, streaming result lines to stdout.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{ExitCode, Stdio};
+
+use crate::{cargo, display, exit_code};
+
+/// Runs `cargo bench --workspace --benches [-- FILTER]` from `root`, forwarding each result
+/// line of the child's stdout to stdout as it arrives and every other line to stderr. The
+/// child's stderr is inherited. Exits with the child's status.
+pub fn run(root: &Path, filter: Option<String>) -> Result<ExitCode, String> {
+    let mut args = vec!["bench", "--workspace", "--benches"];
+    if let Some(filter) = &filter {
+        args.extend(["--", filter.as_str()]);
+    }
+    let shown = display(&args);
+    eprintln!("==> {shown}");
+    let mut child = cargo(root, &args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("could not run `{shown}`: {e}"))?;
+    let forwarded = match child.stdout.take() {
+        Some(stdout) => forward(stdout),
+        None => Err(io::Error::other("child stdout was not captured")),
+    };
+    if let Err(e) = forwarded {
+        // Nothing more can be reported; don't leave the benchmarks running unobserved.
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!("forwarding the output of `{shown}`: {e}"));
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for `{shown}`: {e}"))?;
+    if !status.success() {
+        eprintln!("==> FAILED: {shown} ({status})");
+    }
+    Ok(exit_code(status))
+}
+
+/// Copies `input` line by line: result lines to stdout, other lines to stderr. Each line is
+/// flushed at once, so progress shows while the benchmarks run.
+fn forward(input: impl Read) -> io::Result<()> {
+    let mut reader = BufReader::new(input);
+    let mut buf = Vec::new();
+    loop {
+        buf.clear();
+        if reader.read_until(b'\n', &mut buf)? == 0 {
+            return Ok(());
+        }
+        let line = String::from_utf8_lossy(&buf);
+        let line = line.trim_end_matches(['\n', '\r']);
+        if is_result_line(line) {
+            let mut out = io::stdout().lock();
+            writeln!(out, "{line}")?;
+            out.flush()?;
+        } else {
+            let mut err = io::stderr().lock();
+            writeln!(err, "{line}")?;
+            err.flush()?;
+        }
+    }
+}
+
+/// Whether `line` is a benchmark result: a JSON object with a `name` key.
+fn is_result_line(line: &str) -> bool {
+    serde_json::from_str::<serde_json::Value>(line)
+        .is_ok_and(|v| v.as_object().is_some_and(|o| o.contains_key("name")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_result_line;
+
+    #[test]
+    fn recognizes_result_lines() {
+        assert!(is_result_line(
+            r#"{"name":"seq.step","value":58.1,"unit":"ns/step","baseline":9.7,"ratio":5.99}"#
+        ));
+        assert!(is_result_line(r#"  {"name":"x"}  "#));
+    }
+
+    #[test]
+    fn rejects_other_lines() {
+        assert!(!is_result_line(""));
+        assert!(!is_result_line("running 0 tests"));
+        assert!(!is_result_line(r#"{"value":1}"#));
+        assert!(!is_result_line(r#"["name"]"#));
+        assert!(!is_result_line("{\"name\":"));
+    }
+}

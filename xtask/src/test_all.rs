@@ -1,0 +1,80 @@
+//! `cargo xtask test-all`: every check CI runs, in order, stopping at the first failure.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use crate::{cargo, display, format_duration};
+
+/// The steps, in order: each is the argument list of one `cargo` invocation.
+///
+/// The test step deliberately does not use `--all-targets`. Per the cargo book that flag
+/// means `--lib --bins --tests --benches --examples`, and `cargo test` *executes* every
+/// target it selects, bench targets included (built in test mode, unoptimized). The only
+/// signal cargo gives a benchmark binary is the `--bench` flag, which the `cargo bench` page
+/// says cargo passes "regardless of whether the harness is libtest or a custom harness" --
+/// and `cargo test` does not pass it. A `harness = false` bench is just its own `main`, so
+/// it would run the whole benchmark. Checked with cargo 1.95: under
+/// `cargo test --all-targets` such a bench's `main` runs with no arguments at all. So bench
+/// targets are only compiled (and linted) by the clippy step, which does use
+/// `--all-targets`.
+const STEPS: &[&[&str]] = &[
+    &["fmt", "--all", "--", "--check"],
+    &[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ],
+    &[
+        "test",
+        "--workspace",
+        "--lib",
+        "--bins",
+        "--tests",
+        "--examples",
+    ],
+    &["test", "--workspace", "--doc"],
+];
+
+/// Runs every step from the workspace `root`. Returns failure after the first failed step.
+pub fn run(root: &Path) -> Result<ExitCode, String> {
+    let start = Instant::now();
+    for (i, args) in STEPS.iter().enumerate() {
+        if !run_step(root, args, i + 1)? {
+            eprintln!(
+                "test-all: FAILED at step {}/{} (`{}`) after {}",
+                i + 1,
+                STEPS.len(),
+                display(args),
+                format_duration(start.elapsed())
+            );
+            return Ok(ExitCode::FAILURE);
+        }
+    }
+    eprintln!(
+        "test-all: all {} steps passed in {}",
+        STEPS.len(),
+        format_duration(start.elapsed())
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Runs step number `n` and reports it on stderr. Returns whether it succeeded.
+fn run_step(root: &Path, args: &[&str], n: usize) -> Result<bool, String> {
+    let shown = display(args);
+    eprintln!("==> [{n}/{}] {shown}", STEPS.len());
+    let start = Instant::now();
+    let status = cargo(root, args)
+        .status()
+        .map_err(|e| format!("could not run `{shown}`: {e}"))?;
+    let elapsed = format_duration(start.elapsed());
+    if status.success() {
+        eprintln!("==> ok: {shown} ({elapsed})");
+    } else {
+        eprintln!("==> FAILED: {shown} ({status}, after {elapsed})");
+    }
+    Ok(status.success())
+}
