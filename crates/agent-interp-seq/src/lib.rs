@@ -32,6 +32,23 @@ use agent_op::Op;
 /// another in declaration order, and `race` tries its branches in order.
 ///
 /// Must be called inside a tokio runtime with the time driver enabled.
+///
+/// ```
+/// use agent_interp_seq::{run, Config};
+/// use agent_op::op::{self, Op};
+/// use agent_op::{Prompt, Response};
+/// use agent_provider::ScriptedProvider;
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+/// let config = Config::new().provider(ScriptedProvider::new([Response::text("hi!")]));
+/// let program: Op<u32, String> = op::infer_raw("m", Prompt::new().user("hello"))
+///     .and_then(|reply| op::modify(|turns: &mut u32| *turns += 1).map(move |_| reply.content));
+/// let outcome = run(&config, 0, program).await.unwrap();
+/// assert_eq!(outcome.value, "hi!");
+/// assert_eq!(outcome.state, 1);
+/// assert_eq!(outcome.trace.infer_calls(), 1);
+/// # });
+/// ```
 pub async fn run<S, A>(
     config: &Config,
     initial_state: S,
@@ -45,3 +62,8 @@ where
         .run(config, initial_state, program)
         .await
 }
+
+/// Compiles the code in the workspace README as a doc test, so it cannot drift from the API.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

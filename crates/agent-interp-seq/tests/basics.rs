@@ -134,15 +134,42 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
         .block_on(f)
 }
 
+fn rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    let kib: u64 = line
+        .trim_start_matches("VmRSS:")
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
+}
+
 #[test]
-fn million_step_loops_run_in_constant_stack() {
-    let n = 1_000_000u64;
-    let total = on_small_stack(move || {
+fn ten_million_step_loops_run_in_constant_stack_and_memory() {
+    let n = 10_000_000u64;
+    let (total, growth) = on_small_stack(move || {
         let program: Op<u64, u64> =
             op::repeat(n, |_| op::modify(|s: &mut u64| *s += 1).then(op::get())).then(op::get());
-        block_on(run(&Config::new(), 0u64, program)).unwrap().value
+        let before = rss_bytes();
+        let total = block_on(run(&Config::new(), 0u64, program)).unwrap().value;
+        let growth = before.zip(rss_bytes()).map(|(b, a)| a.saturating_sub(b));
+        (total, growth)
     });
     assert_eq!(total, n);
+    if let Some(growth) = growth {
+        assert!(
+            growth < 16 * 1024 * 1024,
+            "RSS grew by {growth} bytes over {n} steps"
+        );
+    }
+}
+
+#[test]
+fn million_step_recursive_programs_run_in_constant_stack() {
+    let n = 1_000_000u64;
 
     // A tail-recursive program built with `and_then`.
     fn count_down(n: u64) -> Op<u64, u64> {
