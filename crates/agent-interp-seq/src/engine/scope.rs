@@ -94,6 +94,21 @@ struct Spent {
     unbounded_cost: u64,
 }
 
+impl Spent {
+    /// Takes one call's reservation back out of the in-flight counters.
+    fn unreserve(&mut self, worst: WorstCase) {
+        self.in_flight = self.in_flight.saturating_sub(1);
+        match worst.tokens {
+            Some(t) => self.reserved_tokens = self.reserved_tokens.saturating_sub(t),
+            None => self.unbounded_tokens = self.unbounded_tokens.saturating_sub(1),
+        }
+        match worst.cost {
+            Some(c) => self.reserved_cost = MicroUsd(self.reserved_cost.0.saturating_sub(c.0)),
+            None => self.unbounded_cost = self.unbounded_cost.saturating_sub(1),
+        }
+    }
+}
+
 /// The most a call can use, when known.
 #[derive(Copy, Clone, Debug, Default)]
 pub(crate) struct WorstCase {
@@ -192,15 +207,7 @@ impl BudgetCell {
     ) -> Option<Exhausted> {
         let exceeded = {
             let mut s = self.lock();
-            s.in_flight = s.in_flight.saturating_sub(1);
-            match worst.tokens {
-                Some(t) => s.reserved_tokens = s.reserved_tokens.saturating_sub(t),
-                None => s.unbounded_tokens = s.unbounded_tokens.saturating_sub(1),
-            }
-            match worst.cost {
-                Some(c) => s.reserved_cost = MicroUsd(s.reserved_cost.0.saturating_sub(c.0)),
-                None => s.unbounded_cost = s.unbounded_cost.saturating_sub(1),
-            }
+            s.unreserve(worst);
             s.calls += 1;
             if let Some(usage) = usage {
                 s.tokens = s.tokens.saturating_add(usage.total());
@@ -238,18 +245,7 @@ impl BudgetCell {
 
     /// Gives back a reservation for a call that never started.
     pub(crate) fn release(&self, worst: WorstCase) {
-        {
-            let mut s = self.lock();
-            s.in_flight = s.in_flight.saturating_sub(1);
-            match worst.tokens {
-                Some(t) => s.reserved_tokens = s.reserved_tokens.saturating_sub(t),
-                None => s.unbounded_tokens = s.unbounded_tokens.saturating_sub(1),
-            }
-            match worst.cost {
-                Some(c) => s.reserved_cost = MicroUsd(s.reserved_cost.0.saturating_sub(c.0)),
-                None => s.unbounded_cost = s.unbounded_cost.saturating_sub(1),
-            }
-        }
+        self.lock().unreserve(worst);
         self.settled.notify_waiters();
     }
 
