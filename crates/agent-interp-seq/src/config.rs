@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 use agent_op::{MemoryBackend, Provider, Steering, Tool, ToolSet, TraceId};
@@ -30,6 +31,7 @@ pub struct Config {
     pub(crate) steering: SteeringQueue,
     pub(crate) cancel: CancellationToken,
     pub(crate) trace_id: Option<TraceId>,
+    pub(crate) max_concurrency: Option<NonZeroUsize>,
 }
 
 impl Config {
@@ -98,6 +100,19 @@ impl Config {
         self
     }
 
+    /// Runs at most `limit` branches of each `par` or `race` at once (concurrent interpreters;
+    /// the sequential one runs one branch at a time anyway). The limit is per fork, so nested
+    /// forks cannot deadlock waiting for each other's slots.
+    pub fn max_concurrency(mut self, limit: NonZeroUsize) -> Config {
+        self.max_concurrency = Some(limit);
+        self
+    }
+
+    /// The per-fork concurrency limit, if any.
+    pub fn concurrency_limit(&self) -> Option<NonZeroUsize> {
+        self.max_concurrency
+    }
+
     /// The steering queue: push messages here for the program's `check()`.
     pub fn steering_queue(&self) -> &SteeringQueue {
         &self.steering
@@ -124,6 +139,7 @@ impl fmt::Debug for Config {
             .field("steering", &self.steering.len())
             .field("aborted", &self.cancel.is_cancelled())
             .field("trace_id", &self.trace_id)
+            .field("max_concurrency", &self.max_concurrency)
             .finish()
     }
 }

@@ -237,3 +237,39 @@ async fn branch_iterations_continue_from_the_parent() {
         .collect();
     assert_eq!(iterations, vec![0, 1, 1]);
 }
+
+#[tokio::test]
+async fn sequential_forks_in_one_parent_get_distinct_branch_ids() {
+    let program: Op<Counters, _> = op::par(vec![note("a"), note("b")])
+        .then(op::race(vec![note("c").then(op::pure(1)), op::pure(2)]))
+        .then(op::par(vec![op::trace_id()]));
+    let outcome = run(
+        &Config::new().trace_id("calm-owl-0014"),
+        Counters::default(),
+        program,
+    )
+    .await
+    .unwrap();
+    let root = TraceId::from("calm-owl-0014");
+    let forks: Vec<Vec<TraceId>> = outcome
+        .trace
+        .events_of(EventType::Fork)
+        .map(|e| match &e.event.kind {
+            EventKind::Fork(f) => f.branch_ids.clone(),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(
+        forks,
+        vec![
+            vec![root.child(0), root.child(1)],
+            vec![root.child(2), root.child(3)],
+            vec![root.child(4)],
+        ]
+    );
+    assert_eq!(
+        outcome.value,
+        vec![root.child(4)],
+        "a branch knows its own id"
+    );
+}

@@ -13,6 +13,8 @@
 //! - [`node`]: the erased program tree interpreters walk;
 //! - [`message`]: messages, prompts and model responses;
 //! - [`trace`]: events, trace ids, traces and their queries, checkpoints, JSONL;
+//! - [`crdt`]: merge-able state types (counters, registers, sets, a log, a map) for `par`,
+//!   and `#[derive(Merge)]` for structs of them;
 //! - the effect-handler traits interpreters call: [`Provider`], [`Tool`], [`MemoryBackend`],
 //!   [`EmbeddingProvider`];
 //! - [`Budget`], [`Merge`], [`Steering`], [`MicroUsd`].
@@ -39,6 +41,7 @@
 pub mod agent;
 mod budget;
 mod cost;
+pub mod crdt;
 mod future;
 mod macros;
 mod memory;
@@ -53,6 +56,9 @@ mod steering;
 mod tool;
 pub mod trace;
 
+/// `#[derive(Merge)]`: merges a struct field by field (see [`crdt`] for an example).
+#[cfg(feature = "derive")]
+pub use agent_op_derive::Merge;
 pub use budget::{Budget, Exhausted, Resource, TimedOut};
 pub use cost::MicroUsd;
 pub use future::BoxFuture;
@@ -67,7 +73,7 @@ pub use message::{
 };
 pub use op::Op;
 pub use preview::{PREVIEW_CHARS, preview};
-pub use provider::{Provider, ProviderError};
+pub use provider::{Delta, Provider, ProviderError};
 pub use steering::Steering;
 pub use tool::{FnTool, Tool, ToolDefinition, ToolError, ToolErrorKind, ToolSet};
 pub use trace::{Checkpoint, Event, EventKind, EventType, Timestamp, Trace, TraceEntry, TraceId};

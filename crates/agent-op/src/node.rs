@@ -172,6 +172,8 @@ pub enum Effect {
     Emit(EventKind),
     /// The trace so far. Yields [`Trace`](crate::Trace).
     GetTrace,
+    /// The id of the run or branch running this. Yields [`TraceId`](crate::TraceId).
+    TraceId,
     /// The next steering message, if any. Yields `Option<Steering>`.
     Check,
     /// Store a memory. Yields [`MemoryId`].

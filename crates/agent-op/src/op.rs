@@ -31,7 +31,7 @@ use crate::node::{
 };
 use crate::steering::Steering;
 use crate::tool::{ToolDefinition, ToolError};
-use crate::trace::{EventKind, Trace};
+use crate::trace::{EventKind, Trace, TraceId};
 
 /// A program over state `S` that returns an `A`.
 ///
@@ -319,6 +319,29 @@ pub fn emit<S>(kind: impl Into<EventKind>) -> Op<S, ()> {
 /// The trace of this run (or of this branch) so far.
 pub fn get_trace<S>() -> Op<S, Trace> {
     effect(Effect::GetTrace)
+}
+
+/// The id of the run or branch this runs in (`brave-otter-3f2a`, `brave-otter-3f2a.1`, ...):
+/// the same under every interpreter, so CRDT state can use it to name the writer of a change.
+pub fn trace_id<S>() -> Op<S, TraceId> {
+    effect(Effect::TraceId)
+}
+
+/// Like [`modify`], with the id of the run or branch making the change (see [`trace_id`]).
+///
+/// ```
+/// use agent_op::crdt::GCounter;
+/// use agent_op::op::{self, Op};
+///
+/// let hit: Op<GCounter, ()> = op::modify_as(|hits: &mut GCounter, me| hits.increment(me, 1));
+/// # let _ = hit;
+/// ```
+pub fn modify_as<S, F>(f: F) -> Op<S, ()>
+where
+    S: 'static,
+    F: FnOnce(&mut S, &TraceId) + Send + 'static,
+{
+    trace_id().and_then(move |id| modify(move |s| f(s, &id)))
 }
 
 /// Takes a checkpoint named `name`: records a `Checkpoint` event and a

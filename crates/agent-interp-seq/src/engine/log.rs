@@ -75,7 +75,7 @@ impl BranchLog {
 
     /// This log and every branch below it, as a trace (non-destructive).
     pub(crate) fn snapshot(&self) -> Trace {
-        let mut events = Vec::new();
+        let mut events = Vec::with_capacity(self.count());
         self.collect(false, &mut events, &mut |item| match item {
             Item::Event(e) => Some(e.clone()),
             Item::Branches(_) => None,
@@ -85,7 +85,7 @@ impl BranchLog {
 
     /// Moves every event out of this log and its branches into a trace (at the end of a run).
     pub(crate) fn take(&self) -> Trace {
-        let mut events = Vec::new();
+        let mut events = Vec::with_capacity(self.count());
         self.drain(false, &mut events);
         self.trace(events)
     }
@@ -99,6 +99,19 @@ impl BranchLog {
             end: inner.end,
             events,
         }
+    }
+
+    /// How many events this log and its branches hold.
+    fn count(&self) -> usize {
+        let inner = self.lock();
+        inner
+            .items
+            .iter()
+            .map(|item| match item {
+                Item::Event(_) => 1,
+                Item::Branches(branches) => branches.iter().map(|b| b.count()).sum(),
+            })
+            .sum()
     }
 
     fn collect(

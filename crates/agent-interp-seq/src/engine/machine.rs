@@ -8,9 +8,7 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use agent_op::node::{
-    AnyValue, Bind, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, ScopeOk, box_value,
-};
+use agent_op::node::{AnyValue, Bind, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, ScopeOk};
 use agent_op::trace::event::{
     self, CheckpointReached, ForkKind, InferEnd, InferStart, LimitStart, TimeoutStart,
 };
@@ -70,6 +68,12 @@ struct Stack<S> {
     inherited: Arc<[ActiveScope]>,
     /// The earliest deadline of `inherited` and `scopes`.
     next_deadline: Option<Instant>,
+    /// The earliest deadline of `scopes` alone. While a branch awaits, only these need
+    /// watching: the machine awaiting the fork watches the inherited ones (and the abort
+    /// token), and dropping the fork cancels the branch.
+    own_deadline: Option<Instant>,
+    /// Whether this is the run's root machine, the one that watches the abort token.
+    root: bool,
     /// The program's final value, once the `Return` frame received it.
     done: Option<AnyValue>,
     depth: u32,
@@ -83,17 +87,29 @@ pub(crate) struct Machine<S, Sch> {
     stack: Stack<S>,
     /// Model calls made by this branch (and the ancestors before it forked).
     iteration: u32,
+    /// Branches this machine has forked so far: the next branch is `id.forked`, so branch ids
+    /// stay unique when one run or branch forks several times.
+    forked: usize,
     ticks: u32,
 }
 
 impl<S> Stack<S> {
-    fn new(finish: fn(&mut dyn Any) -> AnyValue, inherited: Arc<[ActiveScope]>) -> Stack<S> {
+    fn new(
+        finish: fn(&mut dyn Any) -> AnyValue,
+        inherited: Arc<[ActiveScope]>,
+        root: bool,
+    ) -> Stack<S> {
         let next_deadline = inherited.iter().filter_map(|s| s.deadline).min();
+        // Room for a few frames up front: most programs nest a handful deep.
+        let mut frames = Vec::with_capacity(8);
+        frames.push(Frame::Return(finish));
         Stack {
-            frames: vec![Frame::Return(finish)],
+            frames,
             scopes: Vec::new(),
             inherited,
             next_deadline,
+            own_deadline: None,
+            root,
             done: None,
             depth: 0,
         }
@@ -104,7 +120,12 @@ impl<S> Stack<S> {
     }
 
     fn refresh_deadline(&mut self) {
-        self.next_deadline = self.all_scopes().filter_map(|s| s.deadline).min();
+        self.own_deadline = self.scopes.iter().filter_map(|s| s.deadline).min();
+        let inherited = self.inherited.iter().filter_map(|s| s.deadline).min();
+        self.next_deadline = match (inherited, self.own_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
 
     fn pop_scope(&mut self, id: ScopeId) {
@@ -184,8 +205,9 @@ where
             rt,
             log,
             state,
-            stack: Stack::new(finish, Arc::from(Vec::new())),
+            stack: Stack::new(finish, Arc::from(Vec::new()), true),
             iteration: 0,
+            forked: 0,
             ticks: 0,
         }
     }
@@ -227,8 +249,8 @@ where
                     write(&mut self.state);
                     self.stack.feed(&mut Some(()))
                 }
-                Node::Effect(effect) => match self.effect(*effect).await {
-                    Ok(mut value) => self.stack.feed(&mut *value),
+                Node::Effect(effect) => match self.effect(effect).await {
+                    Ok(next) => next,
                     Err(unwind) => self.unwind(unwind)?,
                 },
                 Node::Checkpoint(cp) => match self.checkpoint(cp.name, cp.snapshot) {
@@ -289,22 +311,32 @@ where
     }
 
     /// Awaits `fut` unless the run is aborted or a deadline in force passes first; then `fut`
-    /// is dropped, cancelling whatever it was doing.
+    /// is dropped, cancelling whatever it was doing. A branch leaves the abort token and the
+    /// inherited deadlines to the machine awaiting its fork, which drops the whole fork.
     async fn guarded<F: Future>(&mut self, fut: F) -> Result<F::Output, Unwind> {
-        let deadline = self.stack.next_deadline;
-        let interrupted = {
-            let cancel = &self.rt.config.cancel;
-            tokio::select! {
+        let cancel = &self.rt.config.cancel;
+        match (self.stack.root, self.stack.own_deadline) {
+            (false, None) => return Ok(fut.await),
+            (true, None) => tokio::select! {
                 biased;
-                () = cancel.cancelled() => true,
-                () = sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => true,
+                () = cancel.cancelled() => return Err(Unwind::Aborted),
                 out = fut => return Ok(out),
-            }
-        };
-        debug_assert!(interrupted);
-        if self.rt.config.cancel.is_cancelled() {
-            return Err(Unwind::Aborted);
+            },
+            (false, Some(deadline)) => tokio::select! {
+                biased;
+                () = Box::pin(sleep_until(deadline)) => {}
+                out = fut => return Ok(out),
+            },
+            // Boxed: most awaits have no deadline, and a timer is large to carry in every
+            // effect's future.
+            (true, Some(deadline)) => tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(Unwind::Aborted),
+                () = Box::pin(sleep_until(deadline)) => {}
+                out = fut => return Ok(out),
+            },
         }
+        // A deadline passed: unwind to the outermost scope whose deadline it was.
         Err(self.stack.expired(Instant::now()).unwrap_or_else(|| {
             Unwind::Fail(ErrorKind::Internal(
                 "a deadline fired but no scope had expired".into(),
@@ -414,35 +446,32 @@ where
     // Effects
     // ------------------------------------------------------------------------------------
 
-    async fn effect(&mut self, effect: Effect) -> Result<AnyValue, Unwind> {
-        match effect {
-            Effect::InferRaw { model, prompt } => self.infer(model, prompt).await,
-            Effect::Tool { name, args } => self.call_tool(name, args).await,
-            Effect::ToolDefinitions => Ok(box_value(self.rt.config.tools.definitions())),
+    /// Runs one effect and feeds its result to the next continuation. The I/O effects are boxed
+    /// one by one: the machine's own future (which every branch allocates) stays small, and each
+    /// call allocates only what it needs.
+    async fn effect(&mut self, effect: Box<Effect>) -> Result<Node<S>, Unwind> {
+        match *effect {
+            Effect::InferRaw { model, prompt } => Box::pin(self.infer(model, prompt)).await,
+            Effect::Tool { name, args } => Box::pin(self.call_tool(name, args)).await,
+            Effect::ToolDefinitions => Ok(self
+                .stack
+                .feed(&mut Some(self.rt.config.tools.definitions()))),
             Effect::Emit(kind) => {
                 self.record(kind);
-                Ok(box_value(()))
+                Ok(self.stack.feed(&mut Some(())))
             }
-            Effect::GetTrace => Ok(box_value(self.log.snapshot())),
+            Effect::GetTrace => Ok(self.stack.feed(&mut Some(self.log.snapshot()))),
+            Effect::TraceId => Ok(self.stack.feed(&mut Some(self.id.clone()))),
             Effect::Check => {
                 let steering = self.rt.config.steering.pop();
                 if let Some(s) = &steering {
                     self.record(EventKind::Steering(s.clone()));
                 }
-                Ok(box_value(steering))
+                Ok(self.stack.feed(&mut Some(steering)))
             }
-            Effect::Remember(memory) => self.remember(memory).await,
-            Effect::Recall { query, limit } => self.recall(query, limit).await,
-            Effect::Forget(id) => {
-                let backend = self.memory()?;
-                match self.guarded(backend.delete(&id)).await? {
-                    Ok(existed) => {
-                        self.record(EventKind::Forget(event::Forget { id, existed }));
-                        Ok(box_value(existed))
-                    }
-                    Err(e) => Err(self.fail(ErrorKind::Memory(e))),
-                }
-            }
+            Effect::Remember(memory) => Box::pin(self.remember(memory)).await,
+            Effect::Recall { query, limit } => Box::pin(self.recall(query, limit)).await,
+            Effect::Forget(id) => Box::pin(self.forget(id)).await,
             Effect::Fail(message) => Err(self.fail(ErrorKind::Program(message))),
         }
     }
@@ -485,7 +514,7 @@ where
         }
     }
 
-    async fn infer(&mut self, model: String, prompt: Prompt) -> Result<AnyValue, Unwind> {
+    async fn infer(&mut self, model: String, prompt: Prompt) -> Result<Node<S>, Unwind> {
         let Some(provider) = self.rt.config.provider.clone() else {
             return Err(self.fail(ErrorKind::NoProvider));
         };
@@ -496,7 +525,12 @@ where
                 .map(|max| prompt.text_bytes().saturating_add(u64::from(max))),
             cost: provider.max_cost(&model, &prompt),
         };
-        let reservation = self.reserve(worst).await?;
+        let budgeted = self.stack.all_scopes().any(|s| s.budget.is_some());
+        let reservation = if budgeted {
+            Box::pin(self.reserve(worst)).await?
+        } else {
+            Reservation::new(worst)
+        };
         let iteration = self.iteration;
         self.record(EventKind::InferStart(InferStart {
             model: model.clone(),
@@ -538,11 +572,11 @@ where
                 scope,
                 exit: ScopeExit::Exhausted(exhausted),
             }),
-            None => Ok(box_value(response)),
+            None => Ok(self.stack.feed(&mut Some(response))),
         }
     }
 
-    async fn call_tool(&mut self, name: String, args: Value) -> Result<AnyValue, Unwind> {
+    async fn call_tool(&mut self, name: String, args: Value) -> Result<Node<S>, Unwind> {
         let iteration = self.iteration;
         self.record(EventKind::ToolCall(event::ToolCall {
             name: name.clone(),
@@ -587,7 +621,7 @@ where
             duration_us: micros(started.elapsed()),
             iteration,
         }));
-        Ok(box_value(result))
+        Ok(self.stack.feed(&mut Some(result)))
     }
 
     fn memory(&mut self) -> Result<Arc<dyn MemoryBackend>, Unwind> {
@@ -597,7 +631,7 @@ where
         }
     }
 
-    async fn remember(&mut self, memory: NewMemory) -> Result<AnyValue, Unwind> {
+    async fn remember(&mut self, memory: NewMemory) -> Result<Node<S>, Unwind> {
         let backend = self.memory()?;
         let content_preview = preview(&memory.content, PREVIEW_CHARS);
         let hash = content_hash(&memory.content);
@@ -610,13 +644,24 @@ where
                     content_hash: hash,
                     tags,
                 }));
-                Ok(box_value(id))
+                Ok(self.stack.feed(&mut Some(id)))
             }
             Err(e) => Err(self.fail(ErrorKind::Memory(e))),
         }
     }
 
-    async fn recall(&mut self, query: String, limit: usize) -> Result<AnyValue, Unwind> {
+    async fn forget(&mut self, id: agent_op::MemoryId) -> Result<Node<S>, Unwind> {
+        let backend = self.memory()?;
+        match self.guarded(backend.delete(&id)).await? {
+            Ok(existed) => {
+                self.record(EventKind::Forget(event::Forget { id, existed }));
+                Ok(self.stack.feed(&mut Some(existed)))
+            }
+            Err(e) => Err(self.fail(ErrorKind::Memory(e))),
+        }
+    }
+
+    async fn recall(&mut self, query: String, limit: usize) -> Result<Node<S>, Unwind> {
         let backend = self.memory()?;
         match self.guarded(backend.search(&query, limit)).await? {
             Ok(hits) => {
@@ -627,7 +672,7 @@ where
                     results: count(entries.len()),
                     ids: entries.iter().map(|e| e.id.clone()).collect(),
                 }));
-                Ok(box_value(entries))
+                Ok(self.stack.feed(&mut Some(entries)))
             }
             Err(e) => Err(self.fail(ErrorKind::Memory(e))),
         }
@@ -667,18 +712,18 @@ where
 
     fn branch(
         &self,
-        index: usize,
         log: Arc<BranchLog>,
         inherited: Arc<[ActiveScope]>,
         finish: fn(&mut dyn Any) -> AnyValue,
     ) -> Self {
         Machine {
             rt: self.rt.clone(),
-            id: self.id.child(index),
+            id: log.id().clone(),
             log,
             state: self.state.clone(),
-            stack: Stack::new(finish, inherited),
+            stack: Stack::new(finish, inherited, false),
             iteration: self.iteration,
+            forked: 0,
             ticks: 0,
         }
     }
@@ -702,7 +747,9 @@ where
         if kind == ForkKind::Race && branches.is_empty() {
             return Err(self.fail(ErrorKind::EmptyRace));
         }
-        let ids: Vec<TraceId> = (0..branches.len()).map(|i| self.id.child(i)).collect();
+        let first = self.forked;
+        self.forked += branches.len();
+        let ids: Vec<TraceId> = (first..self.forked).map(|i| self.id.child(i)).collect();
         self.record(EventKind::Fork(event::Fork {
             kind,
             branch_count: count(ids.len()),
@@ -717,9 +764,8 @@ where
         let futures: Vec<BranchFuture<S>> = branches
             .into_iter()
             .zip(&logs)
-            .enumerate()
-            .map(|(i, (node, log))| {
-                let mut machine = self.branch(i, log.clone(), inherited.clone(), finish);
+            .map(|(node, log)| {
+                let mut machine = self.branch(log.clone(), inherited.clone(), finish);
                 Box::pin(async move {
                     let result = machine.run(node).await;
                     machine.finish();
@@ -888,5 +934,38 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
         s.clone()
     } else {
         "the tool panicked".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every branch of a fork allocates a machine's future, and every model call its infer
+    /// future: letting them grow (an unboxed timer, a prompt moved in) costs fan-out speed.
+    #[test]
+    fn the_futures_every_branch_allocates_stay_small() {
+        let rt = Arc::new(Runtime {
+            config: crate::Config::new(),
+            scheduler: crate::Sequential,
+            checkpoints: std::sync::Mutex::new(Vec::new()),
+            next_scope: std::sync::atomic::AtomicU64::new(0),
+        });
+        let log = BranchLog::new(TraceId::from("x"), None);
+        let mut m: Machine<(), crate::Sequential> =
+            Machine::root(rt, log, (), agent_op::node::rebox::<()>);
+        let run = m.run(Node::Unit);
+        assert!(
+            std::mem::size_of_val(&run) <= 256,
+            "{}",
+            std::mem::size_of_val(&run)
+        );
+        drop(run);
+        let infer = m.infer(String::new(), Prompt::new());
+        assert!(
+            std::mem::size_of_val(&infer) <= 1024,
+            "{}",
+            std::mem::size_of_val(&infer)
+        );
     }
 }

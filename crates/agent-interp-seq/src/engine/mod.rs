@@ -47,8 +47,8 @@ pub struct Outcome<S, A> {
 pub(crate) struct Runtime<Sch> {
     pub(crate) config: Config,
     pub(crate) scheduler: Sch,
-    checkpoints: Mutex<Vec<Checkpoint>>,
-    next_scope: AtomicU64,
+    pub(crate) checkpoints: Mutex<Vec<Checkpoint>>,
+    pub(crate) next_scope: AtomicU64,
 }
 
 impl<Sch> Runtime<Sch> {

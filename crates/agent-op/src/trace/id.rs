@@ -11,8 +11,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// Names a run (`brave-otter-3f2a`) or one of its branches (`brave-otter-3f2a.2`,
 /// `brave-otter-3f2a.2.0`). Cheap to clone.
 ///
-/// Branch ids are derived from the parent id and the branch's index in its `par` or `race`, so
-/// every interpreter names the same branch the same way.
+/// Branch ids are derived from the parent id and the branch's number: a run or branch numbers
+/// the branches it forks in order, `.0`, `.1`, ... for its first `par` or `race`, continuing
+/// (`.2`, `.3`, ...) for the next one, so ids are unique within a run and every interpreter
+/// names the same branch the same way.
 ///
 /// ```
 /// use agent_op::TraceId;
@@ -79,7 +81,33 @@ impl TraceId {
 
     /// The id of branch `index` of this trace.
     pub fn child(&self, index: usize) -> TraceId {
-        TraceId(format!("{}.{index}", self.0).into())
+        // Forks create one id per branch, so build it in a stack buffer: one allocation (the
+        // `Arc`), no formatting machinery.
+        let mut digits = [0u8; 20];
+        let mut n = index;
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (n % 10) as u8;
+            n /= 10;
+            if n == 0 {
+                break;
+            }
+        }
+        let digits = &digits[start..];
+        let mut buf = [0u8; 96];
+        let len = self.0.len() + 1 + digits.len();
+        if len > buf.len() {
+            return TraceId(format!("{}.{index}", self.0).into());
+        }
+        buf[..self.0.len()].copy_from_slice(self.0.as_bytes());
+        buf[self.0.len()] = b'.';
+        buf[self.0.len() + 1..len].copy_from_slice(digits);
+        match std::str::from_utf8(&buf[..len]) {
+            Ok(id) => TraceId(id.into()),
+            // Unreachable (a valid id plus ASCII), but never worth a panic.
+            Err(_) => TraceId(format!("{}.{index}", self.0).into()),
+        }
     }
 
     /// The id of the trace this branch forked from, if it is a branch.

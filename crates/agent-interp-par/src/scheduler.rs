@@ -1,0 +1,137 @@
+//! [`Concurrent`]: runs the branches of a fork at the same time.
+
+use std::num::NonZeroUsize;
+
+use agent_interp_seq::{BranchFuture, BranchOutcome, Scheduler};
+use agent_op::BoxFuture;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use futures_util::stream::{FuturesUnordered, StreamExt};
+
+/// Runs every branch of a `par` or `race` concurrently, on the task that runs the program.
+///
+/// Branches are polled together (like `join_all`/`select`), so while one waits for a model or a
+/// tool the others make progress; nothing is spawned, so dropping the run drops every branch
+/// with it and no task outlives it. CPU-heavy work belongs in tools that declare themselves
+/// blocking ([`Tool::is_blocking`](agent_op::Tool::is_blocking)): the engine runs those on
+/// tokio's blocking pool, where they cannot stall the other branches. (A blocking call that is
+/// cancelled finishes on its thread; its result is discarded.) Long pure loops yield to the
+/// scheduler cooperatively.
+///
+/// - `par`: all branches start at once (or as slots free up, with a concurrency limit, in
+///   declaration order). When a branch fails, branches after it are cancelled; branches before
+///   it are still awaited, so the error reported is always that of the failing branch with the
+///   lowest index. A branch interrupted by an enclosing `limit`, `timeout` or the abort token
+///   stops them all.
+/// - `race`: the first branch to succeed wins; the others are cancelled and dropped before the
+///   program continues.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Concurrent {
+    limit: Option<NonZeroUsize>,
+}
+
+impl Concurrent {
+    /// Runs all branches of a fork at once.
+    pub fn new() -> Concurrent {
+        Concurrent::default()
+    }
+
+    /// Runs at most `limit` branches of each fork at once.
+    pub fn with_limit(limit: Option<NonZeroUsize>) -> Concurrent {
+        Concurrent { limit }
+    }
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Mode {
+    Par,
+    Race,
+}
+
+impl Scheduler for Concurrent {
+    fn run_par<S: Send + 'static>(
+        &self,
+        branches: Vec<BranchFuture<S>>,
+    ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>> {
+        Box::pin(run_all(branches, self.limit, Mode::Par))
+    }
+
+    fn run_race<S: Send + 'static>(
+        &self,
+        branches: Vec<BranchFuture<S>>,
+    ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>> {
+        Box::pin(run_all(branches, self.limit, Mode::Race))
+    }
+}
+
+/// A branch with its position in the fork, so the scheduler can tell which branches are still
+/// in flight.
+struct Indexed<S> {
+    index: usize,
+    branch: BranchFuture<S>,
+}
+
+impl<S> Future for Indexed<S> {
+    type Output = (usize, BranchOutcome<S>);
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let index = self.index;
+        self.branch
+            .as_mut()
+            .poll(cx)
+            .map(|outcome| (index, outcome))
+    }
+}
+
+async fn run_all<S>(
+    branches: Vec<BranchFuture<S>>,
+    limit: Option<NonZeroUsize>,
+    mode: Mode,
+) -> Vec<Option<BranchOutcome<S>>> {
+    let n = branches.len();
+    let mut outcomes: Vec<Option<BranchOutcome<S>>> = Vec::with_capacity(n);
+    outcomes.resize_with(n, || None);
+    let slots = limit.map_or(usize::MAX, NonZeroUsize::get);
+    let mut waiting = branches.into_iter().enumerate();
+    let mut running = FuturesUnordered::new();
+    // In a par, the lowest index that failed: later branches are no longer needed.
+    let mut cutoff = n;
+    loop {
+        while running.len() < slots {
+            let Some((index, branch)) = waiting.next() else {
+                break;
+            };
+            if index < cutoff {
+                running.push(Indexed { index, branch });
+            }
+        }
+        let Some((i, outcome)) = running.next().await else {
+            break;
+        };
+        let stop = match mode {
+            Mode::Race => outcome.succeeded() || outcome.interrupted(),
+            Mode::Par if outcome.interrupted() => true,
+            Mode::Par => {
+                if !outcome.succeeded() && i < cutoff {
+                    cutoff = i;
+                    // Cancel the branches after it (rare, so rebuilding the set is fine).
+                    running = std::mem::take(&mut running)
+                        .into_iter()
+                        .filter(|branch| branch.index < cutoff)
+                        .collect();
+                }
+                false
+            }
+        };
+        outcomes[i] = Some(outcome);
+        if stop {
+            break;
+        }
+    }
+    // Dropping `running` drops every branch still in flight, with its requests and tool calls,
+    // before the program continues.
+    drop(running);
+    outcomes
+}

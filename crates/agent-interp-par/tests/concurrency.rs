@@ -1,0 +1,459 @@
+//! The concurrent interpreter: branches really overlap, results and errors come out as the
+//! sequential interpreter would report them, losers are dropped, budgets are shared.
+
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_interp_par::run;
+use agent_interp_seq::{CancellationToken, Config, ErrorKind};
+use agent_op::crdt::GCounter;
+use agent_op::{
+    BoxFuture, Budget, EventKind, EventType, Exhausted, FnTool, Op, Prompt, Provider,
+    ProviderError, Resource, Response, TimedOut, TraceId, op,
+};
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+/// A provider whose reply latency (ms) is the prompt's first line, e.g. "300\nhello". It
+/// counts calls started, calls in flight (live), and the most in flight at once.
+#[derive(Clone, Default)]
+struct Lab {
+    started: Arc<AtomicUsize>,
+    live: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+}
+
+struct LiveGuard(Arc<AtomicUsize>);
+
+impl Drop for LiveGuard {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Lab {
+    fn enter(&self) -> LiveGuard {
+        self.started.fetch_add(1, Ordering::SeqCst);
+        let now = self.live.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        LiveGuard(self.live.clone())
+    }
+    fn started(&self) -> usize {
+        self.started.load(Ordering::SeqCst)
+    }
+    fn live(&self) -> usize {
+        self.live.load(Ordering::SeqCst)
+    }
+    fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+}
+
+impl Provider for Lab {
+    fn chat<'a>(
+        &'a self,
+        _model: &'a str,
+        prompt: &'a Prompt,
+    ) -> BoxFuture<'a, Result<Response, ProviderError>> {
+        Box::pin(async move {
+            let _live = self.enter();
+            let text = prompt
+                .messages
+                .last()
+                .map(|m| m.content().to_owned())
+                .unwrap_or_default();
+            let (ms, rest) = text.split_once('\n').unwrap_or(("0", &text));
+            tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
+            if rest.starts_with("fail") {
+                return Err(ProviderError::Other(rest.to_owned()));
+            }
+            Ok(Response::text(rest.to_owned()).with_usage(10, 10))
+        })
+    }
+}
+
+fn ask<S: 'static>(ms: u64, text: &str) -> Op<S, String> {
+    op::infer_raw("m", Prompt::new().user(format!("{ms}\n{text}"))).map(|r| r.content)
+}
+
+#[tokio::test(start_paused = true)]
+async fn par_branches_overlap_and_results_keep_declaration_order() {
+    let lab = Lab::default();
+    let program: Op<(), Vec<String>> = op::par(vec![
+        ask(3_000, "slow"),
+        ask(1_000, "fast"),
+        ask(2_000, "mid"),
+    ]);
+    let start = Instant::now();
+    let outcome = run(&Config::new().provider(lab.clone()), (), program)
+        .await
+        .unwrap();
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_secs(3),
+        "the calls ran at the same time"
+    );
+    assert_eq!(outcome.value, ["slow", "fast", "mid"]);
+    assert_eq!(lab.peak(), 3);
+    // The trace is ordered by declaration, not completion: each branch's events follow the fork.
+    let root = outcome.trace.id.clone();
+    let ids: Vec<TraceId> = outcome
+        .trace
+        .events
+        .iter()
+        .map(|e| e.trace_id.clone())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![
+            root.clone(),
+            root.child(0),
+            root.child(0),
+            root.child(1),
+            root.child(1),
+            root.child(2),
+            root.child(2),
+            root,
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn end_states_merge_in_declaration_order_whatever_finishes_first() {
+    let bump = |ms: u64, by: u64| -> Op<GCounter, ()> {
+        ask::<GCounter>(ms, "x").then(op::modify_as(move |c: &mut GCounter, me| {
+            c.increment(me, by)
+        }))
+    };
+    let program = op::modify_as(|c: &mut GCounter, me| c.increment(me, 100))
+        .then(op::par(vec![bump(300, 1), bump(100, 10), bump(200, 1000)]))
+        .then(op::gets(|c: &GCounter| c.value()));
+    let outcome = run(
+        &Config::new()
+            .provider(Lab::default())
+            .trace_id("calm-owl-0010"),
+        GCounter::default(),
+        program,
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.value, 1111);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_lowest_index_failure_wins_even_if_a_later_branch_fails_first() {
+    let lab = Lab::default();
+    let program: Op<(), Vec<String>> = op::par(vec![
+        ask(500, "ok"),
+        ask(400, "fail: second"), // fails second in time but first in declaration order
+        ask(100, "fail: third"),  // fails first in time
+        ask(10_000, "long"),      // cancelled once an earlier branch failed
+    ]);
+    let config = Config::new()
+        .provider(lab.clone())
+        .trace_id("calm-owl-0011");
+    let start = Instant::now();
+    let err = run(&config, (), program).await.unwrap_err();
+    match &err.kind {
+        ErrorKind::Branch { id, error } => {
+            assert_eq!(id, &TraceId::from("calm-owl-0011").child(1));
+            assert!(
+                matches!(&**error, ErrorKind::Provider { error: ProviderError::Other(m), .. } if m == "fail: second")
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(
+        start.elapsed(),
+        Duration::from_millis(500),
+        "branch 0 was awaited, branch 3 was not"
+    );
+    assert_eq!(lab.live(), 0, "the long branch was cancelled and dropped");
+    // Branches after the deciding one are marked cancelled; the ones before are not.
+    let root = TraceId::from("calm-owl-0011");
+    for entry in &err.trace.events {
+        let after = entry.trace_id == root.child(2) || entry.trace_id == root.child(3);
+        assert_eq!(entry.cancelled, after, "{:?}", entry.trace_id);
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn race_returns_the_first_success_and_drops_the_losers_before_continuing() {
+    let lab = Lab::default();
+    let probe = lab.clone();
+    let live_after = FnTool::new("live", "calls in flight", json!({}), move |_args: Value| {
+        let n = probe.live();
+        async move { Ok(json!(n)) }
+    });
+    let program: Op<(), (String, Value)> = op::race(vec![
+        ask(10_000, "slow"),
+        ask(50, "fail: early"),
+        ask(1_000, "winner"),
+        ask(5_000, "late"),
+    ])
+    .and_then(|w| op::tool("live", json!({})).map(move |live| (w, live.unwrap_or_default())));
+    let config = Config::new()
+        .provider(lab.clone())
+        .tool(live_after)
+        .trace_id("calm-owl-0012");
+    let start = Instant::now();
+    let outcome = run(&config, (), program).await.unwrap();
+    assert_eq!(
+        outcome.value,
+        ("winner".into(), json!(0)),
+        "no loser was still running when the program continued"
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(lab.started(), 4);
+    let root = TraceId::from("calm-owl-0012");
+    match &outcome
+        .trace
+        .events_of(EventType::Join)
+        .next()
+        .unwrap()
+        .event
+        .kind
+    {
+        EventKind::Join(j) => assert_eq!(j.winner, Some(2)),
+        other => panic!("unexpected {other:?}"),
+    }
+    // The losers' events stay, marked cancelled (the early failure finished: not cancelled).
+    let cancelled: Vec<bool> = (0..4)
+        .map(|i| {
+            outcome
+                .trace
+                .events
+                .iter()
+                .filter(|e| e.trace_id == root.child(i))
+                .all(|e| e.cancelled)
+        })
+        .collect();
+    assert_eq!(cancelled, [true, false, false, true]);
+    assert!(
+        outcome
+            .trace
+            .events
+            .iter()
+            .any(|e| e.trace_id == root.child(0)),
+        "the slow loser's InferStart stays"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_race_where_all_fail_reports_the_lowest_index() {
+    let program: Op<(), String> = op::race(vec![ask(300, "fail: a"), ask(100, "fail: b")]);
+    let err = run(
+        &Config::new()
+            .provider(Lab::default())
+            .trace_id("calm-owl-0013"),
+        (),
+        program,
+    )
+    .await
+    .unwrap_err();
+    match &err.kind {
+        ErrorKind::Branch { id, .. } => assert_eq!(id, &TraceId::from("calm-owl-0013").child(0)),
+        other => panic!("unexpected {other:?}"),
+    }
+    let err = run(&Config::new(), (), op::race::<(), ()>(vec![]))
+        .await
+        .unwrap_err();
+    assert_eq!(err.kind, ErrorKind::EmptyRace);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_calls_budget_around_concurrent_branches_is_shared() {
+    // 100 branches race for a budget of 10 model calls: no more than 10 are made.
+    let lab = Lab::default();
+    let branches: Vec<Op<(), String>> = (0..100).map(|i| ask(100, &format!("b{i}"))).collect();
+    let program = op::limit(Budget::new().calls(10), op::par(branches));
+    let outcome = run(&Config::new().provider(lab.clone()), (), program)
+        .await
+        .unwrap();
+    match outcome.value {
+        Err(Exhausted {
+            resource: Resource::Calls,
+            limit: 10,
+            ..
+        }) => {}
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(lab.started() <= 10, "{} calls were made", lab.started());
+    assert_eq!(lab.started(), 10, "the budget admits exactly ten");
+    assert_eq!(lab.live(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_token_budget_without_a_known_worst_case_runs_calls_one_at_a_time() {
+    let lab = Lab::default();
+    let branches: Vec<Op<(), String>> = (0..5).map(|i| ask(100, &format!("b{i}"))).collect();
+    let program = op::limit(Budget::new().tokens(1_000_000), op::par(branches));
+    let start = Instant::now();
+    let outcome = run(&Config::new().provider(lab.clone()), (), program)
+        .await
+        .unwrap();
+    assert!(outcome.value.is_ok());
+    assert_eq!(
+        lab.peak(),
+        1,
+        "calls with an unknown worst case may not overlap under a token budget"
+    );
+    assert_eq!(start.elapsed(), Duration::from_millis(500));
+
+    // With max_tokens the worst case is known, and calls that fit overlap.
+    let lab = Lab::default();
+    let bounded = |i: u32| -> Op<(), String> {
+        op::infer_raw("m", Prompt::new().user(format!("100\nb{i}")).max_tokens(50))
+            .map(|r| r.content)
+    };
+    let program = op::limit(
+        Budget::new().tokens(1_000_000),
+        op::par((0..5).map(bounded).collect()),
+    );
+    let start = Instant::now();
+    run(&Config::new().provider(lab.clone()), (), program)
+        .await
+        .unwrap()
+        .value
+        .unwrap();
+    assert_eq!(lab.peak(), 5);
+    assert_eq!(start.elapsed(), Duration::from_millis(100));
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_concurrency_limit_caps_branches_in_flight() {
+    let lab = Lab::default();
+    let branches: Vec<Op<(), String>> = (0..10).map(|i| ask(100, &format!("b{i}"))).collect();
+    let config = Config::new()
+        .provider(lab.clone())
+        .max_concurrency(NonZeroUsize::new(3).unwrap());
+    let start = Instant::now();
+    let outcome = run(&config, (), op::par(branches)).await.unwrap();
+    assert_eq!(outcome.value.len(), 10);
+    assert_eq!(lab.peak(), 3);
+    assert_eq!(start.elapsed(), Duration::from_millis(400));
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_cancels_every_branch_promptly() {
+    let lab = Lab::default();
+    let branches: Vec<Op<(), String>> = (0..50).map(|i| ask(60_000, &format!("b{i}"))).collect();
+    let inner: Op<(), Vec<String>> = op::par(vec![op::par(branches).map(|v| v.concat())]);
+    let program = op::timeout(Duration::from_secs(1), inner);
+    let start = Instant::now();
+    let outcome = run(&Config::new().provider(lab.clone()), (), program)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome.value,
+        Err(TimedOut {
+            limit: Duration::from_secs(1)
+        })
+    );
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(lab.started(), 50);
+    assert_eq!(lab.live(), 0, "no call outlives the timeout");
+    assert!(
+        outcome
+            .trace
+            .events
+            .iter()
+            .filter(|e| e.trace_id.depth() > 0)
+            .all(|e| e.cancelled)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn abort_cancels_every_branch_and_returns_the_trace_so_far() {
+    let lab = Lab::default();
+    let token = CancellationToken::new();
+    let config = Config::new()
+        .provider(lab.clone())
+        .cancel_token(token.clone());
+    let branches: Vec<Op<(), String>> = (0..20).map(|i| ask(3_600_000, &format!("b{i}"))).collect();
+    let runner = tokio::spawn(async move { run(&config, (), op::par(branches)).await });
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(lab.live(), 20);
+    token.cancel();
+    let err = runner.await.unwrap().unwrap_err();
+    assert_eq!(err.kind, ErrorKind::Aborted);
+    assert_eq!(lab.live(), 0);
+    assert_eq!(err.trace.infer_calls(), 20);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cpu_heavy_blocking_tool_does_not_stall_other_branches() {
+    let finished: Arc<Mutex<Vec<(&'static str, std::time::Instant)>>> = Arc::default();
+    let log = finished.clone();
+    let crunch = FnTool::new("crunch", "CPU-heavy", json!({}), move |_args: Value| {
+        let log = log.clone();
+        async move {
+            std::thread::sleep(Duration::from_millis(400)); // stands in for CPU work
+            log.lock()
+                .unwrap()
+                .push(("crunch", std::time::Instant::now()));
+            Ok(json!("done"))
+        }
+    })
+    .blocking();
+    let log = finished.clone();
+    let quick = FnTool::new("quick", "fast", json!({}), move |_args: Value| {
+        let log = log.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            log.lock()
+                .unwrap()
+                .push(("quick", std::time::Instant::now()));
+            Ok(json!("done"))
+        }
+    });
+    let program: Op<(), Vec<Value>> = op::par(vec![
+        op::tool("crunch", json!({})).map(|r| r.unwrap_or_default()),
+        op::repeat(5, |_| op::tool("quick", json!({}))).map(|_| json!("quick x5")),
+    ]);
+    let start = std::time::Instant::now();
+    run(&Config::new().tool(crunch).tool(quick), (), program)
+        .await
+        .unwrap();
+    let finished = finished.lock().unwrap().clone();
+    let quick_done = finished
+        .iter()
+        .filter(|(n, _)| *n == "quick")
+        .map(|(_, t)| *t)
+        .max()
+        .unwrap();
+    let crunch_done = finished
+        .iter()
+        .find(|(n, _)| *n == "crunch")
+        .map(|(_, t)| *t)
+        .unwrap();
+    assert!(
+        quick_done < crunch_done,
+        "the quick branch finished while the blocking tool ran"
+    );
+    assert!(quick_done - start < Duration::from_millis(300));
+}
+
+#[tokio::test(start_paused = true)]
+async fn tools_in_branches_run_concurrently() {
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let (f, p) = (in_flight.clone(), peak.clone());
+    let wait = FnTool::new("wait", "sleeps", json!({}), move |_args: Value| {
+        let (f, p) = (f.clone(), p.clone());
+        async move {
+            let now = f.fetch_add(1, Ordering::SeqCst) + 1;
+            p.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            f.fetch_sub(1, Ordering::SeqCst);
+            Ok(Value::Null)
+        }
+    });
+    let program: Op<(), _> = op::par((0..8).map(|_| op::tool("wait", json!({}))).collect());
+    let start = Instant::now();
+    run(&Config::new().tool(wait), (), program).await.unwrap();
+    assert_eq!(start.elapsed(), Duration::from_secs(1));
+    assert_eq!(peak.load(Ordering::SeqCst), 8);
+}

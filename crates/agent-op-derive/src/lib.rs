@@ -1,0 +1,153 @@
+//! `#[derive(Merge)]` for [`agent-op`](https://docs.rs/agent-op): makes a state struct
+//! merge-able field by field.
+//!
+//! Use it through `agent-op`, which re-exports it as `agent_op::Merge` (the same name as the
+//! trait, like serde's derives) under its default `derive` feature:
+//!
+//! ```ignore
+//! use agent_op::Merge;
+//! use agent_op::crdt::{GCounter, GSet};
+//!
+//! #[derive(Clone, Default, Merge)]
+//! struct State {
+//!     seen: GSet<String>,
+//!     hits: GCounter,
+//! }
+//! ```
+//!
+//! The generated code names the trait `::agent_op::Merge`, so the crate using the derive must
+//! depend on `agent-op` under that name. This crate does not depend on `agent-op` itself.
+
+use proc_macro::TokenStream;
+use proc_macro2::{Span, TokenStream as TokenStream2};
+use quote::{format_ident, quote};
+use syn::{Data, DeriveInput, Fields, GenericParam, Ident, Index, parse_macro_input, parse_quote};
+
+/// The error for enums and unions, which have no field-by-field join.
+const NOT_A_STRUCT: &str =
+    "Merge can only be derived for structs: merge each field with its own join";
+
+/// Implements `agent_op::Merge` for a struct by merging each field of `other` into the same
+/// field of `self`.
+///
+/// Works for structs with named fields, tuple structs and unit structs. Every field's type must
+/// implement `Merge`; every type parameter of the struct gets a `Merge` bound. The result is a
+/// true join (commutative, associative, idempotent) when every field's merge is.
+///
+/// Enums and unions are rejected: there is no field-by-field join of two different variants.
+#[proc_macro_derive(Merge)]
+pub fn derive_merge(input: TokenStream) -> TokenStream {
+    let input = parse_macro_input!(input as DeriveInput);
+    expand(input)
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// The `impl Merge` for `input`, or the error to report.
+fn expand(mut input: DeriveInput) -> syn::Result<TokenStream2> {
+    let fields = match &input.data {
+        Data::Struct(data) => &data.fields,
+        Data::Enum(data) => return Err(syn::Error::new(data.enum_token.span, NOT_A_STRUCT)),
+        Data::Union(data) => return Err(syn::Error::new(data.union_token.span, NOT_A_STRUCT)),
+    };
+
+    // Mixed-site names cannot clash with anything the user's code names.
+    let other = Ident::new("other", Span::mixed_site());
+    let bindings: Vec<Ident> = (0..fields.len())
+        .map(|i| format_ident!("field{}", i, span = Span::mixed_site()))
+        .collect();
+    let body = match fields {
+        Fields::Named(named) => {
+            let names: Vec<&Ident> = named
+                .named
+                .iter()
+                .filter_map(|f| f.ident.as_ref())
+                .collect();
+            quote! {
+                let Self { #(#names: #bindings),* } = #other;
+                #(::agent_op::Merge::merge(&mut self.#names, #bindings);)*
+            }
+        }
+        Fields::Unnamed(_) => {
+            let indices = (0..fields.len()).map(Index::from);
+            quote! {
+                let Self(#(#bindings),*) = #other;
+                #(::agent_op::Merge::merge(&mut self.#indices, #bindings);)*
+            }
+        }
+        Fields::Unit => quote! {
+            let _ = #other;
+        },
+    };
+
+    for param in &mut input.generics.params {
+        if let GenericParam::Type(ty) = param {
+            ty.bounds.push(parse_quote!(::agent_op::Merge));
+        }
+    }
+    let name = &input.ident;
+    let (impl_generics, ty_generics, where_clause) = input.generics.split_for_impl();
+    Ok(quote! {
+        #[automatically_derived]
+        impl #impl_generics ::agent_op::Merge for #name #ty_generics #where_clause {
+            fn merge(&mut self, #other: Self) {
+                #body
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_str(input: &str) -> Result<String, String> {
+        let input: DeriveInput = syn::parse_str(input).map_err(|e| e.to_string())?;
+        expand(input)
+            .map(|tokens| tokens.to_string())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn named_fields_merge_one_by_one() {
+        let out = expand_str("struct S { a: A, b: B }").unwrap();
+        assert!(out.contains("impl :: agent_op :: Merge for S"), "{out}");
+        assert!(
+            out.contains("let Self { a : field0 , b : field1 } = other"),
+            "{out}"
+        );
+        assert!(out.contains(":: agent_op :: Merge :: merge (& mut self . a , field0)"));
+        assert!(out.contains(":: agent_op :: Merge :: merge (& mut self . b , field1)"));
+    }
+
+    #[test]
+    fn tuple_fields_merge_by_index() {
+        let out = expand_str("struct S(A, B);").unwrap();
+        assert!(out.contains("let Self (field0 , field1) = other"), "{out}");
+        assert!(out.contains(":: agent_op :: Merge :: merge (& mut self . 1 , field1)"));
+    }
+
+    #[test]
+    fn unit_structs_merge_to_themselves() {
+        let out = expand_str("struct S;").unwrap();
+        assert!(out.contains("let _ = other"), "{out}");
+    }
+
+    #[test]
+    fn type_parameters_get_merge_bounds() {
+        let out = expand_str("struct S<'a, T: Clone, const N: usize> where T: Send { a: &'a T }")
+            .unwrap();
+        assert!(
+            out.contains("impl < 'a , T : Clone + :: agent_op :: Merge , const N : usize >"),
+            "{out}"
+        );
+        assert!(out.contains("for S < 'a , T , N > where T : Send"), "{out}");
+    }
+
+    #[test]
+    fn enums_and_unions_are_rejected() {
+        for input in ["enum E { A, B }", "union U { a: u8, b: u16 }"] {
+            assert_eq!(expand_str(input).unwrap_err(), NOT_A_STRUCT);
+        }
+    }
+}
