@@ -1,10 +1,67 @@
 //! # agent-provider: model providers
 //!
-//! Implementations of the [`Provider`](agent_op::Provider) trait.
+//! Implementations of [`Provider`](agent_op::Provider) and
+//! [`EmbeddingProvider`](agent_op::EmbeddingProvider) for the APIs people run, plus what makes
+//! them dependable and testable:
 //!
-//! - [`ScriptedProvider`]: answers from a script or a function and records every call, so
-//!   programs can be tested deterministically without a model.
+//! - [`openai`]: [`OpenAiClient`] for the chat-completions API (OpenAI, vLLM, llama.cpp's
+//!   server, LM Studio, OpenRouter, Ollama's `/v1`): plain and streamed (SSE) chat, tools,
+//!   structured output, and [`OpenAiEmbedder`] for `/embeddings`;
+//! - [`ollama`]: [`OllamaClient`] for Ollama's native `/api/chat` (plain and streamed NDJSON,
+//!   tools, `format`, options, `keep_alive`, reported durations) and [`OllamaEmbedder`] for
+//!   `/api/embed`;
+//! - [`layers`]: [`Retry`](layers::Retry), [`Timeout`](layers::Timeout),
+//!   [`ConcurrencyLimit`](layers::ConcurrencyLimit), [`RateLimit`](layers::RateLimit) and
+//!   [`Fallback`](layers::Fallback), which wrap any provider;
+//! - [`cassette`]: [`RecordingProvider`](cassette::RecordingProvider) and
+//!   [`ReplayProvider`](cassette::ReplayProvider), to record calls once and replay them in
+//!   tests without a network;
+//! - [`Pricing`]: model prices in integer micro-dollars, for
+//!   [`Response::cost`](agent_op::Response::cost) and
+//!   [`Provider::max_cost`](agent_op::Provider::max_cost);
+//! - [`ScriptedProvider`]: answers from a script, for unit tests of programs.
+//!
+//! Internals: `http` (one configured `reqwest` client per provider: connect and request
+//! timeouts on by default, bounded bodies), `error` (the HTTP → [`ProviderError`] mapping both
+//! clients share; see `docs/PROVIDERS.md` for the table), `secret` (API keys never appear in
+//! `Debug` output, errors or cassettes), `json` (shared wire helpers).
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use agent_op::{Prompt, Provider};
+//! use agent_provider::layers::ProviderExt;
+//! use agent_provider::{OllamaClient, OpenAiClient};
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let openai = OpenAiClient::builder().build()?; // OPENAI_API_KEY
+//! let local = OllamaClient::builder().build()?; // OLLAMA_HOST or 127.0.0.1:11434
+//! let model = openai
+//!     .with_retry()
+//!     .with_fallback(local)
+//!     .secondary_model("llama3.2")
+//!     .with_timeout(Duration::from_secs(120));
+//! let reply = model.chat("gpt-4o-mini", &Prompt::new().user("Hello!")).await?;
+//! println!("{}", reply.content);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! [`ProviderError`]: agent_op::ProviderError
 
+pub mod cassette;
+mod error;
+mod http;
+mod json;
+pub mod layers;
+pub mod ollama;
+pub mod openai;
+mod pricing;
 mod scripted;
+mod secret;
 
+pub use error::ConfigError;
+pub use http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT};
+pub use ollama::{OllamaClient, OllamaEmbedder};
+pub use openai::{OpenAiClient, OpenAiEmbedder};
+pub use pricing::{ModelPrice, Pricing};
 pub use scripted::{RecordedCall, ScriptReport, ScriptedProvider};

@@ -1,0 +1,136 @@
+//! [`Fallback`]: calls a second provider when the first fails.
+
+use std::fmt;
+use std::sync::Arc;
+
+use agent_op::{BoxFuture, Delta, MicroUsd, Prompt, Provider, ProviderError, Response};
+
+type Predicate = dyn Fn(&ProviderError) -> bool + Send + Sync;
+
+/// Sends each call to a primary provider and, if it fails, to a secondary one (optionally
+/// under another model name, since providers name models differently).
+///
+/// By default every error falls back; [`Fallback::when`] narrows that. When both fail, the
+/// secondary's error is returned. A streamed call falls back only if the primary failed
+/// before delivering its first delta: the caller has otherwise seen part of a reply already.
+///
+/// ```
+/// use agent_op::ProviderError;
+/// use agent_provider::ScriptedProvider;
+/// use agent_provider::layers::Fallback;
+///
+/// let provider = Fallback::new(ScriptedProvider::new([]), ScriptedProvider::new([]))
+///     .secondary_model("llama3.2")
+///     .when(|e: &ProviderError| e.is_retryable());
+/// # let _ = provider;
+/// ```
+#[derive(Clone)]
+pub struct Fallback<P, Q> {
+    primary: P,
+    secondary: Q,
+    secondary_model: Option<String>,
+    when: Option<Arc<Predicate>>,
+}
+
+impl<P, Q> Fallback<P, Q> {
+    /// Falls back from `primary` to `secondary` on any error.
+    pub fn new(primary: P, secondary: Q) -> Fallback<P, Q> {
+        Fallback {
+            primary,
+            secondary,
+            secondary_model: None,
+            when: None,
+        }
+    }
+
+    /// Calls the secondary provider with this model instead of the requested one.
+    pub fn secondary_model(mut self, model: impl Into<String>) -> Fallback<P, Q> {
+        self.secondary_model = Some(model.into());
+        self
+    }
+
+    /// Falls back only on errors for which `predicate` is true.
+    pub fn when(
+        mut self,
+        predicate: impl Fn(&ProviderError) -> bool + Send + Sync + 'static,
+    ) -> Fallback<P, Q> {
+        self.when = Some(Arc::new(predicate));
+        self
+    }
+
+    /// The primary provider.
+    pub fn primary(&self) -> &P {
+        &self.primary
+    }
+
+    /// The secondary provider.
+    pub fn secondary(&self) -> &Q {
+        &self.secondary
+    }
+
+    fn falls_back(&self, err: &ProviderError) -> bool {
+        self.when.as_ref().is_none_or(|p| p(err))
+    }
+
+    fn second_model<'a>(&'a self, model: &'a str) -> &'a str {
+        self.secondary_model.as_deref().unwrap_or(model)
+    }
+}
+
+impl<P: Provider, Q: Provider> Provider for Fallback<P, Q> {
+    fn chat<'a>(
+        &'a self,
+        model: &'a str,
+        prompt: &'a Prompt,
+    ) -> BoxFuture<'a, Result<Response, ProviderError>> {
+        Box::pin(async move {
+            match self.primary.chat(model, prompt).await {
+                Err(err) if self.falls_back(&err) => {
+                    self.secondary.chat(self.second_model(model), prompt).await
+                }
+                result => result,
+            }
+        })
+    }
+
+    fn chat_stream<'a>(
+        &'a self,
+        model: &'a str,
+        prompt: &'a Prompt,
+        on_delta: &'a mut (dyn FnMut(Delta) + Send),
+    ) -> BoxFuture<'a, Result<Response, ProviderError>> {
+        Box::pin(async move {
+            let mut delivered = false;
+            let mut tracking = |delta: Delta| {
+                delivered = true;
+                on_delta(delta);
+            };
+            let result = self.primary.chat_stream(model, prompt, &mut tracking).await;
+            match result {
+                Err(err) if !delivered && self.falls_back(&err) => {
+                    let model = self.second_model(model);
+                    self.secondary.chat_stream(model, prompt, on_delta).await
+                }
+                result => result,
+            }
+        })
+    }
+
+    /// The larger of the two providers' bounds, if both know one.
+    fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
+        let primary = self.primary.max_cost(model, prompt)?;
+        let secondary = self.secondary.max_cost(self.second_model(model), prompt)?;
+        Some(primary.max(secondary))
+    }
+}
+
+impl<P: fmt::Debug, Q: fmt::Debug> fmt::Debug for Fallback<P, Q> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Fallback")
+            .field("primary", &self.primary)
+            .field("secondary", &self.secondary)
+            .field("secondary_model", &self.secondary_model)
+            .field("when", &self.when.as_ref().map(|_| "<predicate>"))
+            .finish()
+    }
+}

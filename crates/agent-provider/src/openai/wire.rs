@@ -1,0 +1,508 @@
+//! The chat-completions and embeddings wire format: request bodies built by borrowing from a
+//! [`Prompt`], and the response shapes we read.
+
+use agent_op::{
+    FinishReason, Message, Prompt, Response, ResponseFormat, ToolCall, ToolChoice, Usage,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::client::MaxTokensField;
+use crate::json::{arguments_text, arguments_value, nullable};
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+// ---------------------------------------------------------------------------------------------
+
+/// `POST /chat/completions`.
+#[derive(Serialize)]
+pub(crate) struct ChatRequest<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_completion_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    stop: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    seed: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    response_format: Option<WireResponseFormat<'a>>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    stream: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stream_options: Option<StreamOptions>,
+}
+
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+impl<'a> ChatRequest<'a> {
+    pub(crate) fn new(
+        model: &'a str,
+        prompt: &'a Prompt,
+        max_tokens_field: MaxTokensField,
+        stream: bool,
+    ) -> ChatRequest<'a> {
+        let options = &prompt.options;
+        let (max_tokens, max_completion_tokens) = match max_tokens_field {
+            MaxTokensField::MaxTokens => (options.max_tokens, None),
+            MaxTokensField::MaxCompletionTokens => (None, options.max_tokens),
+        };
+        ChatRequest {
+            model,
+            messages: prompt.messages.iter().map(WireMessage::from).collect(),
+            tools: prompt
+                .tools
+                .iter()
+                .map(|t| WireTool {
+                    kind: "function",
+                    function: WireFunction {
+                        name: &t.name,
+                        description: &t.description,
+                        parameters: &t.parameters,
+                    },
+                })
+                .collect(),
+            tool_choice: options.tool_choice.as_ref().map(WireToolChoice::from),
+            temperature: options.temperature,
+            max_tokens,
+            max_completion_tokens,
+            stop: &options.stop,
+            seed: options.seed,
+            response_format: options
+                .response_format
+                .as_ref()
+                .map(WireResponseFormat::from),
+            stream,
+            stream_options: stream.then_some(StreamOptions {
+                include_usage: true,
+            }),
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        /// `null` when the message only calls tools, as the API documents.
+        content: Option<&'a str>,
+        #[serde(skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<WireToolCallOut<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+impl<'a> From<&'a Message> for WireMessage<'a> {
+    fn from(message: &'a Message) -> WireMessage<'a> {
+        match message {
+            Message::System { content } => WireMessage::System { content },
+            Message::User { content } => WireMessage::User { content },
+            Message::Assistant {
+                content,
+                tool_calls,
+            } => WireMessage::Assistant {
+                content: (!content.is_empty() || tool_calls.is_empty()).then_some(content),
+                tool_calls: tool_calls.iter().map(WireToolCallOut::from).collect(),
+            },
+            Message::Tool {
+                tool_call_id,
+                content,
+            } => WireMessage::Tool {
+                tool_call_id,
+                content,
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct WireToolCallOut<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunctionCallOut<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunctionCallOut<'a> {
+    name: &'a str,
+    /// The arguments as JSON text, as the API requires.
+    arguments: String,
+}
+
+impl<'a> From<&'a ToolCall> for WireToolCallOut<'a> {
+    fn from(call: &'a ToolCall) -> WireToolCallOut<'a> {
+        WireToolCallOut {
+            id: &call.id,
+            kind: "function",
+            function: WireFunctionCallOut {
+                name: &call.name,
+                arguments: arguments_text(&call.arguments),
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolChoice<'a> {
+    Mode(&'static str),
+    Named {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: NamedFunction<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct NamedFunction<'a> {
+    name: &'a str,
+}
+
+impl<'a> From<&'a ToolChoice> for WireToolChoice<'a> {
+    fn from(choice: &'a ToolChoice) -> WireToolChoice<'a> {
+        match choice {
+            ToolChoice::Auto => WireToolChoice::Mode("auto"),
+            ToolChoice::None => WireToolChoice::Mode("none"),
+            ToolChoice::Required => WireToolChoice::Mode("required"),
+            ToolChoice::Tool(name) => WireToolChoice::Named {
+                kind: "function",
+                function: NamedFunction { name },
+            },
+        }
+    }
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WireResponseFormat<'a> {
+    Text,
+    JsonObject,
+    JsonSchema { json_schema: JsonSchema<'a> },
+}
+
+#[derive(Serialize)]
+struct JsonSchema<'a> {
+    name: &'a str,
+    schema: &'a Value,
+    strict: bool,
+}
+
+impl<'a> From<&'a ResponseFormat> for WireResponseFormat<'a> {
+    fn from(format: &'a ResponseFormat) -> WireResponseFormat<'a> {
+        match format {
+            ResponseFormat::Text => WireResponseFormat::Text,
+            ResponseFormat::JsonObject => WireResponseFormat::JsonObject,
+            ResponseFormat::JsonSchema {
+                name,
+                schema,
+                strict,
+            } => WireResponseFormat::JsonSchema {
+                json_schema: JsonSchema {
+                    name,
+                    schema,
+                    strict: *strict,
+                },
+            },
+        }
+    }
+}
+
+/// `POST /embeddings`.
+#[derive(Serialize)]
+pub(crate) struct EmbeddingsRequest<'a> {
+    pub(crate) model: &'a str,
+    pub(crate) input: &'a [String],
+    pub(crate) encoding_format: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) dimensions: Option<usize>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Responses
+// ---------------------------------------------------------------------------------------------
+
+/// A `chat.completion` object.
+#[derive(Deserialize)]
+pub(crate) struct ChatCompletion {
+    #[serde(default, deserialize_with = "nullable")]
+    pub(crate) choices: Vec<Choice>,
+    #[serde(default)]
+    pub(crate) usage: Option<WireUsage>,
+    /// Some servers answer 200 with an error object.
+    #[serde(default)]
+    pub(crate) error: Option<Value>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct Choice {
+    #[serde(default)]
+    pub(crate) index: u32,
+    pub(crate) message: ChoiceMessage,
+    #[serde(default)]
+    pub(crate) finish_reason: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct ChoiceMessage {
+    #[serde(default)]
+    pub(crate) content: Option<String>,
+    #[serde(default)]
+    pub(crate) refusal: Option<String>,
+    #[serde(default, deserialize_with = "nullable")]
+    pub(crate) tool_calls: Vec<WireToolCallIn>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireToolCallIn {
+    #[serde(default)]
+    pub(crate) id: Option<String>,
+    pub(crate) function: WireFunctionCallIn,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct WireFunctionCallIn {
+    #[serde(default)]
+    pub(crate) name: String,
+    /// A JSON string per the API; some servers send a JSON object.
+    #[serde(default)]
+    pub(crate) arguments: Value,
+}
+
+#[derive(Copy, Clone, Deserialize)]
+pub(crate) struct WireUsage {
+    #[serde(default)]
+    pub(crate) prompt_tokens: u64,
+    #[serde(default)]
+    pub(crate) completion_tokens: u64,
+}
+
+impl From<WireUsage> for Usage {
+    fn from(u: WireUsage) -> Usage {
+        Usage {
+            input_tokens: u.prompt_tokens,
+            output_tokens: u.completion_tokens,
+        }
+    }
+}
+
+/// An `embedding` list.
+#[derive(Deserialize)]
+pub(crate) struct EmbeddingsResponse {
+    #[serde(default, deserialize_with = "nullable")]
+    pub(crate) data: Vec<EmbeddingData>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct EmbeddingData {
+    #[serde(default)]
+    pub(crate) index: usize,
+    pub(crate) embedding: Vec<f32>,
+}
+
+/// The API's `finish_reason`; `None` and `""` mean "not said".
+pub(crate) fn finish_reason(reason: Option<&str>) -> Option<FinishReason> {
+    Some(match reason? {
+        "" => return None,
+        "stop" => FinishReason::Stop,
+        "length" => FinishReason::Length,
+        "tool_calls" | "function_call" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        other => FinishReason::Other(other.to_owned()),
+    })
+}
+
+impl ChatCompletion {
+    /// The reply of the first choice; a completion without choices is an error.
+    pub(crate) fn into_response(self) -> Option<(Response, Option<Usage>)> {
+        let usage = self.usage.map(Usage::from);
+        let choice = self.choices.into_iter().min_by_key(|c| c.index)?;
+        let ChoiceMessage {
+            content,
+            refusal,
+            tool_calls,
+        } = choice.message;
+        let tool_calls: Vec<ToolCall> = tool_calls
+            .into_iter()
+            .enumerate()
+            .map(|(i, call)| ToolCall {
+                id: call.id.unwrap_or_else(|| format!("call_{i}")),
+                name: call.function.name,
+                arguments: arguments_value(call.function.arguments),
+            })
+            .collect();
+        let finish_reason =
+            finish_reason(choice.finish_reason.as_deref()).unwrap_or(if tool_calls.is_empty() {
+                FinishReason::Stop
+            } else {
+                FinishReason::ToolCalls
+            });
+        // A refusal is what the model said instead of content; keep it as the reply's text.
+        let mut content = content.unwrap_or_default();
+        content.push_str(refusal.as_deref().unwrap_or_default());
+        let response = Response {
+            content,
+            tool_calls,
+            finish_reason,
+            usage: usage.unwrap_or_default(),
+            cost: None,
+        };
+        Some((response, usage))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_op::{InferOptions, ToolDefinition};
+    use serde_json::json;
+
+    #[test]
+    fn a_full_request_body() {
+        let prompt = Prompt::from_messages(vec![
+            Message::system("sys"),
+            Message::user("hi"),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: "call_1".into(),
+                    name: "add".into(),
+                    arguments: json!({"a": 1}),
+                }],
+            },
+            Message::tool_result("call_1", "2"),
+            Message::assistant("done"),
+        ])
+        .tools(vec![ToolDefinition {
+            name: "add".into(),
+            description: "adds".into(),
+            parameters: json!({"type": "object"}),
+        }])
+        .options(InferOptions {
+            temperature: Some(0.5),
+            max_tokens: Some(10),
+            stop: vec!["END".into()],
+            seed: Some(7),
+            response_format: Some(ResponseFormat::JsonSchema {
+                name: "out".into(),
+                schema: json!({"type": "object"}),
+                strict: true,
+            }),
+            tool_choice: Some(ToolChoice::Tool("add".into())),
+        });
+        let body = serde_json::to_value(ChatRequest::new(
+            "m",
+            &prompt,
+            MaxTokensField::MaxCompletionTokens,
+            true,
+        ))
+        .unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "sys"},
+                    {"role": "user", "content": "hi"},
+                    {"role": "assistant", "content": null, "tool_calls": [
+                        {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":1}"}}
+                    ]},
+                    {"role": "tool", "tool_call_id": "call_1", "content": "2"},
+                    {"role": "assistant", "content": "done"},
+                ],
+                "tools": [{"type": "function", "function": {"name": "add", "description": "adds", "parameters": {"type": "object"}}}],
+                "tool_choice": {"type": "function", "function": {"name": "add"}},
+                "temperature": 0.5,
+                "max_completion_tokens": 10,
+                "stop": ["END"],
+                "seed": 7,
+                "response_format": {"type": "json_schema", "json_schema": {"name": "out", "schema": {"type": "object"}, "strict": true}},
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            })
+        );
+    }
+
+    #[test]
+    fn a_minimal_request_body() {
+        let prompt = Prompt::new().user("hi").max_tokens(5);
+        let body = serde_json::to_value(ChatRequest::new(
+            "m",
+            &prompt,
+            MaxTokensField::MaxTokens,
+            false,
+        ))
+        .unwrap();
+        assert_eq!(
+            body,
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
+        );
+    }
+
+    #[test]
+    fn tool_choice_modes() {
+        for (choice, wire) in [
+            (ToolChoice::Auto, json!("auto")),
+            (ToolChoice::None, json!("none")),
+            (ToolChoice::Required, json!("required")),
+        ] {
+            assert_eq!(
+                serde_json::to_value(WireToolChoice::from(&choice)).unwrap(),
+                wire
+            );
+        }
+        assert_eq!(
+            serde_json::to_value(WireResponseFormat::from(&ResponseFormat::JsonObject)).unwrap(),
+            json!({"type": "json_object"})
+        );
+    }
+
+    #[test]
+    fn finish_reasons() {
+        assert_eq!(finish_reason(None), None);
+        assert_eq!(finish_reason(Some("")), None);
+        assert_eq!(finish_reason(Some("length")), Some(FinishReason::Length));
+        assert_eq!(
+            finish_reason(Some("function_call")),
+            Some(FinishReason::ToolCalls)
+        );
+        assert_eq!(
+            finish_reason(Some("eos")),
+            Some(FinishReason::Other("eos".into()))
+        );
+    }
+}
