@@ -37,6 +37,14 @@ const STEPS: &[&[&str]] = &[
         "--examples",
     ],
     &["test", "--workspace", "--doc"],
+    // Broken intra-doc links and other rustdoc warnings fail the build like clippy's do.
+    &[
+        "doc",
+        "--workspace",
+        "--no-deps",
+        "--config",
+        "build.rustdocflags=[\"-D\", \"warnings\"]",
+    ],
 ];
 
 /// Runs every step from the workspace `root`. Returns failure after the first failed step.

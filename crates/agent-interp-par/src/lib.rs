@@ -1,6 +1,6 @@
 //! # agent-interp-par: the concurrent interpreter
 //!
-//! Runs the same [`Op`](agent_op::Op) programs as `agent-interp-seq`, with the same
+//! Runs the same [`Op`] programs as `agent-interp-seq`, with the same
 //! [`Config`], but `par` branches run concurrently and `race` really races: the first branch to
 //! succeed wins and the others are cancelled. It is the sequential interpreter's engine with a
 //! different branch scheduler ([`Concurrent`]), so for deterministic programs both interpreters
@@ -8,9 +8,10 @@
 //! check exactly that).
 //!
 //! - [`run`] runs a program;
-//! - [`Concurrent`] is the scheduler, for use with [`Engine`](agent_interp_seq::Engine);
-//! - budgets in force around concurrent branches are shared: see
-//!   [`agent_interp_seq::engine::scope`] for the exact guarantee.
+//! - [`Concurrent`] is the scheduler, for use with `agent_interp_seq::Engine`;
+//! - a budget around concurrent branches is shared by all of them: see
+//!   [`agent_op::op::limit`] for the exact guarantee (a budget of N calls never admits more
+//!   than N calls, however many branches race for it).
 //!
 //! ```
 //! use std::time::Duration;

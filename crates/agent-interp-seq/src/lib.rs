@@ -1,6 +1,6 @@
 //! # agent-interp-seq: the sequential interpreter
 //!
-//! Runs [`Op`](agent_op::Op) programs one operation at a time. Its behaviour is the reference
+//! Runs [`Op`] programs one operation at a time. Its behaviour is the reference
 //! semantics of the DSL: the parallel interpreter (`agent-interp-par`) shares this crate's
 //! [`Engine`] and only swaps the branch [`Scheduler`], so both give the same result, state and
 //! trace for the same program.

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::sync::Mutex;
 
 use agent_op::trace::jsonl::{JsonlAppender, JsonlError, TornLine};
-use agent_op::{Checkpoint, Event, TraceEntry, TraceId};
+use agent_op::{Checkpoint, Delta, Event, TraceEntry, TraceId};
 
 /// Sees every event of a run as it happens (in a concurrent run, branches interleave; the final
 /// trace is ordered deterministically).
@@ -18,6 +18,19 @@ pub trait Subscriber: Send + Sync {
     /// A checkpoint was taken.
     fn on_checkpoint(&self, checkpoint: &Checkpoint) {
         let _ = checkpoint;
+    }
+
+    /// Whether this subscriber wants model replies piece by piece. If any subscriber of a run
+    /// does, the interpreter calls providers in streaming mode and passes every piece to
+    /// [`Subscriber::on_delta`] as it arrives. Deltas are not stored in the trace (the final
+    /// `InferEnd` is).
+    fn wants_deltas(&self) -> bool {
+        false
+    }
+
+    /// A piece of a model reply arrived, in the run or branch `trace_id`.
+    fn on_delta(&self, trace_id: &TraceId, delta: &Delta) {
+        let _ = (trace_id, delta);
     }
 }
 

@@ -8,7 +8,7 @@
 //!
 //! This crate holds only data and traits, no I/O:
 //!
-//! - [`op`]: the DSL ([`Op`], its constructors, loops) and the [`op!`] do-notation macro;
+//! - [`op`](mod@op): the DSL ([`Op`], its constructors, loops) and the [`op!`] do-notation macro;
 //! - [`agent`]: a ready-made conversational agent loop ([`agent::react`]);
 //! - [`node`]: the erased program tree interpreters walk;
 //! - [`message`]: messages, prompts and model responses;

@@ -16,10 +16,10 @@
 //! that compute a value directly (`map`, a loop's `break`) feed it on; the interpreter bounds
 //! how deep such feeding may nest (see [`Bind::box_input`]).
 //!
-//! The typed constructors in [`crate::op`] guarantee every continuation receives the type it
+//! The typed constructors in [`crate::op`](mod@crate::op) guarantee every continuation receives the type it
 //! expects, so a failed downcast is an interpreter bug, not bad input.
 //!
-//! This module is for interpreter authors. Programs are written with [`crate::op`].
+//! This module is for interpreter authors. Programs are written with [`crate::op`](mod@crate::op).
 
 use std::any::Any;
 use std::time::Duration;
@@ -43,7 +43,7 @@ pub fn box_value<T: Send + 'static>(value: T) -> AnyValue {
 /// Takes the `T` out of a slot.
 ///
 /// # Panics
-/// If the slot does not hold a `T`. Well-typed programs built with [`crate::op`] never trigger
+/// If the slot does not hold a `T`. Well-typed programs built with [`crate::op`](mod@crate::op) never trigger
 /// this; only an interpreter feeding a continuation the wrong slot can.
 pub fn take_value<T: 'static>(slot: &mut dyn Any) -> T {
     match slot.downcast_mut::<Option<T>>().and_then(Option::take) {

@@ -411,7 +411,33 @@ fn feed_err<S, A: Send + 'static, E: Send + 'static>(error: E, next: &mut dyn Fe
 
 /// Runs `body` under `budget`. If any limit is exceeded the body is stopped and this returns
 /// `Err(Exhausted)`; the body's events stay in the trace (they happened, and may have cost
-/// money) but its state changes are discarded. Nested limits all count.
+/// money) but its state changes are discarded. Nested limits all count: every model call is
+/// charged to every `limit` around it, and when several are exceeded the outermost one stops.
+///
+/// # The guarantee, with concurrent branches
+///
+/// A budget is shared by everything inside its `limit`, including branches that run at the
+/// same time. Before each model call the interpreter *reserves* on every enclosing budget, and
+/// *settles* with the real usage afterwards:
+///
+/// - **calls**: a call starts only if `calls made + calls in flight + 1 <= limit`, so a budget
+///   of N calls never admits more than N calls, however many branches race for it;
+/// - **tokens** and **cost**: a call starts only if `spent + the worst case of the calls in
+///   flight < limit`. A call's worst case is `prompt bytes + max_tokens` tokens (a token covers
+///   at least one byte) and [`Provider::max_cost`](crate::Provider::max_cost) dollars; when it
+///   is unknown (no `max_tokens`, no prices), the call counts as taking everything that is
+///   left, so it runs alone. Calls that cannot start yet wait for calls in flight to settle;
+/// - **time**: the body is stopped when the time is up, like a [`timeout`], but the result is
+///   `Err(Exhausted { resource: Time, .. })`.
+///
+/// After a call settles, spending above a limit stops the body. A single call can overshoot a
+/// tokens or cost limit (nobody knows a reply's length in advance), but no call *starts* once a
+/// limit is reached. A call cut short by a timeout still counts as a call, with unknown usage.
+/// Cost counts only calls whose cost is known: pair a cost budget with a calls or tokens budget
+/// when the provider reports no prices.
+///
+/// Run sequentially, calls never overlap, so the rules reduce to "call while some budget is
+/// left; stop once it is exceeded" — the same outcome under every interpreter.
 pub fn limit<S, A: Send + 'static>(budget: Budget, body: Op<S, A>) -> Op<S, Result<A, Exhausted>> {
     Op::from_node(Node::Scope(Box::new(Scope::Limit {
         budget,

@@ -546,7 +546,21 @@ where
         self.iteration = self.iteration.saturating_add(1);
         let started = Instant::now();
         // If this is interrupted, dropping `reservation` counts the call with unknown usage.
-        let result = self.guarded(provider.chat(&model, &prompt)).await?;
+        let result = if self.rt.stream {
+            let rt = self.rt.clone();
+            let id = self.id.clone();
+            let mut forward = move |delta: agent_op::Delta| {
+                for subscriber in &rt.config.subscribers {
+                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        subscriber.on_delta(&id, &delta);
+                    }));
+                }
+            };
+            self.guarded(provider.chat_stream(&model, &prompt, &mut forward))
+                .await?
+        } else {
+            self.guarded(provider.chat(&model, &prompt)).await?
+        };
         let response = match result {
             Ok(response) => response,
             Err(error) => {
@@ -948,6 +962,7 @@ mod tests {
         let rt = Arc::new(Runtime {
             config: crate::Config::new(),
             scheduler: crate::Sequential,
+            stream: false,
             checkpoints: std::sync::Mutex::new(Vec::new()),
             next_scope: std::sync::atomic::AtomicU64::new(0),
         });

@@ -1,4 +1,4 @@
-//! The engine shared by every interpreter: a trampolined [`Machine`](machine::Machine) per run
+//! The engine shared by every interpreter: a trampolined machine per run
 //! or branch, `limit`/`timeout` scopes with shared budgets, branch logs, and a pluggable
 //! [`Scheduler`] that decides only *when* branches run.
 
@@ -47,6 +47,8 @@ pub struct Outcome<S, A> {
 pub(crate) struct Runtime<Sch> {
     pub(crate) config: Config,
     pub(crate) scheduler: Sch,
+    /// Whether some subscriber wants model replies as they stream in.
+    pub(crate) stream: bool,
     pub(crate) checkpoints: Mutex<Vec<Checkpoint>>,
     pub(crate) next_scope: AtomicU64,
 }
@@ -97,6 +99,7 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         let runtime = Arc::new(Runtime {
             config: config.clone(),
             scheduler: self.scheduler.clone(),
+            stream: config.subscribers.iter().any(|s| s.wants_deltas()),
             checkpoints: Mutex::new(Vec::new()),
             next_scope: AtomicU64::new(0),
         });

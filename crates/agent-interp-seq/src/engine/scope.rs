@@ -1,27 +1,8 @@
 //! `limit` and `timeout` scopes: deadlines and shared budgets.
 //!
-//! # Budget guarantee
-//!
-//! A budget is shared by everything that runs inside its `limit`, including concurrent
-//! branches. Before each model call the interpreter *reserves* on every enclosing budget, and
-//! *settles* with the real usage afterwards:
-//!
-//! - **calls**: a call starts only if `calls made + calls in flight + 1 <= limit`, so a budget
-//!   of N calls never admits more than N calls, however many branches race for it;
-//! - **tokens** and **cost**: a call starts only if `spent + worst case of the calls in flight
-//!   < limit`. The worst case of a call is `prompt bytes + max_tokens` tokens (a token covers at
-//!   least one byte) and [`Provider::max_cost`](agent_op::Provider::max_cost) dollars; when it
-//!   is unknown, the call is counted as taking everything that is left, so it runs alone.
-//!   Calls that cannot start yet wait for in-flight calls to settle.
-//!
-//! After a call settles, spending above a limit stops the program inside that `limit` (the
-//! outermost exceeded one, when several are). A single call can overshoot a tokens or cost
-//! limit, since nobody knows a reply's length in advance; no call *starts* once a limit is
-//! reached. Cost counts only calls whose cost is known: pair a cost budget with a calls or
-//! tokens budget when the provider reports no prices.
-//!
-//! Sequentially, in-flight calls never overlap, so these rules reduce to "call while some budget
-//! is left; stop once it is exceeded" — the same outcome under either interpreter.
+//! Budgets follow the reserve/settle rules documented on [`agent_op::op::limit`]: a call
+//! reserves its worst case on every enclosing budget before it starts and settles with its real
+//! usage after, so concurrent branches share one budget exactly.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
