@@ -1,6 +1,6 @@
 //! Both interpreters agree: random deterministic programs — nested `par` and `race`, CRDT state
 //! updates and reads, tool calls and model calls with virtual latencies, `limit`, `timeout`,
-//! `checkpoint`, `emit`, failures — run under the sequential and the concurrent interpreter on
+//! `checkpoint`, `emit`, memory (`remember`, `recall`, `forget`), failures — run under the sequential and the concurrent interpreter on
 //! tokio's paused clock give equal results or errors, equal final states, equal canonical
 //! traces and equal checkpoints.
 //!
@@ -17,14 +17,16 @@
 //!   sequential code may be as tight as the generator likes;
 //! - latencies are multiples of 10 ms and deadlines end in 5 ms, so nothing ties.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use agent_interp_seq::{Config, ErrorKind, Outcome, RunError};
 use agent_op::crdt::{AppendLog, GCounter, LwwRegister, MaxRegister, ORSet};
 use agent_op::{
-    BoxFuture, Budget, Checkpoint, EventKind, FnTool, Merge, Op, Prompt, Provider, ProviderError,
-    Response, ToolError, TraceId, op,
+    BoxFuture, Budget, Checkpoint, EventKind, FnTool, MemoryBackend, MemoryEntry, MemoryError,
+    MemoryId, Merge, NewMemory, Op, Prompt, Provider, ProviderError, PrunePolicy, PruneReport,
+    Response, ScoredMemory, Tag, ToolError, TraceId, op,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -76,6 +78,12 @@ enum P {
     Append(i8),
     High(i8),
     Checkpoint(u8),
+    /// Stores the note `note-<branch id>-n`.
+    Remember(u8),
+    /// Recalls this branch's notes; returns how many.
+    Recall,
+    /// Forgets this branch's note `n`; returns 1 if it existed.
+    Forget(u8),
     Seq(Vec<P>),
     Par(Vec<P>),
     Race(Vec<P>),
@@ -109,6 +117,9 @@ fn leaf() -> impl Strategy<Value = P> {
         2 => (-9i8..9).prop_map(P::Append),
         1 => (-9i8..9).prop_map(P::High),
         1 => (0u8..3).prop_map(P::Checkpoint),
+        2 => (0u8..3).prop_map(P::Remember),
+        1 => Just(P::Recall),
+        1 => (0u8..3).prop_map(P::Forget),
     ]
 }
 
@@ -230,6 +241,21 @@ fn compile(p: &P) -> Op<St, i64> {
             op::modify(move |s: &mut St| s.high.set(v)).map(|_| 0)
         }
         P::Checkpoint(n) => op::checkpoint(format!("cp{n}")).map(|_| 0),
+        P::Remember(n) => {
+            let n = *n;
+            op::trace_id()
+                .and_then(move |me| op::remember(note(&me, n), "test", vec![]))
+                .map(|_| 0)
+        }
+        P::Recall => op::trace_id()
+            .and_then(|me| op::recall(format!("note-{me}-"), 10))
+            .map(|entries| entries.len() as i64),
+        P::Forget(n) => {
+            let n = *n;
+            op::trace_id()
+                .and_then(move |me| op::forget(MemoryId(note(&me, n))))
+                .map(i64::from)
+        }
         P::Seq(ps) => op::sequence(ps.iter().map(compile).collect()).map(sum),
         P::Par(ps) => op::par(ps.iter().map(compile).collect()).map(sum),
         P::Race(ps) => {
@@ -278,6 +304,12 @@ fn compile(p: &P) -> Op<St, i64> {
     }
 }
 
+/// A branch's note `n`: memory contents (and ids) are scoped by branch id, so what a branch
+/// recalls never depends on how its siblings interleave with it.
+fn note(me: &TraceId, n: u8) -> String {
+    format!("note-{me}-{n}")
+}
+
 fn delay(ms: u64) -> Op<St, ()> {
     if ms == 0 {
         op::pure(())
@@ -289,6 +321,83 @@ fn delay(ms: u64) -> Op<St, ()> {
 // ----------------------------------------------------------------------------------------
 // Deterministic effects
 // ----------------------------------------------------------------------------------------
+
+/// A memory backend whose behaviour is deterministic whatever the interleaving: ids are the
+/// content itself, and search returns the entries containing the query, in id order.
+#[derive(Default)]
+struct Notes(Mutex<BTreeMap<String, MemoryEntry>>);
+
+impl MemoryBackend for Notes {
+    fn store(&self, memory: NewMemory) -> BoxFuture<'_, Result<MemoryId, MemoryError>> {
+        Box::pin(async move {
+            let at = chrono::DateTime::UNIX_EPOCH;
+            let id = MemoryId(memory.content.clone());
+            let entry = MemoryEntry {
+                id: id.clone(),
+                content: memory.content,
+                context: memory.context,
+                tags: memory.tags,
+                created_at: at,
+                accessed_at: at,
+                access_count: 0,
+            };
+            self.0.lock().unwrap().insert(id.0.clone(), entry);
+            Ok(id)
+        })
+    }
+
+    fn search<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+    ) -> BoxFuture<'a, Result<Vec<ScoredMemory>, MemoryError>> {
+        Box::pin(async move {
+            let notes = self.0.lock().unwrap();
+            Ok(notes
+                .values()
+                .filter(|e| e.content.contains(query))
+                .take(k)
+                .map(|e| ScoredMemory {
+                    entry: e.clone(),
+                    score: 1.0,
+                })
+                .collect())
+        })
+    }
+
+    fn recent(&self, _n: usize) -> BoxFuture<'_, Result<Vec<MemoryEntry>, MemoryError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn by_tags<'a>(
+        &'a self,
+        _tags: &'a [Tag],
+    ) -> BoxFuture<'a, Result<Vec<MemoryEntry>, MemoryError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn prune<'a>(
+        &'a self,
+        _policy: &'a PrunePolicy,
+    ) -> BoxFuture<'a, Result<PruneReport, MemoryError>> {
+        Box::pin(async { Ok(PruneReport::default()) })
+    }
+
+    fn delete<'a>(&'a self, id: &'a MemoryId) -> BoxFuture<'a, Result<bool, MemoryError>> {
+        Box::pin(async move { Ok(self.0.lock().unwrap().remove(&id.0).is_some()) })
+    }
+
+    fn get<'a>(
+        &'a self,
+        id: &'a MemoryId,
+    ) -> BoxFuture<'a, Result<Option<MemoryEntry>, MemoryError>> {
+        Box::pin(async move { Ok(self.0.lock().unwrap().get(&id.0).cloned()) })
+    }
+
+    fn count(&self) -> BoxFuture<'_, Result<u64, MemoryError>> {
+        Box::pin(async move { Ok(self.0.lock().unwrap().len() as u64) })
+    }
+}
 
 /// Replies to "ms|tag|fail" after `ms` of virtual time.
 struct Model;
@@ -527,29 +636,32 @@ fn the_generator_covers_forks_scopes_failures_and_cancellation() {
     use proptest::strategy::ValueTree;
     use proptest::test_runner::TestRunner;
 
-    fn shape(p: &P, races: &mut usize, scopes: &mut usize) {
+    fn shape(p: &P, races: &mut usize, scopes: &mut usize, memory: &mut usize) {
         match p {
             P::Race(ps) => {
                 *races += 1;
-                ps.iter().for_each(|q| shape(q, races, scopes));
+                ps.iter().for_each(|q| shape(q, races, scopes, memory));
             }
-            P::Par(ps) | P::Seq(ps) => ps.iter().for_each(|q| shape(q, races, scopes)),
+            P::Par(ps) | P::Seq(ps) => ps.iter().for_each(|q| shape(q, races, scopes, memory)),
             P::Limit { body, .. } | P::Timeout { body, .. } => {
                 *scopes += 1;
-                shape(body, races, scopes);
+                shape(body, races, scopes, memory);
             }
+            P::Remember(_) | P::Recall | P::Forget(_) => *memory += 1,
             _ => {}
         }
     }
 
     let mut runner = TestRunner::deterministic();
     let (mut ok, mut failed, mut with_forks, mut with_races, mut with_scopes) = (0, 0, 0, 0, 0);
+    let mut with_memory = 0;
     let mut cancelled_runs = 0;
     let cases = 1000;
     for _ in 0..cases {
         let p = program().new_tree(&mut runner).expect("generate").current();
-        let (mut races, mut scopes) = (0, 0);
-        shape(&p, &mut races, &mut scopes);
+        let (mut races, mut scopes, mut memory) = (0, 0, 0);
+        shape(&p, &mut races, &mut scopes, &mut memory);
+        with_memory += usize::from(memory > 0);
         with_forks += usize::from(forks(&p));
         with_races += usize::from(races > 0);
         with_scopes += usize::from(scopes > 0);
