@@ -21,12 +21,13 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 /// scheduler cooperatively.
 ///
 /// - `par`: all branches start at once (or as slots free up, with a concurrency limit, in
-///   declaration order). When a branch fails, branches after it are cancelled; branches before
-///   it are still awaited, so the error reported is always that of the failing branch with the
-///   lowest index. A branch interrupted by an enclosing `limit`, `timeout` or the abort token
-///   stops them all.
+///   declaration order). When a branch fails or runs out of an enclosing budget, branches after
+///   it are cancelled; branches before it are still awaited, so the error reported is always
+///   that of the lowest index, as in the sequential interpreter. A branch stopped by time (an
+///   enclosing `timeout` or time budget) or the abort token stops them all.
 /// - `race`: the first branch to succeed wins; the others are cancelled and dropped before the
-///   program continues.
+///   program continues. A branch that runs out of budget cancels the branches after it and
+///   waits for those before it, which may still win.
 #[derive(Copy, Clone, Debug, Default)]
 pub struct Concurrent {
     limit: Option<NonZeroUsize>,
@@ -110,20 +111,24 @@ async fn run_all<S>(
         let Some((i, outcome)) = running.next().await else {
             break;
         };
-        let stop = match mode {
-            Mode::Race => outcome.succeeded() || outcome.interrupted(),
-            Mode::Par if outcome.interrupted() => true,
-            Mode::Par => {
-                if !outcome.succeeded() && i < cutoff {
-                    cutoff = i;
-                    // Cancel the branches after it (rare, so rebuilding the set is fine).
-                    running = std::mem::take(&mut running)
-                        .into_iter()
-                        .filter(|branch| branch.index < cutoff)
-                        .collect();
-                }
-                false
+        let stop = if outcome.interrupted() || (mode == Mode::Race && outcome.succeeded()) {
+            true
+        } else {
+            // A par branch that failed, or any branch that ran out of budget, decides the fork
+            // unless a branch before it does: cancel the branches after it, keep awaiting the
+            // ones before (rare, so rebuilding the set is fine).
+            let decisive = match mode {
+                Mode::Par => !outcome.succeeded(),
+                Mode::Race => outcome.exhausted(),
+            };
+            if decisive && i < cutoff {
+                cutoff = i;
+                running = std::mem::take(&mut running)
+                    .into_iter()
+                    .filter(|branch| branch.index < cutoff)
+                    .collect();
             }
+            false
         };
         outcomes[i] = Some(outcome);
         if stop {

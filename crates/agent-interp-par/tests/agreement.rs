@@ -17,7 +17,7 @@
 //!   sequential code may be as tight as the generator likes;
 //! - latencies are multiples of 10 ms and deadlines end in 5 ms, so nothing ties.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -80,10 +80,12 @@ enum P {
     Checkpoint(u8),
     /// Stores the note `note-<branch id>-n`.
     Remember(u8),
-    /// Recalls this branch's notes; returns how many.
+    /// Recalls the notes of this branch and its ancestors; returns how many.
     Recall,
     /// Forgets this branch's note `n`; returns 1 if it existed.
     Forget(u8),
+    /// Stores note `n`, then recalls (store-then-look-up, the common agent pattern).
+    Note(u8),
     Seq(Vec<P>),
     Par(Vec<P>),
     Race(Vec<P>),
@@ -117,8 +119,9 @@ fn leaf() -> impl Strategy<Value = P> {
         2 => (-9i8..9).prop_map(P::Append),
         1 => (-9i8..9).prop_map(P::High),
         1 => (0u8..3).prop_map(P::Checkpoint),
-        2 => (0u8..3).prop_map(P::Remember),
-        1 => Just(P::Recall),
+        4 => (0u8..3).prop_map(P::Remember),
+        3 => Just(P::Recall),
+        2 => (0u8..3).prop_map(P::Note),
         1 => (0u8..3).prop_map(P::Forget),
     ]
 }
@@ -247,9 +250,17 @@ fn compile(p: &P) -> Op<St, i64> {
                 .and_then(move |me| op::remember(note(&me, n), "test", vec![]))
                 .map(|_| 0)
         }
+        // Its own notes and its ancestors': a parent waits while its branches run, so what
+        // those hold cannot depend on how siblings interleave (siblings' notes never match).
         P::Recall => op::trace_id()
-            .and_then(|me| op::recall(format!("note-{me}-"), 10))
-            .map(|entries| entries.len() as i64),
+            .and_then(|me| {
+                let lineage = std::iter::successors(Some(me), TraceId::parent);
+                op::for_each(lineage.collect::<Vec<_>>(), |id| {
+                    op::recall(format!("note-{id}-"), 10)
+                })
+            })
+            .map(|found| found.iter().map(Vec::len).sum::<usize>() as i64),
+        P::Note(n) => compile(&P::Remember(*n)).then(compile(&P::Recall)),
         P::Forget(n) => {
             let n = *n;
             op::trace_id()
@@ -452,6 +463,7 @@ fn config() -> Config {
         .provider(Model)
         .tool(calc)
         .tool(sleep)
+        .memory(Notes::default())
         .trace_id("calm-owl-7777")
 }
 
@@ -481,18 +493,12 @@ enum Summary {
     },
 }
 
-/// Checkpoints of branches that decided their forks (a cancelled branch may have taken some
-/// under the concurrent interpreter that the sequential one never started), in a fixed order.
-fn checkpoints(trace: &agent_op::Trace, cps: &[Checkpoint]) -> Vec<CheckpointSummary> {
-    let cancelled: BTreeSet<&TraceId> = trace
-        .events
-        .iter()
-        .filter(|e| e.cancelled)
-        .map(|e| &e.trace_id)
-        .collect();
-    let mut out: Vec<_> = cps
-        .iter()
-        .filter(|cp| !cancelled.contains(&cp.trace_id))
+/// Checkpoints in the order the run reports them (trace order), without those of cancelled
+/// branches (the concurrent interpreter may have started branches the sequential one never
+/// did).
+fn checkpoints(cps: &[Checkpoint]) -> Vec<CheckpointSummary> {
+    cps.iter()
+        .filter(|cp| !cp.cancelled)
         .map(|cp| {
             (
                 cp.name.clone(),
@@ -501,21 +507,19 @@ fn checkpoints(trace: &agent_op::Trace, cps: &[Checkpoint]) -> Vec<CheckpointSum
                 cp.trace.canonical(),
             )
         })
-        .collect();
-    out.sort_by(|a, b| (&a.1, &a.0).cmp(&(&b.1, &b.0)));
-    out
+        .collect()
 }
 
 fn summarize(result: Result<Outcome<St, i64>, RunError>) -> Summary {
     match result {
         Ok(o) => Summary::Ok {
             value: o.value,
-            checkpoints: checkpoints(&o.trace, &o.checkpoints),
+            checkpoints: checkpoints(&o.checkpoints),
             trace: o.trace.canonical(),
             state: o.state,
         },
         Err(e) => Summary::Err {
-            checkpoints: checkpoints(&e.trace, &e.checkpoints),
+            checkpoints: checkpoints(&e.checkpoints),
             trace: e.trace.canonical(),
             kind: e.kind,
         },
@@ -530,9 +534,9 @@ fn run_both(p: &P) -> (Summary, Summary) {
             .build()
             .expect("runtime")
     };
-    let config = config();
-    let seq = paused().block_on(agent_interp_seq::run(&config, St::default(), compile(p)));
-    let par = paused().block_on(agent_interp_par::run(&config, St::default(), compile(p)));
+    // A fresh config (and memory) for each run: the two runs must not see each other's notes.
+    let seq = paused().block_on(agent_interp_seq::run(&config(), St::default(), compile(p)));
+    let par = paused().block_on(agent_interp_par::run(&config(), St::default(), compile(p)));
     (summarize(seq), summarize(par))
 }
 
@@ -647,7 +651,7 @@ fn the_generator_covers_forks_scopes_failures_and_cancellation() {
                 *scopes += 1;
                 shape(body, races, scopes, memory);
             }
-            P::Remember(_) | P::Recall | P::Forget(_) => *memory += 1,
+            P::Remember(_) | P::Recall | P::Forget(_) | P::Note(_) => *memory += 1,
             _ => {}
         }
     }
@@ -655,6 +659,7 @@ fn the_generator_covers_forks_scopes_failures_and_cancellation() {
     let mut runner = TestRunner::deterministic();
     let (mut ok, mut failed, mut with_forks, mut with_races, mut with_scopes) = (0, 0, 0, 0, 0);
     let mut with_memory = 0;
+    let mut recalled_runs = 0;
     let mut cancelled_runs = 0;
     let cases = 1000;
     for _ in 0..cases {
@@ -682,6 +687,12 @@ fn the_generator_covers_forks_scopes_failures_and_cancellation() {
             }
         };
         cancelled_runs += usize::from(trace.events.iter().any(|e| e.cancelled));
+        recalled_runs += usize::from(
+            trace
+                .events
+                .iter()
+                .any(|e| matches!(&e.event.kind, EventKind::Recall(r) if r.results > 0)),
+        );
     }
     let share = |n: usize| n * 100 / cases;
     assert!(share(with_forks) >= 50, "{with_forks} of {cases} fork");
@@ -689,6 +700,14 @@ fn the_generator_covers_forks_scopes_failures_and_cancellation() {
     assert!(
         share(with_scopes) >= 30,
         "{with_scopes} of {cases} have a limit or timeout"
+    );
+    assert!(
+        share(with_memory) >= 20,
+        "{with_memory} of {cases} use memory"
+    );
+    assert!(
+        share(recalled_runs) >= 10,
+        "{recalled_runs} runs recalled a note they stored"
     );
     assert!(
         share(ok) >= 50 && share(failed) >= 5,

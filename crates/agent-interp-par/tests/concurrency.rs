@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agent_interp_par::run;
 use agent_interp_seq::{CancellationToken, Config, ErrorKind};
-use agent_op::crdt::GCounter;
+use agent_op::crdt::{GCounter, GSet};
 use agent_op::{
     BoxFuture, Budget, EventKind, EventType, Exhausted, FnTool, Op, Prompt, Provider,
     ProviderError, Resource, Response, TimedOut, TraceId, op,
@@ -456,4 +456,218 @@ async fn tools_in_branches_run_concurrently() {
     run(&Config::new().tool(wait), (), program).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(peak.load(Ordering::SeqCst), 8);
+}
+
+// ----------------------------------------------------------------------------------------
+// Regressions from review: budgets, checkpoints, panics, nesting
+// ----------------------------------------------------------------------------------------
+
+async fn both<A: Send + std::fmt::Debug + PartialEq + 'static>(
+    config: &Config,
+    program: impl Fn() -> Op<(), A>,
+) -> (String, String) {
+    let seq = agent_interp_seq::run(config, (), program()).await;
+    let par = run(config, (), program()).await;
+    let show = |r: Result<agent_interp_seq::Outcome<(), A>, agent_interp_seq::RunError>| match r {
+        Ok(o) => format!("ok {:?} {:?}", o.value, o.trace.canonical()),
+        Err(e) => format!("err {:?} {:?}", e.kind, e.trace.canonical()),
+    };
+    (show(seq), show(par))
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_earlier_failure_beats_a_later_branch_running_out_of_budget() {
+    let config = Config::new()
+        .provider(Lab::default())
+        .trace_id("calm-owl-0016")
+        .tool(FnTool::new(
+            "sleep",
+            "waits",
+            json!({}),
+            |args: Value| async move {
+                tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap_or(0))).await;
+                Ok(Value::Null)
+            },
+        ));
+    // Branch 0 fails after 10 ms; branches 1 and 2 compete for the single call.
+    let program = || {
+        op::limit(
+            Budget::new().calls(1),
+            op::par(vec![
+                op::tool("sleep", json!({"ms": 10}))
+                    .then(op::fail::<(), String>("branch 0 failed")),
+                ask(50, "one"),
+                ask(50, "two"),
+            ]),
+        )
+    };
+    let (seq, par) = both(&config, program).await;
+    assert!(seq.starts_with("err Branch"), "{seq}");
+    assert_eq!(seq, par);
+
+    // Two calls for one slot: the first branch in declaration order gets it under both.
+    let program = || {
+        op::limit(
+            Budget::new().calls(1),
+            op::par(vec![ask(50, "a"), ask(50, "b")]),
+        )
+    };
+    let (seq, par) = both(&config, program).await;
+    assert!(seq.contains("Exhausted"), "{seq}");
+    assert_eq!(seq, par);
+}
+
+#[tokio::test(start_paused = true)]
+async fn checkpoints_of_cancelled_branches_are_marked_and_ordered_by_the_trace() {
+    let program = || -> Op<GSet<u32>, Vec<()>> {
+        op::par(vec![
+            ask::<GSet<u32>>(10, "x").then(op::fail("branch 0 failed")),
+            op::modify(|v: &mut GSet<u32>| {
+                v.insert(42);
+            })
+            .then(op::checkpoint("after-update")),
+        ])
+    };
+    let config = Config::new()
+        .provider(Lab::default())
+        .trace_id("calm-owl-0015");
+    let err = run(&config, GSet::new(), program()).await.unwrap_err();
+    assert_eq!(err.checkpoints.len(), 1);
+    assert!(
+        err.checkpoints[0].cancelled,
+        "the sequential interpreter never reaches it"
+    );
+    let err = agent_interp_seq::run(&config, GSet::new(), program())
+        .await
+        .unwrap_err();
+    assert!(err.checkpoints.is_empty());
+
+    // Order: by position in the trace, not by when branches happened to run.
+    let program: Op<GSet<u32>, Vec<()>> = op::par(vec![
+        ask::<GSet<u32>>(30, "slow").then(op::checkpoint("first")),
+        op::checkpoint("second"),
+    ]);
+    let outcome = run(&config, GSet::new(), program).await.unwrap();
+    let names: Vec<&str> = outcome
+        .checkpoints
+        .iter()
+        .map(|c| c.name.as_str())
+        .collect();
+    assert_eq!(names, ["first", "second"]);
+    assert!(outcome.checkpoints.iter().all(|c| !c.cancelled));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_panic_in_program_code_is_an_error_with_the_trace_and_a_race_recovers_from_it() {
+    let boom = || -> Op<(), i32> {
+        op::pure(1).map(|x: i32| if x == 1 { panic!("closure blew up") } else { x })
+    };
+    for result in [
+        agent_interp_seq::run(
+            &Config::new(),
+            (),
+            op::emit(EventKind::custom("before", json!(null))).then(boom()),
+        )
+        .await,
+        run(
+            &Config::new(),
+            (),
+            op::emit(EventKind::custom("before", json!(null))).then(boom()),
+        )
+        .await,
+    ] {
+        let err = result.unwrap_err();
+        assert_eq!(
+            err.kind,
+            ErrorKind::Panicked {
+                message: "closure blew up".into()
+            }
+        );
+        assert_eq!(
+            err.trace.events.len(),
+            2,
+            "the event before the panic and the error are kept"
+        );
+    }
+    let outcome = run(&Config::new(), (), op::race(vec![boom(), op::pure(7)]))
+        .await
+        .unwrap();
+    assert_eq!(outcome.value, 7);
+}
+
+#[test]
+fn deep_nesting_of_scopes_drops_without_overflow_and_deep_forks_fail_cleanly() {
+    let on_small_stack = |f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap()
+    };
+    on_small_stack(Box::new(|| {
+        let mut p: Op<(), u32> = op::pure(0);
+        for _ in 0..100_000 {
+            p = op::timeout(Duration::from_secs(1), p).map(|r| r.unwrap_or(0) + 1);
+        }
+        drop(p);
+        let mut p: Op<(), u32> = op::pure(0);
+        for _ in 0..100_000 {
+            p = op::race(vec![p]).map(|x| x + 1);
+        }
+        drop(p);
+    }));
+    on_small_stack(Box::new(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let nest = |depth: usize| {
+            let mut p: Op<(), u32> = op::pure(0);
+            for _ in 0..depth {
+                p = op::race(vec![p]);
+            }
+            p
+        };
+        let ok = rt.block_on(run(&Config::new(), (), nest(100))).unwrap();
+        assert_eq!(ok.value, 0);
+        let err = rt
+            .block_on(run(&Config::new(), (), nest(1_000)))
+            .unwrap_err();
+        assert!(
+            matches!(err.kind.root_cause(), ErrorKind::ForksTooDeep { .. }),
+            "{:?}",
+            err.kind
+        );
+    }));
+}
+
+/// Claims every call could cost anything, to push budget arithmetic to its limits.
+#[derive(Clone)]
+struct Priceless;
+
+impl Provider for Priceless {
+    fn chat<'a>(
+        &'a self,
+        _m: &'a str,
+        _p: &'a Prompt,
+    ) -> BoxFuture<'a, Result<Response, ProviderError>> {
+        Box::pin(async { Ok(Response::text("ok").with_cost(agent_op::MicroUsd(1))) })
+    }
+    fn max_cost(&self, _m: &str, _p: &Prompt) -> Option<agent_op::MicroUsd> {
+        Some(agent_op::MicroUsd(u64::MAX))
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn huge_worst_cases_do_not_overflow_budget_arithmetic() {
+    let ask = || op::infer_raw("m", Prompt::new().user("q")).map(|r| r.content);
+    let program = op::limit(
+        Budget::new().cost(agent_op::MicroUsd(1_000)),
+        op::par(vec![ask(), ask()]),
+    );
+    let outcome = run(&Config::new().provider(Priceless), (), program)
+        .await
+        .unwrap();
+    assert_eq!(outcome.value, Ok(vec!["ok".to_owned(), "ok".to_owned()]));
 }

@@ -57,6 +57,20 @@ pub enum ErrorKind {
         /// Its error.
         error: Box<ErrorKind>,
     },
+    /// The program's own code panicked (a closure given to `map`, `and_then` or `modify`, a
+    /// `Merge` implementation, a provider). Tool panics are not this: they become tool errors.
+    #[error("the program panicked: {message}")]
+    Panicked {
+        /// The panic's message.
+        message: String,
+    },
+    /// Forks nested deeper than the interpreter allows (each level uses some of the stack of
+    /// the task running the program).
+    #[error("forks nested more than {max} deep")]
+    ForksTooDeep {
+        /// The deepest nesting allowed.
+        max: usize,
+    },
     /// The interpreter broke one of its own invariants (a bug; please report it).
     #[error("internal interpreter error: {0}")]
     Internal(String),

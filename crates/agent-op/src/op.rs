@@ -58,14 +58,31 @@ impl<S, A> Op<S, A> {
     }
 }
 
-/// Drops a node that was never run without recursing down a chain of binds: a long
-/// left-nested chain (built with `fold`, say) would otherwise overflow the stack. Every bind
-/// node calls this from its `Drop` on the node it still holds.
+/// Drops a node that was never run without recursing down its chain of binds, scopes and
+/// forks: a long chain (built with `fold`, say, or a loop wrapping a program in `timeout` and
+/// `map` again and again) would otherwise overflow the stack when dropped recursively. Every
+/// bind node calls this from its `Drop` on the nodes it still holds.
 fn dismantle<S>(node: Option<Node<S>>) {
-    let mut node = node;
-    while let Some(Node::Bind(mut bind)) = node {
-        // `bind` now holds nothing, so dropping it at the end of this iteration is shallow.
-        node = Some(bind.take());
+    let mut current = node;
+    let mut pending: Vec<Node<S>> = Vec::new();
+    loop {
+        match current.take() {
+            // `bind` now holds nothing, so dropping it is shallow.
+            Some(Node::Bind(mut bind)) => current = Some(bind.take()),
+            Some(Node::Scope(scope)) => match *scope {
+                Scope::Limit { body, .. } | Scope::Timeout { body, .. } => current = Some(body),
+            },
+            Some(Node::Fork(fork)) => match *fork {
+                Fork::Par { branches, .. } | Fork::Race { branches, .. } => {
+                    pending.extend(branches);
+                }
+            },
+            Some(leaf) => drop(leaf),
+            None => match pending.pop() {
+                Some(next) => current = Some(next),
+                None => break,
+            },
+        }
     }
 }
 

@@ -11,10 +11,19 @@
 //! | 200 whose body is not the expected JSON                         | `Decode`                | no        |
 //! | timeout (connect, request, read)                                | `Timeout`               | yes       |
 //! | connection refused/reset, TLS, truncated body or stream         | `Transport`             | yes       |
+//! | a redirect (3xx): never followed                                | `Http`                  | no        |
+//!
+//! An `error` object received inside a successful response (a stream's chunk or line, or a
+//! 200 body) has no HTTP status of its own: a numeric `code` between 400 and 599 is taken as
+//! its status; otherwise it is classified by its code, type and message as above, with the
+//! conventional status of the variant (401, 429, 429), and anything else becomes
+//! `Http { status: 400 }` for an `invalid_request_error` and `Http { status: 503 }` (retryable:
+//! a server error, an overloaded server, a crashed runner) otherwise. Never "HTTP 200".
 //!
 //! Every message, body excerpt and header value passes through the client's
-//! [`Redactor`](crate::secret::Redactor) first, so credentials echoed by a server never reach an
-//! error.
+//! [`Redactor`](crate::secret::Redactor) first (the whole text, before it is cut), so
+//! credentials echoed by a server never reach an error. The values of `Retry-After`,
+//! `retry-after-ms` and `Content-Length` are kept as received.
 
 use std::time::Duration;
 
@@ -38,7 +47,8 @@ pub enum ConfigError {
     /// The base URL or host is not a usable `http`/`https` URL.
     #[error("invalid URL `{url}`: {reason}")]
     InvalidUrl {
-        /// The URL as given.
+        /// The URL as given, with any user information (`user:password@`) replaced by
+        /// `[redacted]`.
         url: String,
         /// What is wrong with it.
         reason: String,
@@ -112,6 +122,10 @@ impl ErrorBody {
         self.code.as_deref() == Some(what) || self.kind.as_deref() == Some(what)
     }
 
+    fn is_any(&self, what: &[&str]) -> bool {
+        what.iter().any(|w| self.is(w))
+    }
+
     fn says_context_exceeded(&self) -> bool {
         if self.is("context_length_exceeded") || self.is("exceed_context_size_error") {
             return true;
@@ -138,7 +152,7 @@ pub(crate) fn from_status(
     let described = ErrorBody::parse(body);
     let text = String::from_utf8_lossy(body);
     classify(
-        status,
+        Some(status),
         &described,
         || header_pairs(headers, redactor),
         retry_after(headers),
@@ -148,14 +162,29 @@ pub(crate) fn from_status(
 }
 
 /// The error for an `error` object a server sent inside a successful (streaming) response.
+///
+/// It has no HTTP status: a numeric `code` that is an error status (400–599) is taken as one;
+/// otherwise the object is classified by what it says (see the module docs), and what it does
+/// not say becomes a retryable `Http { status: 503 }`.
 pub(crate) fn from_stream_error(value: &Value, raw: &str, redactor: &Redactor) -> ProviderError {
     let described = ErrorBody::from_value(value);
-    let status = described.numeric_code.unwrap_or(200);
+    let status = described
+        .numeric_code
+        .filter(|code| (400..=599).contains(code));
     classify(status, &described, Vec::new, None, raw, redactor)
 }
 
+/// Codes and types saying the credentials were refused.
+const AUTHENTICATION: &[&str] = &["invalid_api_key", "authentication_error"];
+/// Codes and types saying the account has no quota left.
+const QUOTA: &[&str] = &["insufficient_quota"];
+/// Codes and types saying the client is sending too fast.
+const RATE_LIMIT: &[&str] = &["rate_limit_exceeded", "rate_limit_error"];
+
+/// Maps an error to its variant. `status` is `None` for an error received inside a
+/// successful response.
 fn classify(
-    status: u16,
+    status: Option<u16>,
     described: &ErrorBody,
     headers: impl FnOnce() -> Vec<(String, String)>,
     retry_after: Option<Duration>,
@@ -169,28 +198,35 @@ fn classify(
         };
         excerpt(&redactor.redact(message), MESSAGE_BYTES)
     };
-    if status == 401 || status == 403 || described.is("invalid_api_key") {
+    if matches!(status, Some(401 | 403)) || described.is_any(AUTHENTICATION) {
         return ProviderError::Authentication {
-            status,
+            status: status.unwrap_or(401),
             message: message(),
         };
     }
-    if status == 402 || described.is("insufficient_quota") {
+    if status == Some(402) || described.is_any(QUOTA) {
         return ProviderError::QuotaExhausted {
-            status,
+            status: status.unwrap_or(429),
             message: message(),
         };
     }
-    if status == 429 || described.is("rate_limit_exceeded") {
+    if status == Some(429) || described.is_any(RATE_LIMIT) {
         return ProviderError::RateLimited {
-            status,
+            status: status.unwrap_or(429),
             retry_after,
             message: message(),
         };
     }
-    if matches!(status, 200 | 400 | 413 | 422) && described.says_context_exceeded() {
+    if matches!(status, None | Some(400 | 413 | 422)) && described.says_context_exceeded() {
         return ProviderError::ContextLengthExceeded { message: message() };
     }
+    let status = status.unwrap_or(if described.is("invalid_request_error") {
+        400
+    } else {
+        // A server error, an overloaded server, a crashed runner, or nothing said: the
+        // request itself was accepted, so it may well succeed if sent again.
+        503
+    });
     ProviderError::Http {
         status,
         body: excerpt(&redactor.redact(raw_body), BODY_EXCERPT_BYTES),
@@ -198,13 +234,22 @@ fn classify(
     }
 }
 
+/// Headers whose values are kept as received: they never hold credentials, and `Retry`
+/// reads `Retry-After` back from them.
+const NEVER_REDACTED: &[&str] = &["retry-after", "retry-after-ms", "content-length"];
+
 /// Response headers as text pairs, redacted.
 pub(crate) fn header_pairs(headers: &HeaderMap, redactor: &Redactor) -> Vec<(String, String)> {
     headers
         .iter()
         .map(|(name, value)| {
             let value = String::from_utf8_lossy(value.as_bytes());
-            (name.as_str().to_owned(), redactor.redact(&value))
+            let value = if NEVER_REDACTED.contains(&name.as_str()) {
+                value.into_owned()
+            } else {
+                redactor.redact(&value)
+            };
+            (name.as_str().to_owned(), value)
         })
         .collect()
 }
@@ -247,9 +292,13 @@ pub(crate) fn decode(
 ) -> ProviderError {
     let text = String::from_utf8_lossy(body);
     let at = byte_offset(&text, err.line(), err.column());
+    // Redact the whole text, then cut: cutting first could split a secret, and the part left
+    // in the excerpt would no longer be recognised.
+    let (redacted, at) = redactor.redact_tracking(&text, at);
     ProviderError::Decode {
-        message: format!("{what}: {err}"),
-        excerpt: redactor.redact(around(&text, at, DECODE_CONTEXT_BYTES)),
+        // serde's messages quote what they found (`invalid type: string "…"`).
+        message: redactor.redact(&format!("{what}: {err}")),
+        excerpt: around(&redacted, at, DECODE_CONTEXT_BYTES).to_owned(),
     }
 }
 
@@ -260,8 +309,8 @@ pub(crate) fn invalid(
     redactor: &Redactor,
 ) -> ProviderError {
     ProviderError::Decode {
-        message: message.into(),
-        excerpt: redactor.redact(&excerpt(excerpt_of, 2 * DECODE_CONTEXT_BYTES)),
+        message: redactor.redact(&message.into()),
+        excerpt: excerpt(&redactor.redact(excerpt_of), 2 * DECODE_CONTEXT_BYTES),
     }
 }
 
@@ -475,6 +524,133 @@ mod tests {
         };
         assert!(excerpt.contains("tru }"), "{excerpt}");
         assert!(message.starts_with("chat: "), "{message}");
+    }
+
+    /// Every 8-byte piece of `key`.
+    fn pieces_of(key: &str) -> Vec<&str> {
+        (0..=key.len() - 8).map(|i| &key[i..i + 8]).collect()
+    }
+
+    #[test]
+    fn a_key_next_to_a_syntax_error_never_leaks_from_a_decode_error() {
+        const KEY: &str = "sk-proj-ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789abcdefghij";
+        let redactor = Redactor::new([Secret::new(KEY)]);
+        for pad in 0..150 {
+            for tail in ["", " }", &"x".repeat(100)] {
+                // The body echoes the key, and breaks right after it.
+                let body = format!(
+                    "{{\"echo\": \"{}{KEY}\" oops{tail}",
+                    "é".repeat(pad % 7) + &"a".repeat(pad)
+                );
+                let err = serde_json::from_str::<Value>(&body).unwrap_err();
+                let decoded = decode("chat", body.as_bytes(), &err, &redactor);
+                for text in [decoded.to_string(), format!("{decoded:?}")] {
+                    for piece in pieces_of(KEY) {
+                        assert!(!text.contains(piece), "pad {pad}: `{piece}` leaked: {text}");
+                    }
+                }
+                let ProviderError::Decode { excerpt, .. } = &decoded else {
+                    panic!("expected Decode");
+                };
+                assert!(excerpt.contains("oops"), "pad {pad}: {excerpt}");
+            }
+        }
+        // serde quotes what it found in its messages; those are redacted too.
+        let body = format!("{{\"choices\": \"{KEY}\"}}");
+        let err = serde_json::from_str::<Vec<u8>>(&format!("\"{KEY}\"")).unwrap_err();
+        let decoded = decode("chat", body.as_bytes(), &err, &redactor);
+        assert!(!decoded.to_string().contains(&KEY[..20]), "{decoded}");
+        // The excerpts of other decoding failures too.
+        for pad in 0..200 {
+            let text = format!("{}{KEY} and more", "b".repeat(pad));
+            let err = invalid("no choices", &text, &redactor);
+            for piece in pieces_of(KEY) {
+                assert!(!format!("{err:?}").contains(piece), "pad {pad}: {err:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn errors_inside_a_stream_are_classified_without_a_status() {
+        let stream_error = |value: Value| {
+            let raw = value.to_string();
+            from_stream_error(&value, &raw, &Redactor::default())
+        };
+        let server = stream_error(
+            serde_json::json!({"error": {"message": "The server had an error", "type": "server_error", "code": null}}),
+        );
+        assert!(
+            matches!(&server, ProviderError::Http { status: 503, body, .. } if body.contains("server had an error")),
+            "{server:?}"
+        );
+        assert!(server.is_retryable());
+        assert!(!server.to_string().contains("200"), "{server}");
+        let ollama =
+            stream_error(serde_json::json!({"error": "llama runner process has terminated"}));
+        assert!(
+            matches!(ollama, ProviderError::Http { status: 503, .. }),
+            "{ollama:?}"
+        );
+        assert!(ollama.is_retryable());
+        for (value, expected) in [
+            (
+                serde_json::json!({"error": {"message": "slow", "type": "requests", "code": "rate_limit_exceeded"}}),
+                "RateLimited",
+            ),
+            (
+                serde_json::json!({"error": {"message": "pay", "type": "insufficient_quota", "code": "insufficient_quota"}}),
+                "QuotaExhausted",
+            ),
+            (
+                serde_json::json!({"error": {"message": "bad key", "type": "invalid_request_error", "code": "invalid_api_key"}}),
+                "Authentication",
+            ),
+            (
+                serde_json::json!({"error": {"message": "long", "type": "invalid_request_error", "code": "context_length_exceeded"}}),
+                "ContextLengthExceeded",
+            ),
+            (
+                serde_json::json!({"error": "input length exceeds the context length"}),
+                "ContextLengthExceeded",
+            ),
+            (
+                serde_json::json!({"error": {"message": "overloaded", "code": 529}}),
+                "Http { status: 529",
+            ),
+            (
+                serde_json::json!({"error": {"message": "bad", "type": "invalid_request_error"}}),
+                "Http { status: 400",
+            ),
+            (
+                serde_json::json!({"error": {"message": "odd", "code": 200}}),
+                "Http { status: 503",
+            ),
+        ] {
+            let err = stream_error(value.clone());
+            assert!(format!("{err:?}").starts_with(expected), "{value}: {err:?}");
+        }
+        assert!(matches!(
+            stream_error(serde_json::json!({"error": {"code": "rate_limit_exceeded"}})),
+            ProviderError::RateLimited { status: 429, .. }
+        ));
+    }
+
+    #[test]
+    fn retry_after_and_content_length_are_never_redacted() {
+        let redactor = Redactor::new([Secret::new("12345678")]);
+        let mut headers = HeaderMap::new();
+        headers.insert("retry-after", HeaderValue::from_static("12345678"));
+        headers.insert("content-length", HeaderValue::from_static("12345678"));
+        headers.insert("x-other", HeaderValue::from_static("12345678"));
+        let pairs = header_pairs(&headers, &redactor);
+        assert_eq!(
+            pairs,
+            vec![
+                ("retry-after".to_owned(), "12345678".to_owned()),
+                ("content-length".to_owned(), "12345678".to_owned()),
+                ("x-other".to_owned(), "[redacted]".to_owned()),
+            ]
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Response, Url};
 
 use crate::error::{self, ConfigError};
-use crate::secret::{Redactor, Secret};
+use crate::secret::{self, Redactor, Secret};
 
 /// Default time allowed to open a connection.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -31,8 +31,51 @@ pub(crate) struct HttpOptions {
     pub(crate) request_timeout: Duration,
     pub(crate) read_timeout: Option<Duration>,
     pub(crate) max_response_bytes: usize,
-    /// Extra headers; every value is treated as a secret.
-    pub(crate) headers: Vec<(String, Secret)>,
+    /// Extra headers sent with every request.
+    pub(crate) headers: Vec<ExtraHeader>,
+}
+
+/// A header sent with every request.
+#[derive(Clone)]
+pub(crate) struct ExtraHeader {
+    pub(crate) name: String,
+    pub(crate) value: Secret,
+    /// Whether the value is a credential: kept out of errors (and `Debug`, like every value).
+    pub(crate) secret: bool,
+}
+
+impl ExtraHeader {
+    /// A header whose value is a credential if its name says so ([`is_credential_name`]).
+    pub(crate) fn new(name: impl Into<String>, value: impl Into<String>) -> ExtraHeader {
+        let name = name.into();
+        ExtraHeader {
+            secret: is_credential_name(&name),
+            name,
+            value: Secret::new(value),
+        }
+    }
+
+    /// A header whose value is a credential, whatever its name.
+    pub(crate) fn secret(name: impl Into<String>, value: impl Into<String>) -> ExtraHeader {
+        ExtraHeader {
+            name: name.into(),
+            value: Secret::new(value),
+            secret: true,
+        }
+    }
+}
+
+/// Header names whose values are treated as credentials even when set with
+/// [`header`](crate::OpenAiBuilder::header): `Authorization`, `Proxy-Authorization`,
+/// `Cookie`, and any name containing `key`, `token`, `secret`, `password`, `auth` or
+/// `session` (`api-key`, `x-api-key`, `x-goog-api-key`, `Ocp-Apim-Subscription-Key`,
+/// `x-auth-token`, …).
+pub(crate) fn is_credential_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    name == "cookie"
+        || ["key", "token", "secret", "password", "auth", "session"]
+            .iter()
+            .any(|part| name.contains(part))
 }
 
 impl Default for HttpOptions {
@@ -49,7 +92,7 @@ impl Default for HttpOptions {
 
 impl fmt::Debug for HttpOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let names: Vec<&str> = self.headers.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = self.headers.iter().map(|h| h.name.as_str()).collect();
         f.debug_struct("HttpOptions")
             .field("connect_timeout", &self.connect_timeout)
             .field("request_timeout", &self.request_timeout)
@@ -60,10 +103,11 @@ impl fmt::Debug for HttpOptions {
     }
 }
 
-/// Parses an `http`/`https` base URL.
+/// Parses an `http`/`https` base URL. An error shows the URL with its user information (if
+/// any) masked.
 pub(crate) fn parse_base_url(url: &str) -> Result<Url, ConfigError> {
     let invalid = |reason: String| ConfigError::InvalidUrl {
-        url: url.to_owned(),
+        url: secret::mask_userinfo(url),
         reason,
     };
     let parsed = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
@@ -111,17 +155,25 @@ impl Reply {
 }
 
 impl Transport {
-    /// A client sending `auth` (a header carrying a credential, if any) and the extra headers
-    /// of `options` with every request.
+    /// A client for the server at `base_url` sending `auth` (a header carrying a credential,
+    /// if any) and the extra headers of `options` with every request.
+    ///
+    /// Its redactor knows the credentials: `auth`, the secret extra headers, and the user
+    /// information of `base_url`. Redirects are not followed (a 3xx is an error), so no header
+    /// ever reaches another host.
     pub(crate) fn new(
         options: &HttpOptions,
         auth: Option<(HeaderName, Secret)>,
+        base_url: &Url,
     ) -> Result<Transport, ConfigError> {
         let mut headers = HeaderMap::new();
-        let mut secrets = Vec::new();
-        let extra = options.headers.iter().map(|(n, v)| (n.as_str(), v));
-        let auth_pair = auth.as_ref().map(|(n, v)| (n.as_str(), v));
-        for (name, value) in extra.chain(auth_pair) {
+        let mut secrets = secret::url_secrets(base_url);
+        let extra = options
+            .headers
+            .iter()
+            .map(|h| (h.name.as_str(), &h.value, h.secret));
+        let auth_triple = auth.as_ref().map(|(n, v)| (n.as_str(), v, true));
+        for (name, value, is_secret) in extra.chain(auth_triple) {
             let header_name = HeaderName::from_bytes(name.as_bytes()).map_err(|e| {
                 ConfigError::InvalidHeader {
                     name: name.to_owned(),
@@ -133,9 +185,11 @@ impl Transport {
                     name: name.to_owned(),
                     reason: "the value has characters not allowed in a header".to_owned(),
                 })?;
-            header_value.set_sensitive(true);
+            header_value.set_sensitive(is_secret);
             headers.insert(header_name, header_value);
-            secrets.push(value.clone());
+            if is_secret {
+                secrets.push(value.clone());
+            }
         }
         if let Some((_, key)) = &auth {
             // The bare key, in case a server echoes it without its "Bearer " prefix.
@@ -146,6 +200,8 @@ impl Transport {
         let mut builder = reqwest::Client::builder()
             .default_headers(headers)
             .user_agent(concat!("effect-agents/", env!("CARGO_PKG_VERSION")))
+            // A redirect would carry the credential headers to wherever it points.
+            .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(options.connect_timeout)
             .timeout(options.request_timeout);
         if let Some(read) = options.read_timeout {
@@ -350,12 +406,26 @@ macro_rules! http_builder_methods {
             self
         }
 
-        /// Sends an extra header with every request. Its value is treated as a secret: it is
-        /// never shown in `Debug` output and is scrubbed from errors.
+        /// Sends an extra header with every request (`X-Title`, `HTTP-Referer`, a client
+        /// version…). Its value is never shown in `Debug` output. It is scrubbed from errors
+        /// only if the header's name marks a credential: `Authorization`,
+        /// `Proxy-Authorization`, `Cookie`, or a name containing `key`, `token`, `secret`,
+        /// `password`, `auth` or `session` (`api-key`, `x-api-key`, …). Use
+        /// [`secret_header`](Self::secret_header) for any other credential.
         pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
             self.http
                 .headers
-                .push((name.into(), crate::secret::Secret::new(value)));
+                .push(crate::http::ExtraHeader::new(name, value));
+            self
+        }
+
+        /// Sends an extra header carrying a credential with every request: its value is never
+        /// shown in `Debug` output and is scrubbed from every error (values of 8 bytes or
+        /// more; shorter ones cannot be told apart from ordinary text).
+        pub fn secret_header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+            self.http
+                .headers
+                .push(crate::http::ExtraHeader::secret(name, value));
             self
         }
     };
@@ -380,21 +450,50 @@ mod tests {
             endpoint(&base, "chat/completions").unwrap().as_str(),
             "http://127.0.0.1:8080/v1/chat/completions"
         );
+        let err = parse_base_url("ftp://user:hunter2-password@x/").unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+        assert!(!format!("{err:?}").contains("hunter2"), "{err:?}");
+    }
+
+    #[test]
+    fn credential_header_names() {
+        for name in [
+            "Authorization",
+            "proxy-authorization",
+            "api-key",
+            "X-API-Key",
+            "x-goog-api-key",
+            "Ocp-Apim-Subscription-Key",
+            "x-auth-token",
+            "Cookie",
+        ] {
+            assert!(is_credential_name(name), "{name}");
+        }
+        for name in [
+            "x-client-version",
+            "X-Title",
+            "HTTP-Referer",
+            "OpenAI-Organization",
+            "OpenAI-Project",
+        ] {
+            assert!(!is_credential_name(name), "{name}");
+        }
     }
 
     #[test]
     fn header_values_are_checked_without_echoing_them() {
+        let base = parse_base_url("http://127.0.0.1:1/").unwrap();
         let options = HttpOptions {
-            headers: vec![("x-key".to_owned(), Secret::new("bad\nvalue-secret"))],
+            headers: vec![ExtraHeader::new("x-key", "bad\nvalue-secret")],
             ..HttpOptions::default()
         };
-        let err = Transport::new(&options, None).unwrap_err();
+        let err = Transport::new(&options, None, &base).unwrap_err();
         assert!(matches!(err, ConfigError::InvalidHeader { .. }));
         assert!(!err.to_string().contains("value-secret"));
         let options = HttpOptions {
-            headers: vec![("bad name".to_owned(), Secret::new("v"))],
+            headers: vec![ExtraHeader::new("bad name", "v")],
             ..HttpOptions::default()
         };
-        assert!(Transport::new(&options, None).is_err());
+        assert!(Transport::new(&options, None, &base).is_err());
     }
 }

@@ -2,7 +2,7 @@
 //!
 //! Clients use a pricing table to fill [`Response::cost`](agent_op::Response::cost) and to answer
 //! [`Provider::max_cost`](agent_op::Provider::max_cost). A model the table does not know has no
-//! cost (`None`), never a guessed zero.
+//! cost (`None`), never a guessed zero or a neighbour's price.
 
 use std::collections::BTreeMap;
 
@@ -57,8 +57,10 @@ impl ModelPrice {
 
 /// A table of model prices that users can extend or replace.
 ///
-/// Lookups try the exact model name, then the name without a trailing snapshot date
-/// (`gpt-4o-2024-08-06` is priced as `gpt-4o`).
+/// Lookups are by exact model name. A dated snapshot is not priced as its base model (a
+/// snapshot can cost more or less: `gpt-4o-2024-05-13` lists at $5/$15 per million tokens,
+/// `gpt-4o` at $2.50/$10); it is priced only if the table lists it, as [`Pricing::openai`]
+/// does for the snapshots it knows. An unknown name has no price, never a guessed one.
 ///
 /// ```
 /// use agent_op::{MicroUsd, Usage};
@@ -82,21 +84,35 @@ impl Pricing {
         Pricing::default()
     }
 
-    /// OpenAI's list prices for its common chat and embedding models (standard tier, per
-    /// million tokens, as published in 2025–2026). Prices change: check them, and override or
-    /// extend the table with [`Pricing::with`] when they do.
+    /// OpenAI's list prices for its common chat and embedding models and their dated
+    /// snapshots (standard tier, per million tokens, as published in 2025–2026). Prices
+    /// change: check them, and override or extend the table with [`Pricing::with`] when they
+    /// do. A snapshot not listed here (a newer one, say) has no price until added.
     pub fn openai() -> Pricing {
         const TABLE: &[(&str, u64, u64)] = &[
             ("gpt-5", 1_250_000, 10_000_000),
+            ("gpt-5-2025-08-07", 1_250_000, 10_000_000),
             ("gpt-5-mini", 250_000, 2_000_000),
+            ("gpt-5-mini-2025-08-07", 250_000, 2_000_000),
             ("gpt-5-nano", 50_000, 400_000),
+            ("gpt-5-nano-2025-08-07", 50_000, 400_000),
             ("gpt-4.1", 2_000_000, 8_000_000),
+            ("gpt-4.1-2025-04-14", 2_000_000, 8_000_000),
             ("gpt-4.1-mini", 400_000, 1_600_000),
+            ("gpt-4.1-mini-2025-04-14", 400_000, 1_600_000),
             ("gpt-4.1-nano", 100_000, 400_000),
+            ("gpt-4.1-nano-2025-04-14", 100_000, 400_000),
             ("gpt-4o", 2_500_000, 10_000_000),
+            ("gpt-4o-2024-11-20", 2_500_000, 10_000_000),
+            ("gpt-4o-2024-08-06", 2_500_000, 10_000_000),
+            // The first gpt-4o snapshot kept its launch price.
+            ("gpt-4o-2024-05-13", 5_000_000, 15_000_000),
             ("gpt-4o-mini", 150_000, 600_000),
+            ("gpt-4o-mini-2024-07-18", 150_000, 600_000),
             ("o3", 2_000_000, 8_000_000),
+            ("o3-2025-04-16", 2_000_000, 8_000_000),
             ("o4-mini", 1_100_000, 4_400_000),
+            ("o4-mini-2025-04-16", 1_100_000, 4_400_000),
             ("text-embedding-3-small", 20_000, 0),
             ("text-embedding-3-large", 130_000, 0),
         ];
@@ -126,12 +142,9 @@ impl Pricing {
         self.models.extend(other.models);
     }
 
-    /// The price of `model`, if known.
+    /// The price of `model` (by exact name), if known.
     pub fn get(&self, model: &str) -> Option<ModelPrice> {
-        self.models
-            .get(model)
-            .or_else(|| self.models.get(without_snapshot_date(model)?))
-            .copied()
+        self.models.get(model).copied()
     }
 
     /// What `usage` of `model` costs, if the model's price is known.
@@ -139,17 +152,20 @@ impl Pricing {
         self.get(model).map(|price| price.cost(usage))
     }
 
-    /// The most a call of `model` with `prompt` can cost: its input bounded by the prompt's
-    /// size in bytes plus template overhead, its output by `max_tokens`. `None` when the price
-    /// is unknown or the prompt sets no `max_tokens` (the output is then unbounded).
+    /// The most a call of `model` with `prompt` can cost: its input bounded by the size in
+    /// bytes of the whole prompt as JSON (every message with its tool calls, ids and tool
+    /// call ids, every tool with its schema, and the options, `response_format`'s schema
+    /// included: a token covers at least one byte) plus template overhead, its output by
+    /// `max_tokens`. `None` when the price is unknown or the prompt sets no `max_tokens` (the
+    /// output is then unbounded).
     pub fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
         let price = self.get(model)?;
         let max_output = u64::from(prompt.options.max_tokens?);
         let overhead = PROMPT_OVERHEAD_TOKENS
-            + MESSAGE_OVERHEAD_TOKENS * prompt.messages.len() as u64
-            + TOOL_OVERHEAD_TOKENS * prompt.tools.len() as u64;
+            .saturating_add(MESSAGE_OVERHEAD_TOKENS.saturating_mul(prompt.messages.len() as u64))
+            .saturating_add(TOOL_OVERHEAD_TOKENS.saturating_mul(prompt.tools.len() as u64));
         let usage = Usage {
-            input_tokens: prompt.text_bytes().saturating_add(overhead),
+            input_tokens: prompt_bytes(prompt)?.saturating_add(overhead),
             output_tokens: max_output,
         };
         Some(price.cost(usage))
@@ -161,16 +177,24 @@ impl Pricing {
     }
 }
 
-/// `gpt-4o-2024-08-06` → `gpt-4o`; names without a `-YYYY-MM-DD` suffix → `None`.
-fn without_snapshot_date(model: &str) -> Option<&str> {
-    let (base, date) = model.split_at_checked(model.len().checked_sub(11)?)?;
-    let date = date.strip_prefix('-')?;
-    let shape_ok = date.len() == 10
-        && date.bytes().enumerate().all(|(i, b)| match i {
-            4 | 7 => b == b'-',
-            _ => b.is_ascii_digit(),
-        });
-    shape_ok.then_some(base)
+/// The size of `prompt` as compact JSON: at least every byte of text it puts before the
+/// model (JSON only adds quotes, escapes and field names), whatever the wire format. `None`
+/// if it cannot be encoded (it always can).
+fn prompt_bytes(prompt: &Prompt) -> Option<u64> {
+    /// Counts what is written, keeping nothing.
+    struct Counter(u64);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(buf.len() as u64);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    serde_json::to_writer(&mut counter, prompt).ok()?;
+    Some(counter.0)
 }
 
 #[cfg(test)]
@@ -200,16 +224,84 @@ mod tests {
     }
 
     #[test]
-    fn snapshot_dates() {
-        assert_eq!(without_snapshot_date("gpt-4o-2024-08-06"), Some("gpt-4o"));
+    fn snapshots_are_priced_only_when_listed() {
+        let pricing = Pricing::openai();
+        let per_million =
+            |input, output| Some(ModelPrice::per_million(MicroUsd(input), MicroUsd(output)));
+        assert_eq!(pricing.get("gpt-4o"), per_million(2_500_000, 10_000_000));
         assert_eq!(
-            without_snapshot_date("gpt-4o-mini-2024-07-18"),
-            Some("gpt-4o-mini")
+            pricing.get("gpt-4o-2024-05-13"),
+            per_million(5_000_000, 15_000_000),
+            "the first gpt-4o snapshot costs more than gpt-4o"
         );
-        assert_eq!(without_snapshot_date("gpt-4o"), None);
-        assert_eq!(without_snapshot_date("model-2024-0806x"), None);
-        assert_eq!(without_snapshot_date("é-2024-08-06"), Some("é"));
-        assert_eq!(without_snapshot_date("ééééééé"), None);
+        assert_eq!(
+            pricing.get("gpt-4o-2024-08-06"),
+            per_million(2_500_000, 10_000_000)
+        );
+        assert_eq!(
+            pricing.get("gpt-4o-mini-2024-07-18"),
+            per_million(150_000, 600_000)
+        );
+        // An unlisted snapshot has no price, not its base model's.
+        assert_eq!(pricing.get("gpt-4o-2099-01-01"), None);
+        let mine = Pricing::new().with("m", ModelPrice::per_million(MicroUsd(1), MicroUsd(1)));
+        assert_eq!(mine.get("m-2024-08-06"), None);
+        // Every dated entry is a snapshot of a listed base model.
+        for model in pricing.models() {
+            if let Some((base, _)) = model.split_once("-20") {
+                assert!(pricing.get(base).is_some(), "{model}");
+            }
+        }
+    }
+
+    #[test]
+    fn max_cost_counts_every_byte_of_the_prompt() {
+        use agent_op::{Message, ResponseFormat, ToolCall};
+        use serde_json::json;
+        let pricing = Pricing::new().with(
+            "m",
+            ModelPrice::per_million(MicroUsd(1_000_000), MicroUsd(0)),
+        );
+        // A large response schema: sent to the model, so it counts.
+        let properties: serde_json::Map<String, serde_json::Value> = (0..2000)
+            .map(|i| {
+                (
+                    format!("field_{i}"),
+                    json!({"type": "string", "description": "a field of the answer"}),
+                )
+            })
+            .collect();
+        let schema = json!({"type": "object", "properties": properties});
+        let schema_bytes = schema.to_string().len() as u64;
+        assert!(schema_bytes > 100_000);
+        let prompt =
+            Prompt::new()
+                .user("hi")
+                .max_tokens(1)
+                .response_format(ResponseFormat::JsonSchema {
+                    name: "answer".into(),
+                    schema,
+                    strict: true,
+                });
+        let bound = pricing.max_cost("m", &prompt).unwrap();
+        assert!(bound.0 >= schema_bytes, "{bound:?} < {schema_bytes}");
+        // Tool-call ids and the ids of tool results count too.
+        let long_id = "call_".to_owned() + &"x".repeat(10_000);
+        let prompt = Prompt::from_messages(vec![
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![ToolCall {
+                    id: long_id.clone(),
+                    name: "f".into(),
+                    arguments: json!({}),
+                }],
+            },
+            Message::tool_result(long_id.clone(), "ok"),
+        ])
+        .max_tokens(1);
+        let bound = pricing.max_cost("m", &prompt).unwrap();
+        assert!(bound.0 >= 2 * long_id.len() as u64, "{bound:?}");
+        assert!(bound.0 >= prompt.text_bytes());
     }
 
     #[test]
@@ -221,8 +313,14 @@ mod tests {
         let prompt = Prompt::new().user("0123456789");
         assert_eq!(pricing.max_cost("m", &prompt), None);
         let prompt = prompt.max_tokens(100);
-        // input ≤ 10 bytes + 16 + 8 overhead tokens at $1/M, output ≤ 100 tokens at $2/M.
-        assert_eq!(pricing.max_cost("m", &prompt), Some(MicroUsd(34 + 200)));
+        // input ≤ the prompt's JSON + 16 + 8 overhead tokens at $1/M, output ≤ 100 tokens at
+        // $2/M.
+        let json = serde_json::to_string(&prompt).unwrap();
+        assert_eq!(json.len(), 82, "{json}");
+        assert_eq!(
+            pricing.max_cost("m", &prompt),
+            Some(MicroUsd(82 + 24 + 200))
+        );
         assert_eq!(pricing.max_cost("other", &prompt), None);
     }
 

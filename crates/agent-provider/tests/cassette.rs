@@ -6,12 +6,12 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_op::{Delta, Prompt, Provider, ProviderError, Response, ToolDefinition};
-use agent_provider::OpenAiClient;
+use agent_op::{Delta, MicroUsd, Prompt, Provider, ProviderError, Response, ToolDefinition};
 use agent_provider::ScriptedProvider;
 use agent_provider::cassette::{
     CassetteEntry, CassetteError, RecordingProvider, ReplayProvider, fingerprint,
 };
+use agent_provider::{ModelPrice, OpenAiClient, Pricing};
 use common::{Reply, TestServer, sse_events};
 use serde_json::json;
 
@@ -273,4 +273,65 @@ fn fingerprints_ignore_key_order_but_not_content() {
         fingerprint("m", &prompt("x").temperature(0.5)),
         fingerprint("m", &prompt("x").temperature(0.6))
     );
+}
+
+#[tokio::test]
+async fn replay_serves_the_recorded_max_cost() {
+    let server = TestServer::always(Reply::json(
+        200,
+        &json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 3, "completion_tokens": 1}}),
+    ))
+    .await;
+    let client = OpenAiClient::compatible(format!("{}/v1", server.url()))
+        .pricing(Pricing::new().with(
+            "priced",
+            ModelPrice::per_million(MicroUsd(1_000_000), MicroUsd(2_000_000)),
+        ))
+        .build()
+        .unwrap();
+    let bounded = prompt("bounded").max_tokens(50);
+    let expected = client.max_cost("priced", &bounded);
+    assert!(expected.is_some());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("costs.jsonl");
+    let recording = RecordingProvider::create(client, &path).unwrap();
+    assert_eq!(recording.max_cost("priced", &bounded), expected);
+    recording.chat("priced", &bounded).await.unwrap();
+    recording
+        .chat("priced", &prompt("unbounded"))
+        .await
+        .unwrap();
+    recording.chat("unpriced", &bounded).await.unwrap();
+
+    let replay = ReplayProvider::open(&path).unwrap();
+    assert_eq!(replay.max_cost("priced", &bounded), expected);
+    assert_eq!(replay.max_cost("priced", &prompt("unbounded")), None);
+    assert_eq!(replay.max_cost("unpriced", &bounded), None);
+    assert_eq!(replay.max_cost("never", &bounded), None, "not recorded");
+    replay.chat("priced", &bounded).await.unwrap();
+    assert_eq!(
+        replay.max_cost("priced", &bounded),
+        None,
+        "all replayed: the next call fails without cost"
+    );
+
+    // The bound holds whichever recorded outcome a call gets: the largest still to serve.
+    let replay = ReplayProvider::from_entries([
+        CassetteEntry::new("m", prompt("x"), Ok(Response::text("a")))
+            .with_max_cost(Some(MicroUsd(5))),
+        CassetteEntry::new("m", prompt("x"), Ok(Response::text("b")))
+            .with_max_cost(Some(MicroUsd(9))),
+    ]);
+    assert_eq!(replay.max_cost("m", &prompt("x")), Some(MicroUsd(9)));
+    replay.chat("m", &prompt("x")).await.unwrap();
+    replay.chat("m", &prompt("x")).await.unwrap();
+    assert_eq!(replay.max_cost("m", &prompt("x")), None);
+    // Entries from cassettes recorded before `max_cost` existed: unknown.
+    let replay = ReplayProvider::from_entries([CassetteEntry::new(
+        "m",
+        prompt("x"),
+        Ok(Response::text("a")),
+    )]);
+    assert_eq!(replay.max_cost("m", &prompt("x")), None);
 }

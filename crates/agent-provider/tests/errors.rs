@@ -368,3 +368,327 @@ async fn broken_connections_are_transport_errors() {
         "URLs are left out of transport errors: {err}"
     );
 }
+
+#[tokio::test]
+async fn a_key_echoed_before_a_syntax_error_never_leaks() {
+    // The body echoes the key, then breaks right after it, at a different offset each time.
+    let server = TestServer::start(|_, n| Reply::Full {
+        status: 200,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body: format!(
+            "{{\"choices\": [{{\"echo\": \"{}Bearer {KEY}\" ]]]]",
+            "x".repeat(n)
+        )
+        .into_bytes(),
+    })
+    .await;
+    let client = client(&server);
+    for pad in 0..140 {
+        let err = client.chat("m", &prompt()).await.unwrap_err();
+        assert!(matches!(err, ProviderError::Decode { .. }), "{err:?}");
+        for text in [err.to_string(), format!("{err:?}")] {
+            for i in 0..=KEY.len() - 8 {
+                let piece = &KEY[i..i + 8];
+                assert!(!text.contains(piece), "pad {pad}: `{piece}` leaked: {text}");
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn redirects_are_not_followed() {
+    // Another server, which must never see the request (nor its credentials).
+    let elsewhere = TestServer::always(ok_completion()).await;
+    let location = format!("{}/v1/chat/completions", elsewhere.url());
+    let server =
+        TestServer::always(Reply::text(307, "moved").with_header("location", &location)).await;
+    let openai = OpenAiClient::compatible(format!("{}/v1", server.url()))
+        .api_key(KEY)
+        .secret_header("api-key", "azure-style-key-0123456789")
+        .build()
+        .unwrap();
+    let err = retrying(&server).chat("m", &prompt()).await.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Http { status: 307, .. }),
+        "{err:?}"
+    );
+    assert!(!err.is_retryable());
+    openai
+        .chat_stream("m", &prompt(), &mut |_| {})
+        .await
+        .unwrap_err();
+    let ollama = OllamaClient::builder()
+        .host(server.url())
+        .api_key("ollama-key-0123456789")
+        .build()
+        .unwrap();
+    let err = ollama.chat("m", &prompt()).await.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Http { status: 307, .. }),
+        "{err:?}"
+    );
+    assert_eq!(server.requests().len(), 3);
+    assert!(
+        elsewhere.requests().is_empty(),
+        "the redirect was followed: {:?}",
+        elsewhere.requests()
+    );
+}
+
+#[tokio::test]
+async fn ordinary_headers_are_not_redacted_and_retry_after_survives() {
+    const CREDENTIAL: &str = "custom-credential-0123456789";
+    const NAMED_KEY: &str = "named-api-key-0123456789";
+    // The server echoes every header it received, in its body and in its headers.
+    let server = TestServer::start(|request, n| {
+        if n > 0 {
+            return ok_completion();
+        }
+        let echoed: Vec<String> = request
+            .headers
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        let mut reply = Reply::text(503, &format!("overloaded; got {}", echoed.join(" ")))
+            .with_header("retry-after", "1");
+        for (name, value) in &request.headers {
+            reply = reply.with_header(&format!("x-echo-{name}"), value);
+        }
+        reply
+    })
+    .await;
+    let client = || {
+        OpenAiClient::compatible(format!("{}/v1", server.url()))
+            .api_key(KEY)
+            .header("x-client-version", "1")
+            .header("X-Title", "my-agent-application")
+            .header("x-api-key", NAMED_KEY)
+            .secret_header("x-custom", CREDENTIAL)
+            .build()
+            .unwrap()
+    };
+    let err = client().chat("m", &prompt()).await.unwrap_err();
+    let ProviderError::Http {
+        status: 503,
+        body,
+        headers,
+    } = &err
+    else {
+        panic!("expected Http 503, got {err:?}");
+    };
+    // Ordinary values are kept, wherever they appear…
+    assert!(body.contains("x-client-version=1"), "{body}");
+    assert!(body.contains("x-title=my-agent-application"), "{body}");
+    assert!(
+        headers.contains(&("retry-after".to_owned(), "1".to_owned())),
+        "{headers:?}"
+    );
+    assert!(
+        headers.contains(&("x-echo-x-client-version".to_owned(), "1".to_owned())),
+        "{headers:?}"
+    );
+    assert!(
+        !body.contains("[redacted]=") && body.contains("x-custom=[redacted]"),
+        "{body}"
+    );
+    // …credentials are not: the key, a header named like a credential, a secret header.
+    let text = format!("{err:?}");
+    for secret in [KEY, NAMED_KEY, CREDENTIAL] {
+        assert!(!text.contains(secret), "{secret} leaked: {text}");
+    }
+    assert!(body.contains("x-api-key=[redacted]"), "{body}");
+    let request = &server.requests()[0];
+    assert_eq!(request.header("x-client-version"), Some("1"));
+    assert_eq!(request.header("x-custom"), Some(CREDENTIAL));
+    assert_eq!(request.header("x-api-key"), Some(NAMED_KEY));
+
+    // Retry reads Retry-After as the server sent it (`1`, like the ordinary header's value):
+    // one second, not a backoff of milliseconds.
+    let server = TestServer::sequence(vec![
+        Reply::text(503, "overloaded 1").with_header("retry-after", "1"),
+        ok_completion(),
+    ])
+    .await;
+    let retrying = Retry::new(
+        OpenAiClient::compatible(format!("{}/v1", server.url()))
+            .header("x-client-version", "1")
+            .build()
+            .unwrap(),
+    )
+    .base_delay(Duration::from_millis(1))
+    .max_delay(Duration::from_millis(5));
+    let started = Instant::now();
+    let reply = retrying.chat("m", &prompt()).await.unwrap();
+    assert_eq!(reply.content, "ok");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(1),
+        "Retry-After: 1 was honoured (waited {waited:?})"
+    );
+}
+
+#[tokio::test]
+async fn credentials_in_a_base_url_never_show() {
+    const PASSWORD: &str = "pa55word-in-the-url";
+    let server = TestServer::start(|request, _| {
+        // A server that echoes the credentials it rejected.
+        let auth = request.header("authorization").unwrap_or_default().to_owned();
+        Reply::json(
+            401,
+            &json!({"error": {"message": format!("bad credentials {auth} ({PASSWORD})"), "code": "invalid_api_key"}}),
+        )
+        .with_header("x-echo-authorization", &auth)
+    })
+    .await;
+    let port = server.url().rsplit(':').next().unwrap().to_owned();
+    let url = format!("http://alice-the-user:{PASSWORD}@127.0.0.1:{port}/v1");
+    let builder = OpenAiClient::compatible(url.clone());
+    let client = builder.clone().build().unwrap();
+    let err = client.chat("m", &prompt()).await.unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Authentication { status: 401, .. }),
+        "{err:?}"
+    );
+    // The credentials went over the wire as Basic authentication…
+    let sent = server.only_request();
+    assert!(
+        sent.header("authorization")
+            .is_some_and(|v| v.starts_with("Basic ")),
+        "{sent:?}"
+    );
+    // …and nowhere else.
+    let invalid = OpenAiClient::compatible(format!("ftp://alice-the-user:{PASSWORD}@x/"))
+        .build()
+        .unwrap_err();
+    let ollama_builder = OllamaClient::builder().host(url.clone());
+    let ollama = ollama_builder.clone().build().unwrap();
+    let schemeless =
+        OllamaClient::builder().host(format!("alice-the-user:{PASSWORD}@127.0.0.1:{port}"));
+    for text in [
+        format!("{err:?}"),
+        err.to_string(),
+        format!("{builder:?}"),
+        format!("{client:?}"),
+        client.base_url().to_owned(),
+        invalid.to_string(),
+        format!("{invalid:?}"),
+        format!("{ollama_builder:?}"),
+        format!("{ollama:?}"),
+        ollama.host().to_owned(),
+        format!("{schemeless:?}"),
+    ] {
+        assert!(!text.contains(PASSWORD), "the password leaked into: {text}");
+        assert!(
+            !text.contains("alice-the-user"),
+            "the user leaked into: {text}"
+        );
+    }
+    assert_eq!(
+        client.base_url(),
+        format!("http://[redacted]@127.0.0.1:{port}/v1")
+    );
+}
+
+#[tokio::test]
+async fn errors_inside_streams_are_retryable_server_errors() {
+    // OpenAI's mid-stream failure: an error object without a status.
+    let failing = format!(
+        "data: {}\n\ndata: {}\n\n",
+        json!({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}),
+        json!({"error": {"message": "The server had an error while processing your request. Sorry about that!", "type": "server_error", "param": null, "code": null}}),
+    );
+    let good = common::sse_events(&[
+        json!({"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}),
+    ]);
+    let server = TestServer::sequence(vec![
+        Reply::sse(vec![failing.clone().into_bytes()]),
+        Reply::sse(vec![good]),
+    ])
+    .await;
+    let err = client(&server)
+        .chat_stream("m", &prompt(), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Http { status: 503, body, .. } if body.contains("server had an error")),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    assert!(!err.to_string().contains("HTTP 200"), "{err}");
+    // The retry layer sends it again.
+    let server = TestServer::sequence(vec![
+        Reply::sse(vec![failing.into_bytes()]),
+        Reply::sse(vec![common::sse_events(&[
+            json!({"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}),
+        ])]),
+    ])
+    .await;
+    let mut deltas = Vec::new();
+    let reply = retrying(&server)
+        .chat_stream("m", &prompt(), &mut |d| deltas.push(d))
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "ok");
+    assert_eq!(server.requests().len(), 2);
+
+    // Ollama's: an `{"error": "…"}` line.
+    let failing = common::ndjson_lines(&[
+        json!({"error": "an error was encountered while running the model: unexpected EOF"}),
+    ]);
+    let good = common::ndjson_lines(&[
+        json!({"message": {"role": "assistant", "content": "ok"}, "done": true, "done_reason": "stop"}),
+    ]);
+    let server = TestServer::sequence(vec![
+        Reply::ndjson(vec![failing]),
+        Reply::ndjson(vec![good]),
+    ])
+    .await;
+    let ollama = OllamaClient::builder().host(server.url()).build().unwrap();
+    let err = ollama
+        .chat_stream("m", &prompt(), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::Http { status: 503, .. }),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    let reply = Retry::new(ollama)
+        .base_delay(Duration::from_millis(1))
+        .chat_stream("m", &prompt(), &mut |_| {})
+        .await;
+    assert_eq!(reply.unwrap().content, "ok");
+
+    // Classified by what they say: a rate limit inside an Ollama stream, a quota error.
+    let server = TestServer::always(Reply::ndjson(vec![common::ndjson_lines(&[
+        json!({"error": {"message": "slow down", "type": "rate_limit_error"}}),
+    ])]))
+    .await;
+    let err = OllamaClient::builder()
+        .host(server.url())
+        .build()
+        .unwrap()
+        .chat_stream("m", &prompt(), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::RateLimited { status: 429, .. }),
+        "{err:?}"
+    );
+    let server = TestServer::always(Reply::sse(vec![
+        format!(
+            "data: {}\n\n",
+            json!({"error": {"message": "You exceeded your current quota", "type": "insufficient_quota", "code": "insufficient_quota"}})
+        )
+        .into_bytes(),
+    ]))
+    .await;
+    let err = client(&server)
+        .chat_stream("m", &prompt(), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, ProviderError::QuotaExhausted { .. }),
+        "{err:?}"
+    );
+}

@@ -205,16 +205,24 @@ async fn retry_gives_up_on_waits_beyond_its_limits() {
     assert_eq!(flaky.calls(), 1);
     assert_eq!(started.elapsed(), Duration::ZERO, "no pointless wait");
 
-    // The deadline: each attempt takes 1 s; no retry starts after 2.5 s.
+    // The deadline: each attempt takes 1 s; no retry starts after 2.5 s, and the attempt
+    // running at 2.5 s is cut there.
     let flaky =
         Arc::new(Flaky::new(vec![Step::Fail(transport()); 10]).latency(Duration::from_secs(1)));
+    let started = Instant::now();
     let err = retry(flaky.clone())
         .max_attempts(10)
         .deadline(Duration::from_millis(2500))
         .chat("m", &prompt())
         .await
         .unwrap_err();
-    assert_eq!(err, transport());
+    assert_eq!(
+        err,
+        ProviderError::Timeout {
+            after: Duration::from_millis(2500)
+        }
+    );
+    assert_eq!(started.elapsed(), Duration::from_millis(2500));
     // Attempt 3 starts before 2.5 s (at most 2 s of calls and 300 ms of backoff); a fourth
     // would start after 3 s.
     let starts = flaky.starts();
@@ -229,6 +237,48 @@ async fn retry_gives_up_on_waits_beyond_its_limits() {
         .await
         .unwrap_err();
     assert_eq!(flaky.calls(), 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_deadline_cuts_an_attempt_in_flight() {
+    // One attempt would take the full 10 min of a request timeout; the deadline is 5 s.
+    let slow = Arc::new(Flaky::new(vec![Step::Ok("late")]).latency(Duration::from_secs(600)));
+    let started = Instant::now();
+    let err = retry(slow.clone())
+        .deadline(Duration::from_secs(5))
+        .chat("m", &prompt())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        ProviderError::Timeout {
+            after: Duration::from_secs(5)
+        }
+    );
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    assert_eq!(slow.calls(), 1, "no attempt after the deadline");
+
+    // Streams too; and an attempt that ends in time is unaffected.
+    let slow = Arc::new(Flaky::new(vec![Step::Ok("late")]).latency(Duration::from_secs(600)));
+    let started = Instant::now();
+    let err = retry(slow)
+        .deadline(Duration::from_secs(5))
+        .chat_stream("m", &prompt(), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ProviderError::Timeout { .. }), "{err:?}");
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    let quick = Arc::new(
+        Flaky::new(vec![Step::Fail(transport()), Step::Ok("in time")])
+            .latency(Duration::from_secs(1)),
+    );
+    let reply = retry(quick.clone())
+        .deadline(Duration::from_secs(5))
+        .chat("m", &prompt())
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "in time");
+    assert_eq!(quick.calls(), 2);
 }
 
 #[tokio::test(start_paused = true)]
@@ -362,6 +412,46 @@ async fn rate_limit_spaces_calls_and_allows_bursts() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn rate_limit_spaces_concurrent_callers() {
+    let flaky = Arc::new(Flaky::new(vec![Step::Ok("ok"); 10]));
+    let provider = Arc::new(RateLimit::new(flaky.clone(), 2, Duration::from_secs(1)));
+    let started = Instant::now();
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let provider = provider.clone();
+            tokio::spawn(async move { provider.chat("m", &prompt()).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    let mut offsets: Vec<Duration> = flaky.starts().iter().map(|s| *s - started).collect();
+    offsets.sort();
+    assert_eq!(
+        offsets,
+        [0, 500, 1000, 1500, 2000].map(Duration::from_millis),
+        "five callers at once start one slot apart"
+    );
+
+    // Clones share the rate: callers through different clones are spaced too.
+    let flaky = Arc::new(Flaky::new(vec![Step::Ok("ok"); 10]));
+    let limit = RateLimit::new(flaky.clone(), 4, Duration::from_secs(1));
+    let started = Instant::now();
+    let calls: Vec<_> = (0..5)
+        .map(|_| {
+            let provider = limit.clone();
+            tokio::spawn(async move { provider.chat("m", &prompt()).await })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap().unwrap();
+    }
+    let mut offsets: Vec<Duration> = flaky.starts().iter().map(|s| *s - started).collect();
+    offsets.sort();
+    assert_eq!(offsets, [0, 250, 500, 750, 1000].map(Duration::from_millis));
+}
+
+#[tokio::test(start_paused = true)]
 async fn fallback_uses_the_secondary_when_the_primary_fails() {
     let primary = ScriptedProvider::from_results([Err(transport())]);
     let secondary = ScriptedProvider::new([Response::text("from secondary")]);
@@ -385,14 +475,47 @@ async fn fallback_uses_the_secondary_when_the_primary_fails() {
     assert_eq!(provider.chat("m", &prompt()).await.unwrap_err(), auth);
     assert!(secondary.calls().is_empty());
 
-    // Both fail: the secondary's error.
+    // Both fail: the secondary's error, which keeps the primary's in its message.
     let provider = Fallback::new(
         ScriptedProvider::from_results([Err(transport())]),
         ScriptedProvider::from_results([Err(rate_limited(None))]),
     );
-    assert_eq!(
-        provider.chat("m", &prompt()).await.unwrap_err(),
-        rate_limited(None)
+    let err = provider.chat("m", &prompt()).await.unwrap_err();
+    let ProviderError::RateLimited {
+        status: 429,
+        message,
+        ..
+    } = &err
+    else {
+        panic!("expected the secondary's RateLimited, got {err:?}");
+    };
+    assert!(message.starts_with("slow down"), "{message}");
+    assert!(
+        message.contains("primary failed first: transport error: connection reset"),
+        "{message}"
+    );
+    assert!(err.is_retryable());
+
+    // A streamed call, and an HTTP error, which keeps it in its body.
+    let provider = Fallback::new(
+        Flaky::new(vec![Step::Fail(ProviderError::Authentication {
+            status: 401,
+            message: "bad key".into(),
+        })]),
+        Flaky::new(vec![Step::Fail(ProviderError::Http {
+            status: 502,
+            body: "bad gateway".into(),
+            headers: vec![],
+        })]),
+    );
+    let err = provider
+        .chat_stream("m", &prompt(), &mut |_| {})
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ProviderError::Http { status: 502, body, .. }
+            if body.starts_with("bad gateway") && body.contains("authentication failed (HTTP 401): bad key")),
+        "{err:?}"
     );
 }
 
@@ -434,17 +557,32 @@ async fn layers_compose_and_forward_max_cost() {
         .with_retry()
         .with_concurrency_limit(2)
         .with_timeout(Duration::from_secs(60));
-    assert_eq!(provider.max_cost("m", &prompt()), Some(MicroUsd(42)));
+    // Every attempt may be billed: three attempts by default.
+    assert_eq!(provider.max_cost("m", &prompt()), Some(MicroUsd(3 * 42)));
     let reply = provider.chat("m", &prompt()).await.unwrap();
     assert_eq!(reply.content, "ok");
+    let mut one = Flaky::new(vec![]);
+    one.cost = Some(MicroUsd(42));
+    assert_eq!(
+        one.with_retry().max_attempts(5).max_cost("m", &prompt()),
+        Some(MicroUsd(5 * 42))
+    );
+    let mut huge = Flaky::new(vec![]);
+    huge.cost = Some(MicroUsd(u64::MAX / 2));
+    assert_eq!(
+        huge.with_retry().max_cost("m", &prompt()),
+        Some(MicroUsd(u64::MAX)),
+        "saturates"
+    );
 
     let mut cheap = Flaky::new(vec![]);
     cheap.cost = Some(MicroUsd(5));
     let mut dear = Flaky::new(vec![]);
     dear.cost = Some(MicroUsd(9));
+    // The primary may bill for a failed attempt before the secondary runs: both count.
     assert_eq!(
         cheap.with_fallback(dear).max_cost("m", &prompt()),
-        Some(MicroUsd(9))
+        Some(MicroUsd(5 + 9))
     );
     let mut known = Flaky::new(vec![]);
     known.cost = Some(MicroUsd(5));

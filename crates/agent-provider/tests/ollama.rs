@@ -368,3 +368,46 @@ async fn an_api_key_is_sent_when_configured() {
     );
     assert!(!format!("{client:?}").contains("ollama-secret"));
 }
+
+#[tokio::test]
+async fn null_content_a_last_line_without_newline_and_tiny_keep_alives() {
+    // A tool-calling reply with `"content": null`, whose final line has no newline.
+    let mut body = ndjson_lines(&[
+        json!({"model": "m", "message": {"role": "assistant", "content": null, "tool_calls": [
+            {"function": {"name": "f", "arguments": {"x": 1}}}
+        ]}, "done": false}),
+        final_line("stop"),
+    ]);
+    assert_eq!(body.pop(), Some(b'\n'));
+    let server = TestServer::always(Reply::ndjson(pieces(&body, 11))).await;
+    let client = OllamaClient::builder()
+        .host(server.url())
+        .keep_alive(KeepAlive::For(Duration::from_micros(10)))
+        .build()
+        .unwrap();
+    let reply = client
+        .chat_stream("m", &Prompt::new().user("x"), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "");
+    assert_eq!(reply.tool_calls[0].arguments, json!({"x": 1}));
+    assert_eq!(reply.finish_reason, FinishReason::ToolCalls);
+    // 10 µs is not "0ms", which would unload the model at once.
+    assert_eq!(server.only_request().json()["keep_alive"], json!("1ms"));
+
+    // The non-streamed reply, with `"content": null`.
+    let mut whole = final_line("stop");
+    whole["message"]["content"] = Value::Null;
+    let server = TestServer::always(Reply::json(200, &whole)).await;
+    let reply = OllamaClient::builder()
+        .host(server.url())
+        .keep_alive(KeepAlive::For(Duration::from_secs(400 * 365 * 24 * 3600)))
+        .build()
+        .unwrap()
+        .chat("m", &Prompt::new().user("x"))
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "");
+    // Longer than Go's time.Duration holds: forever.
+    assert_eq!(server.only_request().json()["keep_alive"], json!(-1));
+}

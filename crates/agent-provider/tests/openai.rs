@@ -7,7 +7,7 @@ use agent_op::{
     Delta, EmbeddingError, EmbeddingProvider, FinishReason, InferOptions, Message, MicroUsd,
     Prompt, Provider, ProviderError, ResponseFormat, ToolCall, ToolChoice, ToolDefinition, Usage,
 };
-use agent_provider::openai::MaxTokensField;
+use agent_provider::openai::{MaxTokensField, OPENAI_BASE_URL};
 use agent_provider::{ConfigError, ModelPrice, OpenAiClient, Pricing};
 use common::{Reply, TestServer, pieces, sse_events};
 use serde_json::{Value, json};
@@ -232,13 +232,23 @@ async fn structured_output_and_tool_choice_shapes() {
     let client = client(&server);
     let mut prompt = Prompt::new()
         .user("x")
-        .response_format(ResponseFormat::JsonObject);
+        .response_format(ResponseFormat::JsonObject)
+        .tools(vec![ToolDefinition {
+            name: "add".into(),
+            description: "adds".into(),
+            parameters: json!({"type": "object"}),
+        }]);
     prompt.options.tool_choice = Some(ToolChoice::Tool("add".into()));
     client.chat("m", &prompt).await.unwrap();
     prompt.options.tool_choice = Some(ToolChoice::Required);
     prompt.options.response_format = Some(ResponseFormat::Text);
     client.chat("m", &prompt).await.unwrap();
+    // Without tools, no `tool_choice` is sent (OpenAI rejects one).
+    prompt.tools.clear();
+    client.chat("m", &prompt).await.unwrap();
     let requests = server.requests();
+    assert!(requests[2].json().get("tool_choice").is_none());
+    assert!(requests[2].json().get("tools").is_none());
     assert_eq!(
         requests[0].json()["tool_choice"],
         json!({"type": "function", "function": {"name": "add"}})
@@ -422,6 +432,63 @@ async fn tool_calls_split_across_many_chunks_and_run_in_parallel() {
 }
 
 #[tokio::test]
+async fn parallel_tool_calls_all_at_index_0_stay_apart() {
+    // Ollama's /v1 sends every parallel call whole, each with index 0.
+    let events = vec![
+        chunk(
+            json!({"role": "assistant", "content": "", "tool_calls": [{"index": 0, "id": "call_a", "type": "function", "function": {"name": "read_file", "arguments": "{\"path\":\"a.txt\"}"}}]}),
+            Value::Null,
+        ),
+        chunk(
+            json!({"role": "assistant", "content": "", "tool_calls": [{"index": 0, "id": "call_b", "type": "function", "function": {"name": "write_file", "arguments": "{\"path\":\"b.txt\",\"text\":\"hi\"}"}}]}),
+            Value::Null,
+        ),
+        chunk(json!({}), json!("tool_calls")),
+    ];
+    let server = TestServer::always(Reply::sse(vec![sse_events(&events)])).await;
+    let reply = client(&server)
+        .chat_stream("llama3.2", &Prompt::new().user("x"), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(
+        reply.tool_calls,
+        [
+            ToolCall {
+                id: "call_a".into(),
+                name: "read_file".into(),
+                arguments: json!({"path": "a.txt"}),
+            },
+            ToolCall {
+                id: "call_b".into(),
+                name: "write_file".into(),
+                arguments: json!({"path": "b.txt", "text": "hi"}),
+            },
+        ]
+    );
+}
+
+#[tokio::test]
+async fn stream_options_can_be_left_out_and_done_may_end_the_body() {
+    // The body ends right after `data: [DONE]`, without the blank line.
+    let mut body = sse_events(&[chunk(json!({"content": "hi"}), json!("stop"))]);
+    body.truncate(body.len() - 2);
+    assert!(body.ends_with(b"data: [DONE]"));
+    let server = TestServer::always(Reply::sse(vec![body])).await;
+    let client = OpenAiClient::compatible(format!("{}/v1", server.url()))
+        .stream_options(false)
+        .build()
+        .unwrap();
+    let reply = client
+        .chat_stream("m", &Prompt::new().user("x"), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "hi");
+    let request = server.only_request().json();
+    assert_eq!(request["stream"], json!(true));
+    assert!(request.get("stream_options").is_none(), "{request}");
+}
+
+#[tokio::test]
 async fn a_stream_without_done_is_an_error_not_a_partial_reply() {
     let events = [
         chunk(json!({"content": "Hello"}), Value::Null),
@@ -585,15 +652,14 @@ fn configuration_errors() {
         .unwrap();
     assert_eq!(client.base_url(), "http://127.0.0.1:8000/v1");
     assert!(client.pricing().models().next().is_none());
-    assert!(
-        OpenAiClient::builder()
-            .api_key("k")
-            .build()
-            .unwrap()
-            .pricing()
-            .get("gpt-4o")
-            .is_some()
-    );
+    // OpenAI's own defaults, whatever OPENAI_BASE_URL says in this environment.
+    let openai = OpenAiClient::builder()
+        .base_url(OPENAI_BASE_URL)
+        .api_key("k")
+        .build()
+        .unwrap();
+    assert_eq!(openai.base_url(), OPENAI_BASE_URL);
+    assert!(openai.pricing().get("gpt-4o").is_some());
 }
 
 #[tokio::test]
@@ -603,8 +669,14 @@ async fn max_cost_bounds_a_call_from_prices_and_max_tokens() {
         .build()
         .unwrap();
     let prompt = Prompt::new().user("0123456789").max_tokens(1000);
-    // ≤ 10 + 24 input tokens at $2.50/M (85 µ$) and ≤ 1000 output tokens at $10/M (10 000 µ$).
-    assert_eq!(client.max_cost("gpt-4o", &prompt), Some(MicroUsd(10_085)));
+    // ≤ 83 (the prompt as JSON) + 24 input tokens at $2.50/M (268 µ$) and ≤ 1000 output
+    // tokens at $10/M (10 000 µ$).
+    assert_eq!(
+        serde_json::to_string(&prompt).unwrap().len(),
+        83,
+        "the prompt as JSON"
+    );
+    assert_eq!(client.max_cost("gpt-4o", &prompt), Some(MicroUsd(10_268)));
     assert_eq!(client.max_cost("local-model", &prompt), None);
     assert_eq!(
         client.max_cost("gpt-4o", &Prompt::new().user("x")),

@@ -91,6 +91,7 @@ fn recorded_ndjson() -> Vec<u8> {
 }
 
 type Assembled = (Result<Response, ProviderError>, Vec<Delta>);
+type Assembler = fn(&[&[u8]]) -> Assembled;
 
 fn split_at_points<'a>(bytes: &'a [u8], points: &[usize]) -> Vec<&'a [u8]> {
     let mut points: Vec<usize> = points.iter().map(|p| p % (bytes.len() + 1)).collect();
@@ -181,18 +182,49 @@ proptest! {
         prop_assert_eq!(assemble_ndjson(&split_at_points(&bytes, &points)), whole);
     }
 
-    /// Cutting a stream short anywhere before its end is an error, never a partial reply.
+    /// Cutting a stream short anywhere before its final event or line is complete is an
+    /// error, never a partial reply.
     #[test]
     fn truncation_anywhere_is_an_error(cut in any::<prop::sample::Index>()) {
-        for (bytes, assemble) in [
-            (recorded_sse(), assemble_sse as fn(&[&[u8]]) -> Assembled),
-            (recorded_ndjson(), assemble_ndjson),
-        ] {
-            // Both formats complete only with their last byte: the blank line after
-            // `data: [DONE]`, the newline after the final object.
+        for (bytes, assemble, complete_from) in recordings() {
             let at = cut.index(bytes.len());
             let (result, _) = assemble(&[&bytes[..at]]);
-            prop_assert!(result.is_err(), "cut at {} of {} assembled", at, bytes.len());
+            if at >= complete_from {
+                prop_assert_eq!(assemble(&[&bytes[..at]]), assemble(&[&bytes]));
+            } else {
+                prop_assert!(result.is_err(), "cut at {} of {} assembled", at, bytes.len());
+            }
+        }
+    }
+}
+
+/// Each recording, its assembler, and the shortest prefix that is a complete stream: the
+/// final `data: [DONE]` without the blank line after it, the final object without its
+/// newline (a complete event or line at the end of a body counts; anything shorter is cut).
+fn recordings() -> [(Vec<u8>, Assembler, usize); 2] {
+    let sse = recorded_sse();
+    let sse_complete = sse.len() - "\n\n".len();
+    assert!(sse[..sse_complete].ends_with(b"data: [DONE]"));
+    let ndjson = recorded_ndjson();
+    let ndjson_complete = ndjson.len() - "\n".len();
+    assert!(ndjson[..ndjson_complete].ends_with(b"}"));
+    [
+        (sse, assemble_sse as Assembler, sse_complete),
+        (ndjson, assemble_ndjson, ndjson_complete),
+    ]
+}
+
+#[test]
+fn every_truncation_before_the_final_event_is_an_error() {
+    for (bytes, assemble, complete_from) in recordings() {
+        let whole = assemble(&[&bytes]);
+        for at in 0..=bytes.len() {
+            let cut = assemble(&[&bytes[..at]]);
+            if at >= complete_from {
+                assert_eq!(cut, whole, "cut at {at} of {}", bytes.len());
+            } else {
+                assert!(cut.0.is_err(), "cut at {at} of {} assembled", bytes.len());
+            }
         }
     }
 }

@@ -33,6 +33,11 @@ use crate::error::ErrorKind;
 /// yields to the tokio scheduler).
 const CHECK_EVERY: u32 = 64;
 
+/// How deeply forks may nest. Each level of nesting adds a few frames to the Rust stack of the
+/// task polling the run, so the depth is bounded (with a clear error) rather than left to
+/// overflow a small worker stack.
+pub(crate) const MAX_FORK_DEPTH: usize = 128;
+
 /// How deeply continuations may feed values straight into one another before the value is
 /// stored and fed from the main loop instead (bounds Rust stack use for long `map` chains).
 const MAX_FEED_DEPTH: u32 = 64;
@@ -263,6 +268,20 @@ where
                     Err(unwind) => self.unwind(unwind)?,
                 },
             };
+        }
+    }
+
+    /// Like [`Machine::run`], but a panic in the program's own code (a closure passed to `map`,
+    /// `and_then` or `modify`, a `Merge` implementation, a provider) becomes an error of this
+    /// run or branch instead of unwinding through the caller: the trace so far is kept, and a
+    /// `race` can recover from a panicking branch.
+    pub(crate) async fn run_caught(&mut self, node: Node<S>) -> Result<AnyValue, Unwind> {
+        match AssertUnwindSafe(self.run(node)).catch_unwind().await {
+            Ok(result) => result,
+            Err(payload) => {
+                let message = panic_message(payload.as_ref());
+                Err(self.fail(ErrorKind::Panicked { message }))
+            }
         }
     }
 
@@ -710,6 +729,7 @@ where
             trace: self.log.snapshot(),
             state,
             at: Utc::now(),
+            cancelled: false,
         };
         for subscriber in &self.rt.config.subscribers {
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -761,6 +781,11 @@ where
         if kind == ForkKind::Race && branches.is_empty() {
             return Err(self.fail(ErrorKind::EmptyRace));
         }
+        if self.id.depth() >= MAX_FORK_DEPTH {
+            return Err(self.fail(ErrorKind::ForksTooDeep {
+                max: MAX_FORK_DEPTH,
+            }));
+        }
         let first = self.forked;
         self.forked += branches.len();
         let ids: Vec<TraceId> = (first..self.forked).map(|i| self.id.child(i)).collect();
@@ -781,7 +806,7 @@ where
             .map(|(node, log)| {
                 let mut machine = self.branch(log.clone(), inherited.clone(), finish);
                 Box::pin(async move {
-                    let result = machine.run(node).await;
+                    let result = machine.run_caught(node).await;
                     machine.finish();
                     BranchOutcome {
                         result,
@@ -832,6 +857,8 @@ where
         merge: fn(&mut S, S),
         collect: fn(Vec<AnyValue>, &mut dyn Feed<S>) -> Node<S>,
     ) -> Result<Node<S>, Unwind> {
+        // Time and abort stop the fork wherever they happen; otherwise the first failure (or
+        // exhausted budget) in declaration order decides.
         let interrupted = outcomes
             .iter()
             .position(|o| o.as_ref().is_some_and(BranchOutcome::interrupted));
@@ -889,7 +916,12 @@ where
     ) -> Result<Node<S>, Unwind> {
         let decided = outcomes
             .iter()
-            .position(|o| o.as_ref().is_some_and(|o| !o.failed()));
+            .position(|o| o.as_ref().is_some_and(BranchOutcome::interrupted))
+            .or_else(|| {
+                outcomes
+                    .iter()
+                    .position(|o| o.as_ref().is_some_and(BranchOutcome::decisive))
+            });
         match decided {
             Some(decided) => {
                 Self::discard_after(logs, &outcomes, decided);
@@ -947,7 +979,7 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
     } else if let Some(s) = payload.downcast_ref::<String>() {
         s.clone()
     } else {
-        "the tool panicked".to_owned()
+        "a panic with a non-text payload".to_owned()
     }
 }
 

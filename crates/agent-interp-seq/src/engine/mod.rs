@@ -70,6 +70,47 @@ impl<Sch> Runtime<Sch> {
     }
 }
 
+/// Orders checkpoints as their `Checkpoint` events appear in the final trace (concurrent
+/// branches take them in whatever order they run; the trace order is the deterministic one)
+/// and marks those taken by cancelled branches.
+fn settle_checkpoints(trace: &Trace, checkpoints: Vec<Checkpoint>) -> Vec<Checkpoint> {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    let mut cancelled: BTreeSet<&TraceId> = BTreeSet::new();
+    let mut positions: BTreeMap<(&TraceId, &str), Vec<usize>> = BTreeMap::new();
+    for (position, entry) in trace.events.iter().enumerate() {
+        if entry.cancelled {
+            cancelled.insert(&entry.trace_id);
+        }
+        if let agent_op::EventKind::Checkpoint(c) = &entry.event.kind {
+            positions
+                .entry((&entry.trace_id, c.name.as_str()))
+                .or_default()
+                .push(position);
+        }
+    }
+    // Within one branch, checkpoints of the same name were recorded in trace order.
+    let mut seen: BTreeMap<(TraceId, String), usize> = BTreeMap::new();
+    let mut keyed: Vec<(usize, Checkpoint)> = checkpoints
+        .into_iter()
+        .map(|mut cp| {
+            let k = seen
+                .entry((cp.trace_id.clone(), cp.name.clone()))
+                .or_default();
+            let position = positions
+                .get(&(&cp.trace_id, cp.name.as_str()))
+                .and_then(|p| p.get(*k))
+                .copied()
+                .unwrap_or(usize::MAX);
+            *k += 1;
+            cp.cancelled = cancelled.contains(&cp.trace_id);
+            (position, cp)
+        })
+        .collect();
+    keyed.sort_by_key(|(position, _)| *position);
+    keyed.into_iter().map(|(_, cp)| cp).collect()
+}
+
 /// Runs programs with a given branch [`Scheduler`]. The sequential interpreter is
 /// `Engine::new(Sequential)`; the parallel interpreter plugs in a concurrent scheduler.
 #[derive(Clone, Debug, Default)]
@@ -105,10 +146,10 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         });
         let root = BranchLog::new(id, None);
         let mut machine = Machine::root(runtime.clone(), root.clone(), state, rebox::<A>);
-        let result = machine.run(program.into_node()).await;
+        let result = machine.run_caught(program.into_node()).await;
         machine.finish();
         let trace = root.take();
-        let checkpoints = runtime.take_checkpoints();
+        let checkpoints = settle_checkpoints(&trace, runtime.take_checkpoints());
         let kind = match result {
             Ok(mut value) => {
                 return Ok(Outcome {

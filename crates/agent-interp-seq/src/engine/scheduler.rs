@@ -12,7 +12,10 @@ use std::pin::Pin;
 use agent_op::BoxFuture;
 use agent_op::node::AnyValue;
 
+use agent_op::Resource;
+
 use crate::engine::Unwind;
+use crate::engine::scope::ScopeExit;
 
 /// One branch, ready to run: a future that runs the branch's program to its end.
 pub type BranchFuture<S> = Pin<Box<dyn Future<Output = BranchOutcome<S>> + Send>>;
@@ -35,10 +38,26 @@ impl<S> BranchOutcome<S> {
         matches!(self.result, Err(Unwind::Fail(_)))
     }
 
-    /// The branch was stopped by something outside it (an enclosing `limit` or `timeout`, or
-    /// the abort token): the whole fork must stop.
+    /// The branch ran out of an enclosing budget (calls, tokens or cost). The fork cannot
+    /// recover from that, but it is ordered like a failure: the branch that comes first in
+    /// declaration order decides, so branches before this one must still be awaited.
+    pub fn exhausted(&self) -> bool {
+        matches!(
+            &self.result,
+            Err(Unwind::Exit { exit: ScopeExit::Exhausted(e), .. }) if e.resource != Resource::Time
+        )
+    }
+
+    /// The branch was stopped by time or by the abort token (an enclosing `timeout`, a time
+    /// budget, an abort): the whole fork must stop at once.
     pub fn interrupted(&self) -> bool {
-        matches!(self.result, Err(Unwind::Exit { .. } | Unwind::Aborted))
+        matches!(self.result, Err(Unwind::Exit { .. } | Unwind::Aborted)) && !self.exhausted()
+    }
+
+    /// The branch decides its fork's outcome unless a branch before it does: it succeeded,
+    /// ran out of budget or was interrupted (only a plain failure lets a `race` go on).
+    pub(crate) fn decisive(&self) -> bool {
+        !self.failed()
     }
 }
 
@@ -49,9 +68,10 @@ pub trait Scheduler: Send + Sync + 'static {
     /// outcome of each branch that ran to its end, `None` for branches cancelled or never
     /// started.
     ///
-    /// Every branch must run to its end, except: once a branch has failed or been interrupted,
-    /// branches *after* it may be cancelled (dropped); branches before it must still be awaited
-    /// (unless one is interrupted, which stops everything).
+    /// Every branch must run to its end, except: once a branch has failed or run out of budget
+    /// ([`BranchOutcome::exhausted`]), branches *after* it may be cancelled (dropped); branches
+    /// before it must still be awaited. A branch [interrupted](BranchOutcome::interrupted) by
+    /// time or the abort token stops everything at once.
     fn run_par<S: Send + 'static>(
         &self,
         branches: Vec<BranchFuture<S>>,
@@ -59,8 +79,10 @@ pub trait Scheduler: Send + Sync + 'static {
 
     /// Runs the branches of a `race`. Returns one entry per branch, as for `run_par`.
     ///
-    /// Must stop as soon as one branch succeeds or is interrupted (cancelling the others) and
-    /// otherwise run every branch to its end.
+    /// Must stop as soon as one branch succeeds or is interrupted (cancelling the others).
+    /// Once a branch has run out of budget, branches after it may be cancelled, but branches
+    /// before it must still be awaited (one of them may yet win). Otherwise every branch runs
+    /// to its end.
     fn run_race<S: Send + 'static>(
         &self,
         branches: Vec<BranchFuture<S>>,

@@ -126,10 +126,10 @@ impl BudgetCell {
     pub(crate) fn try_reserve(&self, worst: WorstCase) -> Admission {
         let mut s = self.lock();
         if let Some(limit) = self.budget.calls {
-            if s.calls + s.in_flight >= limit {
+            if s.calls.saturating_add(s.in_flight) >= limit {
                 return Admission::Exhausted(Exhausted {
                     resource: Resource::Calls,
-                    spent: s.calls + s.in_flight,
+                    spent: s.calls.saturating_add(s.in_flight),
                     limit,
                 });
             }
@@ -145,7 +145,10 @@ impl BudgetCell {
             let crowded = s.unbounded_tokens > 0
                 || (s.in_flight > 0
                     && (worst.tokens.is_none()
-                        || s.tokens + s.reserved_tokens + worst.tokens.unwrap_or(0) > limit));
+                        || s.tokens
+                            .saturating_add(s.reserved_tokens)
+                            .saturating_add(worst.tokens.unwrap_or(0))
+                            > limit));
             if crowded {
                 return Admission::Wait;
             }
@@ -168,11 +171,11 @@ impl BudgetCell {
         }
         s.in_flight += 1;
         match worst.tokens {
-            Some(t) => s.reserved_tokens += t,
+            Some(t) => s.reserved_tokens = s.reserved_tokens.saturating_add(t),
             None => s.unbounded_tokens += 1,
         }
         match worst.cost {
-            Some(c) => s.reserved_cost += c,
+            Some(c) => s.reserved_cost = s.reserved_cost.saturating_add(c),
             None => s.unbounded_cost += 1,
         }
         Admission::Admitted
@@ -189,7 +192,7 @@ impl BudgetCell {
         let exceeded = {
             let mut s = self.lock();
             s.unreserve(worst);
-            s.calls += 1;
+            s.calls = s.calls.saturating_add(1);
             if let Some(usage) = usage {
                 s.tokens = s.tokens.saturating_add(usage.total());
             }

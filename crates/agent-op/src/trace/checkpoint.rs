@@ -3,6 +3,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::serde_util::is_false;
 use crate::trace::{Timestamp, Trace, TraceId};
 
 /// Taken by the `checkpoint(name)` operation: the events so far and the program state,
@@ -19,4 +20,9 @@ pub struct Checkpoint {
     pub state: Value,
     /// When it was taken.
     pub at: Timestamp,
+    /// Taken by a branch that was later cancelled, or whose outcome was discarded (see
+    /// [`TraceEntry::cancelled`](crate::TraceEntry::cancelled)): the reference semantics never
+    /// reach this state, so do not resume from it.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub cancelled: bool,
 }

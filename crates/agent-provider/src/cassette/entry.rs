@@ -4,7 +4,7 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_op::{Prompt, ProviderError, Response};
+use agent_op::{MicroUsd, Prompt, ProviderError, Response};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::fingerprint::fingerprint;
@@ -20,10 +20,15 @@ pub struct CassetteEntry {
     pub prompt: Prompt,
     /// The reply, or the error the call failed with.
     pub outcome: Result<Response, ProviderError>,
+    /// What the recorded provider's [`max_cost`](agent_op::Provider::max_cost) said of the
+    /// call, served back by [`ReplayProvider`](super::ReplayProvider) (`None` if it did not
+    /// know, or the cassette predates this field).
+    pub max_cost: Option<MicroUsd>,
 }
 
 impl CassetteEntry {
-    /// An entry for a call of `model` with `prompt` that gave `outcome`.
+    /// An entry for a call of `model` with `prompt` that gave `outcome`, with no
+    /// [`max_cost`](CassetteEntry::max_cost).
     pub fn new(
         model: impl Into<String>,
         prompt: Prompt,
@@ -35,7 +40,15 @@ impl CassetteEntry {
             model,
             prompt,
             outcome,
+            max_cost: None,
         }
+    }
+
+    /// The entry with its [`max_cost`](CassetteEntry::max_cost) set.
+    #[must_use]
+    pub fn with_max_cost(mut self, max_cost: Option<MicroUsd>) -> CassetteEntry {
+        self.max_cost = max_cost;
+        self
     }
 }
 
@@ -94,6 +107,9 @@ struct EntryRepr {
     fingerprint: String,
     model: String,
     prompt: Prompt,
+    /// Absent in cassettes recorded before it existed, and when unknown.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    max_cost: Option<MicroUsd>,
     #[serde(flatten)]
     outcome: OutcomeRepr,
 }
@@ -245,6 +261,7 @@ impl Serialize for CassetteEntry {
             fingerprint: self.fingerprint.clone(),
             model: self.model.clone(),
             prompt: self.prompt.clone(),
+            max_cost: self.max_cost,
             outcome: match &self.outcome {
                 Ok(response) => OutcomeRepr::Response(response.clone()),
                 Err(err) => OutcomeRepr::Error(err.into()),
@@ -265,6 +282,7 @@ impl<'de> Deserialize<'de> for CassetteEntry {
                 OutcomeRepr::Response(response) => Ok(response),
                 OutcomeRepr::Error(err) => Err(err.into()),
             },
+            max_cost: repr.max_cost,
         })
     }
 }
@@ -318,6 +336,22 @@ mod tests {
             let back: CassetteEntry = serde_json::from_str(&line).unwrap();
             assert_eq!(back, entry, "{line}");
         }
+    }
+
+    #[test]
+    fn max_cost_is_optional_and_round_trips() {
+        let entry = CassetteEntry::new("m", Prompt::new().user("x"), Ok(Response::text("y")));
+        let line = serde_json::to_string(&entry).unwrap();
+        assert!(!line.contains("max_cost"), "{line}");
+        let priced = entry.clone().with_max_cost(Some(MicroUsd(1234)));
+        let line = serde_json::to_string(&priced).unwrap();
+        assert!(line.contains("\"max_cost\":1234"), "{line}");
+        let back: CassetteEntry = serde_json::from_str(&line).unwrap();
+        assert_eq!(back, priced);
+        // A line recorded before the field existed.
+        let old = r#"{"fingerprint":"sha256:x","model":"m","prompt":{"messages":[{"role":"user","content":"x"}],"options":{}},"response":{"content":"y","tool_calls":[],"finish_reason":"stop","usage":{"input_tokens":0,"output_tokens":0}}}"#;
+        let back: CassetteEntry = serde_json::from_str(old).unwrap();
+        assert_eq!(back.max_cost, None);
     }
 
     #[test]

@@ -18,7 +18,8 @@ use super::entry::{CassetteEntry, CassetteError};
 /// silently misses calls would fail later, far from the cause.
 ///
 /// Streamed calls pass their deltas through and record the assembled reply; replaying them
-/// delivers that reply as deltas.
+/// delivers that reply as deltas. Each entry also records what the provider's
+/// [`max_cost`](Provider::max_cost) said of the call, which replay serves back.
 ///
 /// ```
 /// use agent_op::{Prompt, Provider, Response};
@@ -108,9 +109,11 @@ impl<P> RecordingProvider<P> {
         &self,
         model: &str,
         prompt: &Prompt,
+        max_cost: Option<MicroUsd>,
         outcome: &Result<Response, ProviderError>,
     ) -> Result<(), ProviderError> {
-        let entry = CassetteEntry::new(model, prompt.clone(), outcome.clone());
+        let entry =
+            CassetteEntry::new(model, prompt.clone(), outcome.clone()).with_max_cost(max_cost);
         let mut line = serde_json::to_vec(&entry)
             .map_err(|e| ProviderError::Other(format!("could not encode a cassette entry: {e}")))?;
         line.push(b'\n');
@@ -138,7 +141,7 @@ impl<P: Provider> Provider for RecordingProvider<P> {
     ) -> BoxFuture<'a, Result<Response, ProviderError>> {
         Box::pin(async move {
             let outcome = self.inner.chat(model, prompt).await;
-            self.record(model, prompt, &outcome)?;
+            self.record(model, prompt, self.inner.max_cost(model, prompt), &outcome)?;
             outcome
         })
     }
@@ -151,7 +154,7 @@ impl<P: Provider> Provider for RecordingProvider<P> {
     ) -> BoxFuture<'a, Result<Response, ProviderError>> {
         Box::pin(async move {
             let outcome = self.inner.chat_stream(model, prompt, on_delta).await;
-            self.record(model, prompt, &outcome)?;
+            self.record(model, prompt, self.inner.max_cost(model, prompt), &outcome)?;
             outcome
         })
     }

@@ -7,7 +7,9 @@ use std::io::BufReader;
 use std::path::Path;
 use std::sync::{Mutex, MutexGuard};
 
-use agent_op::{BoxFuture, PREVIEW_CHARS, Prompt, Provider, ProviderError, Response, preview};
+use agent_op::{
+    BoxFuture, MicroUsd, PREVIEW_CHARS, Prompt, Provider, ProviderError, Response, preview,
+};
 
 use super::entry::{CassetteEntry, CassetteError, read_entries};
 use super::fingerprint::fingerprint;
@@ -21,6 +23,10 @@ use super::fingerprint::fingerprint;
 /// answered with a near match.
 ///
 /// Streamed calls receive the recorded reply as deltas (text first, then each tool call).
+///
+/// [`max_cost`](Provider::max_cost) answers what the recorded provider answered: the largest
+/// recorded bound among the outcomes of that request not yet served, and `None` if one of them
+/// has none (unknown, or recorded before cassettes kept it) or none is left.
 ///
 /// ```
 /// use agent_op::{Prompt, Provider, ProviderError, Response};
@@ -47,7 +53,8 @@ struct State {
 
 #[derive(Default)]
 struct Recorded {
-    outcomes: VecDeque<Result<Response, ProviderError>>,
+    /// Each outcome with the `max_cost` recorded for it.
+    outcomes: VecDeque<(Result<Response, ProviderError>, Option<MicroUsd>)>,
     served: usize,
 }
 
@@ -76,7 +83,7 @@ impl ReplayProvider {
                 .entry(key)
                 .or_default()
                 .outcomes
-                .push_back(entry.outcome);
+                .push_back((entry.outcome, entry.max_cost));
         }
         ReplayProvider {
             source: "<memory>".to_owned(),
@@ -115,7 +122,7 @@ impl ReplayProvider {
             });
         };
         match recorded.outcomes.pop_front() {
-            Some(outcome) => {
+            Some((outcome, _)) => {
                 recorded.served += 1;
                 outcome
             }
@@ -136,6 +143,16 @@ impl Provider for ReplayProvider {
         prompt: &'a Prompt,
     ) -> BoxFuture<'a, Result<Response, ProviderError>> {
         Box::pin(async move { self.answer(model, prompt) })
+    }
+
+    /// The largest bound recorded for the outcomes of this request still to be served (so it
+    /// holds whichever of them the next call gets); `None` if any of them has none.
+    fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
+        let state = self.lock();
+        let recorded = state.by_request.get(&fingerprint(model, prompt))?;
+        let mut bounds = recorded.outcomes.iter().map(|(_, cost)| *cost);
+        let first = bounds.next()??;
+        bounds.try_fold(first, |max, cost| Some(max.max(cost?)))
     }
 }
 

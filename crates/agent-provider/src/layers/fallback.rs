@@ -11,8 +11,14 @@ type Predicate = dyn Fn(&ProviderError) -> bool + Send + Sync;
 /// under another model name, since providers name models differently).
 ///
 /// By default every error falls back; [`Fallback::when`] narrows that. When both fail, the
-/// secondary's error is returned. A streamed call falls back only if the primary failed
-/// before delivering its first delta: the caller has otherwise seen part of a reply already.
+/// secondary's error is returned (its variant decides what the caller does next: retry, give
+/// up…) with the primary's error appended to its message, body or excerpt as
+/// `[primary failed first: …]`; a [`ProviderError::Timeout`], which has no text, is returned
+/// as is. A streamed call falls back only if the primary failed before delivering its first
+/// delta: the caller has otherwise seen part of a reply already.
+///
+/// [`max_cost`](Provider::max_cost) is the sum of both bounds: the primary may bill for a
+/// call that then fails (a timeout or a cut stream after tokens were generated).
 ///
 /// ```
 /// use agent_op::ProviderError;
@@ -85,9 +91,11 @@ impl<P: Provider, Q: Provider> Provider for Fallback<P, Q> {
     ) -> BoxFuture<'a, Result<Response, ProviderError>> {
         Box::pin(async move {
             match self.primary.chat(model, prompt).await {
-                Err(err) if self.falls_back(&err) => {
-                    self.secondary.chat(self.second_model(model), prompt).await
-                }
+                Err(first) if self.falls_back(&first) => self
+                    .secondary
+                    .chat(self.second_model(model), prompt)
+                    .await
+                    .map_err(|second| both_failed(&first, second)),
                 result => result,
             }
         })
@@ -107,21 +115,45 @@ impl<P: Provider, Q: Provider> Provider for Fallback<P, Q> {
             };
             let result = self.primary.chat_stream(model, prompt, &mut tracking).await;
             match result {
-                Err(err) if !delivered && self.falls_back(&err) => {
+                Err(first) if !delivered && self.falls_back(&first) => {
                     let model = self.second_model(model);
-                    self.secondary.chat_stream(model, prompt, on_delta).await
+                    self.secondary
+                        .chat_stream(model, prompt, on_delta)
+                        .await
+                        .map_err(|second| both_failed(&first, second))
                 }
                 result => result,
             }
         })
     }
 
-    /// The larger of the two providers' bounds, if both know one.
+    /// The sum of the two providers' bounds, if both know one: the primary may bill for an
+    /// attempt that failed before the secondary is called.
     fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
         let primary = self.primary.max_cost(model, prompt)?;
         let secondary = self.secondary.max_cost(self.second_model(model), prompt)?;
-        Some(primary.max(secondary))
+        Some(primary.saturating_add(secondary))
     }
+}
+
+/// The secondary's error, keeping the primary's in its text (a `Timeout` has none).
+fn both_failed(primary: &ProviderError, secondary: ProviderError) -> ProviderError {
+    let note = format!(" [primary failed first: {primary}]");
+    let mut secondary = secondary;
+    match &mut secondary {
+        ProviderError::RateLimited { message, .. }
+        | ProviderError::QuotaExhausted { message, .. }
+        | ProviderError::ContextLengthExceeded { message }
+        | ProviderError::Authentication { message, .. }
+        | ProviderError::Transport { message }
+        | ProviderError::Decode { message, .. }
+        | ProviderError::Unexpected { message }
+        | ProviderError::Other(message) => message.push_str(&note),
+        ProviderError::Http { body, .. } => body.push_str(&note),
+        // A timeout has no text to keep it in; so would any variant added later.
+        _ => {}
+    }
+    secondary
 }
 
 impl<P: fmt::Debug, Q: fmt::Debug> fmt::Debug for Fallback<P, Q> {

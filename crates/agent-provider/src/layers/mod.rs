@@ -9,7 +9,9 @@
 //! | [`Fallback`] | calls a second provider when the first fails |
 //!
 //! Every layer is itself a [`Provider`] and forwards `chat`, `chat_stream` and `max_cost`, so
-//! layers stack. The order matters, outermost first:
+//! layers stack. Since a failed attempt may still be billed, [`Retry`]'s `max_cost` is the
+//! inner bound times its attempts and [`Fallback`]'s the sum of both bounds. The order
+//! matters, outermost first:
 //!
 //! ```
 //! use std::time::Duration;

@@ -19,14 +19,18 @@ use tokio::time::Instant;
 ///   [`max_retry_after`](Retry::max_retry_after) (default 60 s) is not attempted: the error
 ///   is returned at once.
 /// - **Bounds**: at most [`max_attempts`](Retry::max_attempts) calls in all (default 3), and
-///   no retry that would start after the [`deadline`](Retry::deadline) (measured from the
-///   first call). The deadline does not cut a call in flight: put a
-///   [`Timeout`](super::Timeout) outside the `Retry` to bound the total time.
+///   nothing after the [`deadline`](Retry::deadline) (measured from the first call): no retry
+///   starts (or waits) past it, and an attempt still running when it passes is cancelled and
+///   the call fails with [`ProviderError::Timeout`] (`after` is the deadline).
 /// - **Never retried**: authentication failures, exhausted quota, context length exceeded,
 ///   a response that could not be decoded, other 4xx.
 /// - **Streaming**: a streamed call is retried only if it failed *before* its first delta
 ///   reached the caller. Once a delta was delivered, a retry would deliver the reply's start
 ///   twice, so the error is returned instead.
+///
+/// - **Cost**: a failed attempt may still be billed (a timeout or a cut stream after the
+///   server generated tokens, a 200 that could not be decoded), so
+///   [`max_cost`](Provider::max_cost) is the inner bound times `max_attempts`.
 ///
 /// Waits use tokio's clock, so tests with a paused clock run instantly.
 ///
@@ -91,7 +95,8 @@ impl<P> Retry<P> {
         self
     }
 
-    /// No retry starts later than this after the first call.
+    /// The most time the whole call may take, from its first attempt: no retry starts later,
+    /// and an attempt still running then is cancelled ([`ProviderError::Timeout`]).
     pub fn deadline(mut self, deadline: Duration) -> Retry<P> {
         self.deadline = Some(deadline);
         self
@@ -133,7 +138,7 @@ impl<P> Retry<P> {
             None => self.backoff(retry),
         };
         match self.deadline {
-            Some(deadline) if started.elapsed().saturating_add(wait) > deadline => None,
+            Some(deadline) if started.elapsed().saturating_add(wait) >= deadline => None,
             _ => Some(wait),
         }
     }
@@ -161,6 +166,24 @@ fn requested_wait(err: &ProviderError) -> Option<Duration> {
 }
 
 impl<P: Provider> Retry<P> {
+    /// Runs one attempt, cancelling it when the deadline (if any) passes.
+    async fn bounded(
+        &self,
+        started: Instant,
+        call: BoxFuture<'_, Result<Response, ProviderError>>,
+    ) -> Result<Response, ProviderError> {
+        let Some(deadline) = self.deadline else {
+            return call.await;
+        };
+        let left = deadline.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Err(ProviderError::Timeout { after: deadline });
+        }
+        tokio::time::timeout(left, call)
+            .await
+            .unwrap_or(Err(ProviderError::Timeout { after: deadline }))
+    }
+
     async fn call(
         &self,
         model: &str,
@@ -172,13 +195,14 @@ impl<P: Provider> Retry<P> {
         loop {
             let mut delivered = false;
             let result = match on_delta.as_deref_mut() {
-                None => self.inner.chat(model, prompt).await,
+                None => self.bounded(started, self.inner.chat(model, prompt)).await,
                 Some(on_delta) => {
                     let mut tracking = |delta: Delta| {
                         delivered = true;
                         on_delta(delta);
                     };
-                    self.inner.chat_stream(model, prompt, &mut tracking).await
+                    let call = self.inner.chat_stream(model, prompt, &mut tracking);
+                    self.bounded(started, call).await
                 }
             };
             let err = match result {
@@ -215,10 +239,12 @@ impl<P: Provider> Provider for Retry<P> {
         Box::pin(self.call(model, prompt, Some(on_delta)))
     }
 
-    /// The inner provider's bound for one call (failed attempts are not billed by the
-    /// supported APIs).
+    /// The inner provider's bound for one call, times `max_attempts`: a failed attempt may
+    /// be billed too (a timeout or a cut stream after tokens were generated, an undecodable
+    /// 200).
     fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
-        self.inner.max_cost(model, prompt)
+        let one = self.inner.max_cost(model, prompt)?;
+        Some(MicroUsd(one.0.saturating_mul(u64::from(self.max_attempts))))
     }
 }
 

@@ -14,7 +14,7 @@ use super::wire::{ChatRequest, KeepAlive};
 use crate::error::ConfigError;
 use crate::http::{self, HttpOptions, Transport, http_builder_methods};
 use crate::pricing::Pricing;
-use crate::secret::Secret;
+use crate::secret::{self, Secret};
 
 /// Where Ollama listens unless `OLLAMA_HOST` or [`OllamaBuilder::host`] says otherwise.
 pub const DEFAULT_OLLAMA_HOST: &str = "http://127.0.0.1:11434";
@@ -51,7 +51,8 @@ pub struct OllamaClient {
 
 struct Inner {
     transport: Transport,
-    host: Url,
+    /// The host URL with any user information masked, for showing.
+    host: String,
     chat_url: Url,
     embed_url: Url,
     keep_alive: Option<KeepAlive>,
@@ -95,9 +96,10 @@ impl OllamaClient {
         }
     }
 
-    /// The server's root URL.
+    /// The server's root URL, with any user information (`user:password@`) replaced by
+    /// `[redacted]`.
     pub fn host(&self) -> &str {
-        self.inner.host.as_str()
+        &self.inner.host
     }
 
     /// An embedder for `model`, whose vectors have `dimensions` components.
@@ -209,7 +211,7 @@ impl fmt::Debug for OllamaClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &self.inner;
         f.debug_struct("OllamaClient")
-            .field("host", &inner.host.as_str())
+            .field("host", &inner.host)
             .field(
                 "api_key",
                 &inner.has_api_key.then_some(crate::secret::REDACTED),
@@ -234,7 +236,7 @@ pub(crate) fn parse_host(host: &str) -> Result<Url, ConfigError> {
         false => (http::parse_base_url(&format!("http://{host}"))?, true),
     };
     let invalid = |reason: &str| ConfigError::InvalidUrl {
-        url: host.to_owned(),
+        url: secret::mask_userinfo(host),
         reason: reason.to_owned(),
     };
     if schemeless && url.port().is_none() {
@@ -301,13 +303,13 @@ impl OllamaBuilder {
             .api_key
             .map(|k| (AUTHORIZATION, Secret::new(format!("Bearer {}", k.expose()))));
         let has_api_key = auth.is_some();
-        let transport = Transport::new(&self.http, auth)?;
+        let transport = Transport::new(&self.http, auth, &host)?;
         Ok(OllamaClient {
             inner: Arc::new(Inner {
                 transport,
                 chat_url: http::endpoint(&host, "api/chat")?,
                 embed_url: http::endpoint(&host, "api/embed")?,
-                host,
+                host: secret::mask_userinfo(host.as_str()),
                 keep_alive: self.keep_alive,
                 options: self.options,
                 pricing: self.pricing,
@@ -320,7 +322,7 @@ impl OllamaBuilder {
 impl fmt::Debug for OllamaBuilder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("OllamaBuilder")
-            .field("host", &self.host)
+            .field("host", &secret::mask_userinfo(&self.host))
             .field("api_key", &self.api_key)
             .field("keep_alive", &self.keep_alive)
             .field("options", &self.options)

@@ -8,7 +8,8 @@
 //!
 //! [`ChunkAssembler::push_bytes`] takes bytes split at any point. A stream is complete only
 //! once the `done` line arrived: a body that ends before is an error
-//! ([`ProviderError::Transport`]), never a partial success.
+//! ([`ProviderError::Transport`]), never a partial success. A final line without its newline
+//! counts if it is a whole JSON object; a line cut short does not.
 
 use std::time::Duration;
 
@@ -141,6 +142,21 @@ impl ChunkAssembler {
         Ok(())
     }
 
+    /// Marks the end of the input. A final line without its newline is taken if it is a whole
+    /// JSON object, passing what it adds to `on_delta`; a line cut short is left for
+    /// [`ChunkAssembler::finish`] to report. ([`ChunkAssembler::finish`] does this too, but
+    /// without a way to pass the line's deltas on.)
+    pub fn push_end(&mut self, on_delta: &mut dyn FnMut(Delta)) -> Result<(), ProviderError> {
+        if self.done.is_some() || self.partial_line.iter().all(u8::is_ascii_whitespace) {
+            return Ok(());
+        }
+        if serde_json::from_slice::<serde::de::IgnoredAny>(&self.partial_line).is_err() {
+            return Ok(());
+        }
+        let line = std::mem::take(&mut self.partial_line);
+        self.push_line(&line, on_delta)
+    }
+
     /// Takes one complete chat object (one NDJSON line, or a whole non-streamed reply).
     pub fn push_line(
         &mut self,
@@ -211,7 +227,8 @@ impl ChunkAssembler {
 
     /// The assembled reply. Fails if the final object never arrived, or if the stream ended
     /// in the middle of a line.
-    pub fn finish(self) -> Result<Response, ProviderError> {
+    pub fn finish(mut self) -> Result<Response, ProviderError> {
+        self.push_end(&mut |_| {})?;
         let Some(done) = self.done else {
             let cut = if self.partial_line.iter().all(u8::is_ascii_whitespace) {
                 ""
@@ -292,10 +309,10 @@ where
             chunk.advance(n);
         }
         if assembler.is_done() {
-            break;
+            return Ok(());
         }
     }
-    Ok(())
+    assembler.push_end(&mut |d| on_delta(d))
 }
 
 #[cfg(test)]
@@ -346,7 +363,7 @@ mod tests {
             FinishReason::Other("unload".into())
         );
         let (r, _) = assemble("{\"error\":\"model 'x' not found\"}\n");
-        assert!(matches!(r, Err(ProviderError::Http { status: 200, .. })));
+        assert!(matches!(r, Err(ProviderError::Http { status: 503, .. })));
         let (r, _) = assemble("{\"error\":\"input length exceeds the context length\"}\n");
         assert!(matches!(
             r,
@@ -354,5 +371,49 @@ mod tests {
         ));
         let (r, _) = assemble("not json\n");
         assert!(matches!(r, Err(ProviderError::Decode { .. })));
+    }
+
+    #[test]
+    fn a_final_line_without_its_newline_counts_if_whole() {
+        let stream = "{\"message\":{\"content\":\"a\"},\"done\":false}\n{\"message\":{\"content\":\"b\"},\"done\":true,\"eval_count\":2}";
+        let (r, deltas) = assemble(stream);
+        let r = r.unwrap();
+        assert_eq!(r.content, "ab");
+        assert_eq!(r.usage.output_tokens, 2);
+        assert_eq!(deltas, [Delta::Text("a".into()), Delta::Text("b".into())]);
+        // Without the last byte, the line was cut short.
+        let (r, _) = assemble(&stream[..stream.len() - 1]);
+        let err = r.unwrap_err();
+        assert!(
+            matches!(&err, ProviderError::Transport { message } if message.contains("middle of a line")),
+            "{err:?}"
+        );
+        // An error line at the end, whole.
+        let (r, _) = assemble("{\"error\":\"out of memory\"}");
+        assert!(
+            matches!(r, Err(ProviderError::Http { status: 503, .. })),
+            "{r:?}"
+        );
+        // By hand: `finish` takes the last line too.
+        let mut assembler = ChunkAssembler::new();
+        assembler
+            .push_bytes(b"{\"done\":true,\"done_reason\":\"stop\"}", &mut |_| {})
+            .unwrap();
+        assert!(!assembler.is_done());
+        assert_eq!(
+            assembler.finish().unwrap().finish_reason,
+            FinishReason::Stop
+        );
+    }
+
+    #[test]
+    fn null_content_is_empty() {
+        let (r, deltas) = assemble(
+            "{\"message\":{\"role\":\"assistant\",\"content\":null,\"tool_calls\":[{\"function\":{\"name\":\"f\",\"arguments\":{}}}]},\"done\":true}\n",
+        );
+        let r = r.unwrap();
+        assert_eq!(r.content, "");
+        assert_eq!(r.tool_calls[0].name, "f");
+        assert!(!deltas.iter().any(|d| matches!(d, Delta::Text(_))));
     }
 }

@@ -12,7 +12,9 @@ use crate::json::nullable;
 /// How long Ollama keeps a model loaded after a request (its `keep_alive`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum KeepAlive {
-    /// Keep the model loaded this long (Ollama's default is five minutes).
+    /// Keep the model loaded this long (Ollama's default is five minutes). Sent in whole
+    /// milliseconds, rounded up; a duration beyond what Go's `time.Duration` holds (about 292
+    /// years) is sent as [`Forever`](KeepAlive::Forever).
     For(Duration),
     /// Keep the model loaded until the server stops.
     Forever,
@@ -20,11 +22,24 @@ pub enum KeepAlive {
     UnloadNow,
 }
 
+/// The longest duration Go's `time.Duration` holds: `i64::MAX` nanoseconds (about 292 years).
+const GO_MAX_DURATION_NANOS: u128 = i64::MAX as u128;
+
 impl Serialize for KeepAlive {
+    /// `For(d)` as a Go duration string in whole milliseconds (Ollama parses it exactly),
+    /// rounded up so that a non-zero duration never becomes `"0ms"` (which unloads at once);
+    /// a duration longer than Go's `time.Duration` holds (about 292 years) as `-1`, forever.
+    /// `Forever` is `-1`, `UnloadNow` is `0`.
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         match self {
-            // A Go duration string, which Ollama parses exactly.
-            KeepAlive::For(d) => serializer.serialize_str(&format!("{}ms", d.as_millis())),
+            KeepAlive::For(d) => {
+                let millis = d.as_nanos().div_ceil(1_000_000);
+                if millis.saturating_mul(1_000_000) > GO_MAX_DURATION_NANOS {
+                    serializer.serialize_i64(-1)
+                } else {
+                    serializer.serialize_str(&format!("{millis}ms"))
+                }
+            }
             KeepAlive::Forever => serializer.serialize_i64(-1),
             KeepAlive::UnloadNow => serializer.serialize_i64(0),
         }
@@ -267,7 +282,7 @@ pub(crate) struct ChatChunk {
 
 #[derive(Deserialize)]
 pub(crate) struct ChunkMessage {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "nullable")]
     pub(crate) content: String,
     #[serde(default, deserialize_with = "nullable")]
     pub(crate) tool_calls: Vec<WireToolCallIn>,
@@ -394,6 +409,25 @@ mod tests {
             serde_json::to_value(KeepAlive::UnloadNow).unwrap(),
             json!(0)
         );
+    }
+
+    #[test]
+    fn keep_alive_durations_fit_go() {
+        let wire = |d: Duration| serde_json::to_value(KeepAlive::For(d)).unwrap();
+        assert_eq!(wire(Duration::ZERO), json!("0ms"));
+        assert_eq!(wire(Duration::from_nanos(1)), json!("1ms"));
+        assert_eq!(wire(Duration::from_micros(999)), json!("1ms"));
+        assert_eq!(wire(Duration::from_micros(1500)), json!("2ms"));
+        assert_eq!(wire(Duration::from_secs(90)), json!("90000ms"));
+        // The longest whole number of milliseconds Go holds, and just beyond it.
+        let max_millis = u64::try_from(i64::MAX / 1_000_000).unwrap();
+        assert_eq!(
+            wire(Duration::from_millis(max_millis)),
+            json!(format!("{max_millis}ms"))
+        );
+        assert_eq!(wire(Duration::from_millis(max_millis + 1)), json!(-1));
+        assert_eq!(wire(Duration::from_secs(300 * 365 * 24 * 3600)), json!(-1));
+        assert_eq!(wire(Duration::MAX), json!(-1));
     }
 
     #[test]

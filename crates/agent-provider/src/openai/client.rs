@@ -11,9 +11,9 @@ use super::embed::OpenAiEmbedder;
 use super::stream::{self, ChunkAssembler};
 use super::wire::{ChatCompletion, ChatRequest};
 use crate::error::{self, ConfigError};
-use crate::http::{self, HttpOptions, Transport, http_builder_methods};
+use crate::http::{self, ExtraHeader, HttpOptions, Transport, http_builder_methods};
 use crate::pricing::Pricing;
-use crate::secret::Secret;
+use crate::secret::{self, Secret};
 
 /// OpenAI's API root, used unless `OPENAI_BASE_URL` or [`OpenAiBuilder::base_url`] says
 /// otherwise.
@@ -64,11 +64,13 @@ pub struct OpenAiClient {
 
 struct Inner {
     transport: Transport,
-    base_url: Url,
+    /// The base URL with any user information masked, for showing.
+    base_url: String,
     chat_url: Url,
     embeddings_url: Url,
     pricing: Pricing,
     max_tokens_field: MaxTokensField,
+    stream_options: bool,
     has_api_key: bool,
     organization: Option<String>,
     project: Option<String>,
@@ -94,6 +96,7 @@ pub struct OpenAiBuilder {
     http: HttpOptions,
     pricing: Pricing,
     max_tokens_field: MaxTokensField,
+    stream_options: bool,
 }
 
 impl OpenAiClient {
@@ -111,6 +114,7 @@ impl OpenAiClient {
             http: HttpOptions::default(),
             pricing: Pricing::openai(),
             max_tokens_field: MaxTokensField::MaxCompletionTokens,
+            stream_options: true,
         }
     }
 
@@ -127,12 +131,14 @@ impl OpenAiClient {
             http: HttpOptions::default(),
             pricing: Pricing::new(),
             max_tokens_field: MaxTokensField::MaxTokens,
+            stream_options: true,
         }
     }
 
-    /// The API root requests go to.
+    /// The API root requests go to, with any user information (`user:password@`) replaced
+    /// by `[redacted]`.
     pub fn base_url(&self) -> &str {
-        self.inner.base_url.as_str()
+        &self.inner.base_url
     }
 
     /// The prices used for [`Response::cost`] and [`Provider::max_cost`].
@@ -159,7 +165,8 @@ impl OpenAiClient {
         prompt: &Prompt,
         stream: bool,
     ) -> Result<Vec<u8>, ProviderError> {
-        let request = ChatRequest::new(model, prompt, self.inner.max_tokens_field, stream);
+        let request = ChatRequest::new(model, prompt, self.inner.max_tokens_field, stream)
+            .stream_options(self.inner.stream_options);
         serde_json::to_vec(&request)
             .map_err(|e| ProviderError::Other(format!("could not encode the request: {e}")))
     }
@@ -269,7 +276,7 @@ impl fmt::Debug for OpenAiClient {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let inner = &self.inner;
         f.debug_struct("OpenAiClient")
-            .field("base_url", &inner.base_url.as_str())
+            .field("base_url", &inner.base_url)
             .field(
                 "api_key",
                 &inner.has_api_key.then_some(crate::secret::REDACTED),
@@ -277,6 +284,7 @@ impl fmt::Debug for OpenAiClient {
             .field("organization", &inner.organization)
             .field("project", &inner.project)
             .field("max_tokens_field", &inner.max_tokens_field)
+            .field("stream_options", &inner.stream_options)
             .field("priced_models", &inner.pricing.models().count())
             .field("http", inner.transport.options())
             .finish()
@@ -334,6 +342,15 @@ impl OpenAiBuilder {
         self
     }
 
+    /// Whether streamed requests carry `"stream_options": {"include_usage": true}` (default
+    /// on), which asks for the final chunk with the token usage. Some servers reject unknown
+    /// fields: turn it off for them. Without it, a server that reports no usage in its stream
+    /// gives replies with zero usage and no cost.
+    pub fn stream_options(mut self, send: bool) -> Self {
+        self.stream_options = send;
+        self
+    }
+
     http_builder_methods!();
 
     /// Builds the client.
@@ -348,27 +365,29 @@ impl OpenAiBuilder {
         };
         let base_url = http::parse_base_url(&self.base_url)?;
         let mut options = self.http;
+        // Identifiers, not credentials: sent as ordinary headers (see `OpenAiBuilder::header`).
         if let Some(org) = &self.organization {
             options
                 .headers
-                .push(("OpenAI-Organization".to_owned(), Secret::new(org.clone())));
+                .push(ExtraHeader::new("OpenAI-Organization", org.clone()));
         }
         if let Some(project) = &self.project {
             options
                 .headers
-                .push(("OpenAI-Project".to_owned(), Secret::new(project.clone())));
+                .push(ExtraHeader::new("OpenAI-Project", project.clone()));
         }
         let auth = key.map(|k| (AUTHORIZATION, Secret::new(format!("Bearer {}", k.expose()))));
         let has_api_key = auth.is_some();
-        let transport = Transport::new(&options, auth)?;
+        let transport = Transport::new(&options, auth, &base_url)?;
         Ok(OpenAiClient {
             inner: Arc::new(Inner {
                 transport,
                 chat_url: http::endpoint(&base_url, "chat/completions")?,
                 embeddings_url: http::endpoint(&base_url, "embeddings")?,
-                base_url,
+                base_url: secret::mask_userinfo(base_url.as_str()),
                 pricing: self.pricing,
                 max_tokens_field: self.max_tokens_field,
+                stream_options: self.stream_options,
                 has_api_key,
                 organization: self.organization,
                 project: self.project,
@@ -385,11 +404,12 @@ impl fmt::Debug for OpenAiBuilder {
             KeySource::Env(var) => format!("from ${var}"),
         };
         f.debug_struct("OpenAiBuilder")
-            .field("base_url", &self.base_url)
+            .field("base_url", &secret::mask_userinfo(&self.base_url))
             .field("api_key", &key)
             .field("organization", &self.organization)
             .field("project", &self.project)
             .field("max_tokens_field", &self.max_tokens_field)
+            .field("stream_options", &self.stream_options)
             .field("http", &self.http)
             .finish()
     }

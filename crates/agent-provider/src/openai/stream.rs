@@ -9,13 +9,16 @@
 //! - `finish_reason` `null`, missing or `""` (not said yet);
 //! - `choices` `null` or missing (vLLM's usage-only final chunk);
 //! - tool-call `arguments` as a JSON string (documented) or a JSON object (some servers);
-//! - tool calls without `index` (matched by `id`, else continuing the latest call);
+//! - tool calls without `index` (matched by `id`, else continuing the latest call), and
+//!   parallel calls all sent with the same `index` (Ollama's `/v1`), told apart by their `id`;
 //! - an `error` object inside the stream, or an `event: error`, which fails the call.
 //!
 //! A stream is complete only when `data: [DONE]` arrives: a body that ends before is an error
-//! ([`ProviderError::Transport`]), never a partial success.
+//! ([`ProviderError::Transport`]), never a partial success. A final `data: [DONE]` without
+//! the blank line that should follow it is complete; a final event cut short is not.
 
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_op::{Delta, FinishReason, ProviderError, Response, ToolCall, Usage};
 use bytes::Buf;
@@ -43,7 +46,10 @@ use crate::secret::Redactor;
 /// - tool-call `arguments` as a JSON string (documented) or a JSON object (some servers);
 /// - tool calls without `index` (matched by `id`, else continuing the latest call), with any
 ///   `index` values (they are mapped to positions in order of first appearance), and with
-///   their name repeated in every fragment;
+///   their whole name repeated in every fragment;
+/// - several calls sent with the same `index` (Ollama's `/v1` sends every parallel call with
+///   index 0): a fragment whose `id` differs from the `id` its call already has starts a new
+///   call;
 /// - an `error` object inside the stream, which fails the call with the matching error.
 ///
 /// The reply is complete only once `[DONE]` arrived; [`ChunkAssembler::finish`] fails
@@ -212,11 +218,28 @@ impl ChunkAssembler {
     }
 
     /// Which of our calls a tool-call fragment continues, or `None` for a new call.
+    ///
+    /// With an `index`, the latest call with that index, unless the fragment carries an `id`
+    /// different from the one that call already has: then the latest call with that index and
+    /// that id, else a new call. Without an `index`, the call with the fragment's `id`, else
+    /// (no id) the latest call.
     fn slot_of(&self, call: &ChunkToolCall) -> Option<usize> {
-        match (call.index, call.id.as_deref()) {
-            (Some(key), _) => self.calls.iter().rposition(|c| c.key == Some(key)),
-            (None, Some(id)) if !id.is_empty() => self.calls.iter().rposition(|c| c.id == id),
-            (None, _) => self.calls.len().checked_sub(1),
+        let id = call.id.as_deref().filter(|id| !id.is_empty());
+        match (call.index, id) {
+            (Some(key), None) => self.calls.iter().rposition(|c| c.key == Some(key)),
+            (Some(key), Some(id)) => {
+                let latest = self.calls.iter().rposition(|c| c.key == Some(key))?;
+                let latest_id = self.calls[latest].id.as_str();
+                if latest_id.is_empty() || latest_id == id {
+                    Some(latest)
+                } else {
+                    self.calls
+                        .iter()
+                        .rposition(|c| c.key == Some(key) && c.id == id)
+                }
+            }
+            (None, Some(id)) => self.calls.iter().rposition(|c| c.id == id),
+            (None, None) => self.calls.len().checked_sub(1),
         }
     }
 
@@ -241,10 +264,11 @@ impl ChunkAssembler {
             .id
             .filter(|id| !id.is_empty() && partial.id.is_empty())
             .inspect(|id| partial.id.clone_from(id));
-        // A name arrives whole in one fragment (some servers repeat it in every fragment), or
-        // in pieces: a piece the name already ends with is a repetition.
+        // A name arrives whole in one fragment (some servers repeat it whole in every
+        // fragment), or in pieces: only a piece equal to the whole name so far is a
+        // repetition (a piece equal to its end is not: `list_tre` + `e`).
         let new_name = name
-            .filter(|n| !n.is_empty() && !partial.name.ends_with(n.as_str()))
+            .filter(|n| !n.is_empty() && partial.name != *n)
             .inspect(|n| {
                 partial.name.push_str(n);
             });
@@ -354,6 +378,10 @@ pub fn assemble_bytes<'a>(
 }
 
 /// Feeds every event of `body` to `assembler`, stopping after `[DONE]`.
+///
+/// At the end of the body, a final event without the blank line that should end it is taken
+/// only if it is complete: `data: [DONE]`, or data that is a whole JSON document. Anything
+/// else there was cut short, and is left out (so the stream is incomplete).
 pub(crate) async fn drive<S, B, F>(
     assembler: &mut ChunkAssembler,
     body: S,
@@ -364,12 +392,30 @@ where
     B: Buf,
     F: FnMut(Delta) + ?Sized,
 {
+    // The SSE parser drops an unterminated final event; ending the body with a blank line
+    // makes it come out, marked as having arrived at the end so it can be checked.
+    let ended = AtomicBool::new(false);
+    let body = body
+        .map(|chunk| chunk.map(Piece::Body))
+        .chain(futures_util::stream::once(futures_util::future::lazy(
+            |_| {
+                ended.store(true, Ordering::Relaxed);
+                Ok(Piece::End(b"\n\n"))
+            },
+        )));
     let mut events = pin!(SseByteStream::new(body));
     while let Some(event) = events.next().await {
         let event = event.map_err(|e| sse_failure(e, &assembler.redactor))?;
         let Some(data) = event.data else {
             continue;
         };
+        if ended.load(Ordering::Relaxed)
+            && data.trim() != "[DONE]"
+            && serde_json::from_str::<serde::de::IgnoredAny>(&data).is_err()
+        {
+            // Cut short: `finish` reports the stream as incomplete.
+            break;
+        }
         if event.event.as_deref() == Some("error") {
             let value = serde_json::from_str(&data).unwrap_or(Value::String(data.clone()));
             return Err(error::from_stream_error(&value, &data, &assembler.redactor));
@@ -382,6 +428,35 @@ where
     Ok(())
 }
 
+/// A piece of a body: one of its chunks, or the bytes added at its end.
+enum Piece<B> {
+    Body(B),
+    End(&'static [u8]),
+}
+
+impl<B: Buf> Buf for Piece<B> {
+    fn remaining(&self) -> usize {
+        match self {
+            Piece::Body(b) => b.remaining(),
+            Piece::End(bytes) => bytes.len(),
+        }
+    }
+
+    fn chunk(&self) -> &[u8] {
+        match self {
+            Piece::Body(b) => b.chunk(),
+            Piece::End(bytes) => bytes,
+        }
+    }
+
+    fn advance(&mut self, cnt: usize) {
+        match self {
+            Piece::Body(b) => b.advance(cnt),
+            Piece::End(bytes) => *bytes = bytes.get(cnt..).unwrap_or_default(),
+        }
+    }
+}
+
 fn sse_failure(err: sse_stream::Error, redactor: &Redactor) -> ProviderError {
     match err {
         sse_stream::Error::Body(source) => match source.downcast::<ProviderError>() {
@@ -391,7 +466,7 @@ fn sse_failure(err: sse_stream::Error, redactor: &Redactor) -> ProviderError {
             },
         },
         other => ProviderError::Decode {
-            message: format!("invalid event stream: {}", error::chain(&other)),
+            message: redactor.redact(&format!("invalid event stream: {}", error::chain(&other))),
             excerpt: String::new(),
         },
     }
@@ -447,10 +522,10 @@ mod tests {
 
     #[test]
     fn repeated_names_and_ids_are_not_duplicated() {
+        // A name in pieces.
         let (response, deltas) = push_all(&[
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"get_","arguments":""}}]}}]}"#,
             r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"weather","arguments":"{}"}}]}}]}"#,
-            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"weather"}}]}}]}"#,
             "[DONE]",
         ]);
         assert_eq!(response.unwrap().tool_calls[0].name, "get_weather");
@@ -459,6 +534,123 @@ mod tests {
             .filter(|d| matches!(d, Delta::ToolCall { .. }))
             .count();
         assert_eq!(headers, 2);
+        // The whole name (and id) repeated in every fragment.
+        let (response, deltas) = push_all(&[
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"get_weather","arguments":"{\"city\":"}}]}}]}"#,
+            r#"{"choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"get_weather","arguments":"\"Oslo\"}"}}]}}]}"#,
+            "[DONE]",
+        ]);
+        let response = response.unwrap();
+        assert_eq!(response.tool_calls.len(), 1);
+        assert_eq!(response.tool_calls[0].name, "get_weather");
+        assert_eq!(response.tool_calls[0].arguments, json!({"city": "Oslo"}));
+        let headers = deltas
+            .iter()
+            .filter(|d| matches!(d, Delta::ToolCall { .. }))
+            .count();
+        assert_eq!(headers, 1);
+    }
+
+    #[test]
+    fn a_name_piece_equal_to_the_end_of_the_name_is_kept() {
+        for pieces in [["list_tre", "e"], ["a", "a"]] {
+            let (response, _) = push_all(&[
+                &format!(
+                    r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":0,"id":"c","function":{{"name":"{}","arguments":""}}}}]}}}}]}}"#,
+                    pieces[0]
+                ),
+                &format!(
+                    r#"{{"choices":[{{"delta":{{"tool_calls":[{{"index":0,"function":{{"name":"{}","arguments":"{{}}"}}}}]}}}}]}}"#,
+                    pieces[1]
+                ),
+                "[DONE]",
+            ]);
+            let name = &response.unwrap().tool_calls[0].name;
+            if pieces == ["a", "a"] {
+                // Equal to the whole name so far: indistinguishable from a repetition.
+                assert_eq!(name, "a");
+            } else {
+                assert_eq!(name, "list_tree");
+            }
+        }
+    }
+
+    #[test]
+    fn parallel_calls_at_the_same_index_are_told_apart_by_id() {
+        // Ollama's /v1: every call whole, all with index 0.
+        let (response, deltas) = push_all(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"read_file","arguments":"{\"path\":\"a.txt\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_b","type":"function","function":{"name":"write_file","arguments":"{\"path\":\"b.txt\"}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+            "[DONE]",
+        ]);
+        let response = response.unwrap();
+        assert_eq!(response.tool_calls.len(), 2, "{response:?}");
+        assert_eq!(response.tool_calls[0].id, "call_a");
+        assert_eq!(response.tool_calls[0].name, "read_file");
+        assert_eq!(response.tool_calls[0].arguments, json!({"path": "a.txt"}));
+        assert_eq!(response.tool_calls[1].id, "call_b");
+        assert_eq!(response.tool_calls[1].name, "write_file");
+        assert_eq!(response.tool_calls[1].arguments, json!({"path": "b.txt"}));
+        assert!(deltas.contains(&Delta::ToolCall {
+            index: 1,
+            id: Some("call_b".into()),
+            name: Some("write_file".into()),
+        }));
+
+        // OpenAI: the id only on the first fragment of each call, then arguments by index.
+        let (response, _) = push_all(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_a","type":"function","function":{"name":"read_file","arguments":""}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"path\":"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"a.txt\"}"}}]}}]}"#,
+            "[DONE]",
+        ]);
+        let response = response.unwrap();
+        assert_eq!(response.tool_calls.len(), 1);
+        assert_eq!(response.tool_calls[0].id, "call_a");
+        assert_eq!(response.tool_calls[0].arguments, json!({"path": "a.txt"}));
+
+        // Same index, an id arriving only after the first fragment: still one call.
+        let (response, _) = push_all(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"late","function":{"arguments":"}"}}]}}]}"#,
+            "[DONE]",
+        ]);
+        let response = response.unwrap();
+        assert_eq!(response.tool_calls.len(), 1);
+        assert_eq!(response.tool_calls[0].id, "late");
+    }
+
+    #[test]
+    fn a_final_done_without_its_blank_line_completes_the_stream() {
+        let body = "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]";
+        for end in ["", "\n", "\r\n", "\r"] {
+            let text = format!("{body}{end}");
+            let r = assemble_bytes([text.as_bytes()], |_| {});
+            assert_eq!(r.unwrap().content, "hi", "ending {end:?}");
+        }
+        // Cut inside `[DONE]`, or inside a chunk: incomplete.
+        for cut in [
+            "data: [DON",
+            "data: {\"choices\":[{\"delta\":{\"content\":\"x",
+        ] {
+            let text = format!("data: {{\"choices\":[]}}\n\n{cut}");
+            let err = assemble_bytes([text.as_bytes()], |_| {}).unwrap_err();
+            assert!(
+                matches!(err, ProviderError::Transport { .. }),
+                "{cut}: {err:?}"
+            );
+        }
+        // A whole error chunk at the end still fails with its error.
+        let err = assemble_bytes(
+            [
+                b"data: {\"error\":{\"message\":\"slow\",\"code\":\"rate_limit_exceeded\"}}"
+                    .as_slice(),
+            ],
+            |_| {},
+        )
+        .unwrap_err();
+        assert!(matches!(err, ProviderError::RateLimited { .. }), "{err:?}");
     }
 
     #[test]
@@ -484,6 +676,15 @@ mod tests {
         let (r, _) =
             push_all(&[r#"{"error":{"message":"overloaded","type":"server_error","code":503}}"#]);
         assert!(matches!(r, Err(ProviderError::Http { status: 503, .. })));
+        let (r, _) = push_all(&[
+            r#"{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}"#,
+        ]);
+        let err = r.unwrap_err();
+        assert!(
+            matches!(err, ProviderError::Http { status: 503, .. }),
+            "{err:?}"
+        );
+        assert!(err.is_retryable());
         let (r, _) = push_all(&[
             r#"{"choices":null,"usage":{"prompt_tokens":3,"completion_tokens":4}}"#,
             "[DONE]",

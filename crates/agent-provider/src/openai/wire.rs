@@ -73,7 +73,12 @@ impl<'a> ChatRequest<'a> {
                     },
                 })
                 .collect(),
-            tool_choice: options.tool_choice.as_ref().map(WireToolChoice::from),
+            // Without tools, a `tool_choice` is an error for OpenAI (and means nothing).
+            tool_choice: options
+                .tool_choice
+                .as_ref()
+                .filter(|_| !prompt.tools.is_empty())
+                .map(WireToolChoice::from),
             temperature: options.temperature,
             max_tokens,
             max_completion_tokens,
@@ -88,6 +93,14 @@ impl<'a> ChatRequest<'a> {
                 include_usage: true,
             }),
         }
+    }
+
+    /// Leaves `stream_options` out when `send` is false (for servers that reject it).
+    pub(crate) fn stream_options(mut self, send: bool) -> ChatRequest<'a> {
+        if !send {
+            self.stream_options = None;
+        }
+        self
     }
 }
 
@@ -471,6 +484,31 @@ mod tests {
             body,
             json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 5})
         );
+    }
+
+    #[test]
+    fn no_tool_choice_without_tools_and_optional_stream_options() {
+        let prompt = Prompt::new().user("hi").options(InferOptions {
+            tool_choice: Some(ToolChoice::Required),
+            ..InferOptions::default()
+        });
+        let body = serde_json::to_value(
+            ChatRequest::new("m", &prompt, MaxTokensField::MaxTokens, true).stream_options(false),
+        )
+        .unwrap();
+        assert_eq!(
+            body,
+            json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true})
+        );
+        let body = serde_json::to_value(ChatRequest::new(
+            "m",
+            &prompt,
+            MaxTokensField::MaxTokens,
+            true,
+        ))
+        .unwrap();
+        assert_eq!(body["stream_options"], json!({"include_usage": true}));
+        assert!(body.get("tool_choice").is_none());
     }
 
     #[test]
