@@ -374,7 +374,8 @@ pub fn checkpoint<S: Serialize>(name: impl Into<String>) -> Op<S, ()> {
     })))
 }
 
-/// The next steering message queued from outside the run, if any.
+/// The next steering message queued from outside the run, if any. Taking it consumes it: a
+/// branch that takes a message and is then cancelled has still taken it.
 pub fn check<S>() -> Op<S, Option<Steering>> {
     effect(Effect::Check)
 }
@@ -454,7 +455,11 @@ fn feed_err<S, A: Send + 'static, E: Send + 'static>(error: E, next: &mut dyn Fe
 /// when the provider reports no prices.
 ///
 /// Run sequentially, calls never overlap, so the rules reduce to "call while some budget is
-/// left; stop once it is exceeded" — the same outcome under every interpreter.
+/// left; stop once it is exceeded". With concurrent branches, *which* branch gets the last
+/// call can depend on timing; the outcome is still reported in declaration order (a failure
+/// or an exhausted budget in an earlier branch wins over one in a later branch), so programs
+/// whose branches do not compete for the last of a budget behave the same under every
+/// interpreter.
 pub fn limit<S, A: Send + 'static>(budget: Budget, body: Op<S, A>) -> Op<S, Result<A, Exhausted>> {
     Op::from_node(Node::Scope(Box::new(Scope::Limit {
         budget,
