@@ -1,3 +1,75 @@
-//! # agent-memory
+//! # agent-memory: what an agent keeps across runs
 //!
-//! Will hold memory backends (in-memory and SQLite) and embedding providers. Not implemented yet (issue 5): this crate exports nothing.
+//! Backends for the [`MemoryBackend`](agent_op::MemoryBackend) trait of `agent-op`, so any
+//! agent (CLI, service, chat bot) picks its storage without touching agent code, plus the
+//! embedders and the context builder that go with them.
+//!
+//! - Backends:
+//!   - [`InMemoryBackend`]: in the process's memory; exact cosine search. For tests and
+//!     short-lived agents.
+//!   - [`SqliteBackend`]: one SQLite file (WAL); exact vector search fused with FTS5 keyword
+//!     search; safe for many tasks and processes; survives crashes. Opened with
+//!     [`SqliteBackend::open`] or configured with [`SqliteBackend::builder`]
+//!     ([`SqliteBuilder`]: embedder, clock, [`Durability`], busy timeout, lock retries);
+//!     also [`SqliteBackend::store_batch`], [`SqliteBackend::integrity_check`],
+//!     [`SqliteBackend::close`]. Ranking constants: [`RRF_K`], [`MIN_CANDIDATES`],
+//!     [`MAX_KEYWORD_POSTINGS`].
+//! - Embedders ([`EmbeddingProvider`](agent_op::EmbeddingProvider)):
+//!   - [`HashingEmbedder`]: local and deterministic (feature hashing of words and word
+//!     pairs); the default, so semantic recall works offline;
+//!   - [`ZeroEmbedder`]: all-zero vectors, for tests;
+//!   - OpenAI and Ollama embedders live in `agent-provider`.
+//! - [`build_context`] (or [`build_context_at`] a given time) with a [`ContextWindow`]: the
+//!   memories worth putting in a prompt, ranked by a blend of recency and similarity and cut
+//!   to a token budget ([`estimate_tokens`]); the result is a [`BuiltContext`] of
+//!   [`ContextEntry`]s.
+//! - [`conformance`]: the test suite every backend passes; a new backend plugs into it with
+//!   [`memory_conformance_tests!`].
+//! - Small pieces: [`Clock`] ([`SystemClock`], [`ManualClock`]), [`tokenize`],
+//!   [`MAX_TEXT_BYTES`], [`DEFAULT_DIMENSIONS`].
+//!
+//! Both backends accept and refuse the same inputs: empty content and texts over
+//! [`MAX_TEXT_BYTES`] are [`MemoryError::InvalidInput`](agent_op::MemoryError), embedder
+//! failures and bad vectors (NaN, wrong dimension) are
+//! [`MemoryError::Embedding`](agent_op::MemoryError) and store nothing, unknown ids are
+//! `None`/`false`. Tags are stored as a sorted set. Times are kept to the microsecond.
+//! `docs/MEMORY.md` describes schema, ranking, pruning and guarantees in full.
+//!
+//! ```
+//! use agent_memory::{ContextWindow, InMemoryBackend, build_context};
+//! use agent_op::{MemoryBackend, NewMemory};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let memory = InMemoryBackend::new();
+//! for fact in ["Ana prefers short answers", "The build server is ci-3", "Ana works in Lisbon"] {
+//!     memory.store(NewMemory { content: fact.into(), context: "chat".into(), tags: vec![] }).await?;
+//! }
+//! let context = build_context(&memory, &ContextWindow::new(50), "Does Ana prefer short answers?").await?;
+//! assert_eq!(context.entries[0].entry.content, "Ana prefers short answers");
+//! assert!(context.tokens <= 50);
+//! # Ok::<(), agent_op::MemoryError>(())
+//! # }).unwrap();
+//! ```
+
+mod clock;
+mod common;
+pub mod conformance;
+mod context;
+mod embed;
+mod inmem;
+mod prune;
+mod rank;
+mod sqlite;
+mod text;
+mod vector;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use common::MAX_TEXT_BYTES;
+pub use context::{
+    BuiltContext, ContextEntry, ContextWindow, build_context, build_context_at, estimate_tokens,
+};
+pub use embed::{DEFAULT_DIMENSIONS, HashingEmbedder, ZeroEmbedder};
+pub use inmem::{InMemoryBackend, InMemoryBuilder};
+pub use rank::RRF_K;
+pub use sqlite::{Durability, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, SqliteBackend, SqliteBuilder};
+pub use text::tokenize;

@@ -1,0 +1,443 @@
+//! Memory benchmarks: SQLite insert throughput, and top-10 search latency of both backends at
+//! 10,000 and 100,000 entries, each with a baseline measured in the same run.
+//!
+//! Vectors are 384-dimension unit vectors, precomputed: the embedder used here only looks
+//! them up by text, so no embedding work is timed. Texts are 8–20 words drawn from a
+//! 5,000-word vocabulary with a Zipf-like distribution (a few words are everywhere, like
+//! stop words in real text), so keyword search does real work.
+
+use std::collections::HashMap;
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_memory::{InMemoryBackend, SqliteBackend};
+use agent_op::{BoxFuture, EmbeddingError, EmbeddingProvider, MemoryBackend, NewMemory};
+use sqlx::Connection;
+
+const DIMS: usize = 384;
+const LARGE: usize = 100_000;
+const SMALL: usize = 10_000;
+const BATCH: usize = 1_000;
+const QUERIES: usize = 200;
+const VOCABULARY: usize = 5_000;
+
+/// A deterministic xorshift generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in [0, 1).
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A Zipf-like word index: rank r has weight about 1/r.
+    fn word(&mut self) -> usize {
+        let x = (VOCABULARY as f64).powf(self.unit());
+        (x as usize).min(VOCABULARY) - 1
+    }
+
+    fn sentence(&mut self, min: usize, max: usize) -> String {
+        let n = min + (self.next() as usize) % (max - min + 1);
+        (0..n)
+            .map(|_| format!("w{}", self.word()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    fn unit_vector(&mut self) -> Vec<f32> {
+        let mut v: Vec<f32> = (0..DIMS)
+            .map(|_| (self.unit() * 2.0 - 1.0) as f32)
+            .collect();
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        for x in &mut v {
+            *x /= norm;
+        }
+        v
+    }
+}
+
+/// An "embedder" that returns precomputed vectors by text.
+struct Precomputed {
+    vectors: HashMap<String, Vec<f32>>,
+}
+
+impl EmbeddingProvider for Precomputed {
+    fn model(&self) -> &str {
+        "precomputed-384"
+    }
+
+    fn dimensions(&self) -> usize {
+        DIMS
+    }
+
+    fn embed<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<Vec<f32>, EmbeddingError>> {
+        Box::pin(async move {
+            self.vectors
+                .get(text)
+                .cloned()
+                .ok_or_else(|| EmbeddingError::Other(format!("no precomputed vector for {text:?}")))
+        })
+    }
+}
+
+struct Data {
+    memories: Vec<NewMemory>,
+    vectors: Vec<Vec<f32>>,
+    queries: Vec<String>,
+    embedder: Arc<Precomputed>,
+}
+
+fn data(n: usize, seed: u64) -> Data {
+    let mut rng = Rng(seed);
+    let mut memories = Vec::with_capacity(n);
+    let mut vectors = Vec::with_capacity(n);
+    let mut map = HashMap::with_capacity(n + QUERIES);
+    for i in 0..n {
+        // The index keeps every content distinct.
+        let content = format!("{} n{i}", rng.sentence(8, 20));
+        let vector = rng.unit_vector();
+        map.insert(content.clone(), vector.clone());
+        memories.push(NewMemory {
+            content,
+            context: rng.sentence(3, 6),
+            tags: vec![format!("t{}", i % 20).into()],
+        });
+        vectors.push(vector);
+    }
+    let mut queries = Vec::with_capacity(QUERIES);
+    for q in 0..QUERIES {
+        let query = format!("{} q{q}", rng.sentence(3, 8));
+        map.insert(query.clone(), rng.unit_vector());
+        queries.push(query);
+    }
+    Data {
+        memories,
+        vectors,
+        queries,
+        embedder: Arc::new(Precomputed { vectors: map }),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+async fn fill_sqlite(path: &std::path::Path, data: &Data) -> (SqliteBackend, Duration) {
+    let backend = SqliteBackend::builder(path)
+        .embedder(data.embedder.clone())
+        .open()
+        .await
+        .expect("open sqlite");
+    let start = Instant::now();
+    for chunk in data.memories.chunks(BATCH) {
+        backend
+            .store_batch(chunk.to_vec())
+            .await
+            .expect("store batch");
+    }
+    (backend, start.elapsed())
+}
+
+/// Baseline: the same rows (content, context, times, tags as text, vector blob) inserted with
+/// plain sqlx statements (one per row, as most code would) into one table without indexes,
+/// in one transaction, same pragmas.
+async fn raw_insert(path: &std::path::Path, data: &Data) -> Duration {
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal)
+        .synchronous(sqlx::sqlite::SqliteSynchronous::Normal);
+    let mut conn = sqlx::SqliteConnection::connect_with(&options)
+        .await
+        .expect("connect");
+    sqlx::query(
+        "CREATE TABLE rows (id INTEGER PRIMARY KEY, content TEXT, context TEXT, \
+         created_at INTEGER, accessed_at INTEGER, access_count INTEGER, tags TEXT, vector BLOB)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("create");
+    let blobs: Vec<Vec<u8>> = data
+        .vectors
+        .iter()
+        .map(|v| v.iter().flat_map(|x| x.to_le_bytes()).collect())
+        .collect();
+    let start = Instant::now();
+    let mut tx = conn.begin().await.expect("begin");
+    for (m, blob) in data.memories.iter().zip(&blobs) {
+        sqlx::query(
+            "INSERT INTO rows (content, context, created_at, accessed_at, access_count, tags, vector) \
+             VALUES (?1, ?2, ?3, ?3, 0, ?4, ?5)",
+        )
+        .bind(&m.content)
+        .bind(&m.context)
+        .bind(1_700_000_000_000_000i64)
+        .bind(&m.tags[0].0)
+        .bind(blob)
+        .execute(&mut *tx)
+        .await
+        .expect("insert");
+    }
+    tx.commit().await.expect("commit");
+    start.elapsed()
+}
+
+/// Baseline search: a plain exact scan over one `Vec<f32>`: every dot product, then the top 10.
+fn plain_scan(matrix: &[f32], query: &[f32]) -> Vec<(f32, usize)> {
+    let mut scores: Vec<(f32, usize)> = matrix
+        .chunks_exact(DIMS)
+        .enumerate()
+        .map(|(i, row)| (row.iter().zip(query).map(|(a, b)| a * b).sum(), i))
+        .collect();
+    let k = 10.min(scores.len());
+    scores.select_nth_unstable_by(k - 1, |a, b| b.0.total_cmp(&a.0));
+    scores.truncate(k);
+    scores.sort_by(|a, b| b.0.total_cmp(&a.0));
+    scores
+}
+
+/// Times every query against `backend` and the plain scan alternately; returns (subject,
+/// baseline) latencies in ms.
+fn search_latencies(
+    rt: &tokio::runtime::Runtime,
+    backend: &dyn MemoryBackend,
+    data: &Data,
+) -> (Vec<f64>, Vec<f64>) {
+    let matrix: Vec<f32> = data.vectors.iter().flatten().copied().collect();
+    let query_vectors: Vec<&Vec<f32>> = data
+        .queries
+        .iter()
+        .map(|q| data.embedder.vectors.get(q).expect("query vector"))
+        .collect();
+    // Warm-up (page cache, statement caches).
+    for q in data.queries.iter().take(5) {
+        rt.block_on(backend.search(q, 10)).expect("search");
+    }
+    let mut subject = Vec::with_capacity(QUERIES);
+    let mut baseline = Vec::with_capacity(QUERIES);
+    for (q, v) in data.queries.iter().zip(&query_vectors) {
+        let start = Instant::now();
+        let hits = rt.block_on(backend.search(q, 10)).expect("search");
+        subject.push(bench_kit::ms(start.elapsed()));
+        assert_eq!(hits.len(), 10);
+        let start = Instant::now();
+        black_box(plain_scan(&matrix, v));
+        baseline.push(bench_kit::ms(start.elapsed()));
+    }
+    (subject, baseline)
+}
+
+fn report_search(name: &str, subject: &[f64], baseline: &[f64]) {
+    let s = bench_kit::stats(subject);
+    let b = bench_kit::stats(baseline);
+    bench_kit::report(name, s.median, "ms", b.median);
+    bench_kit::report(&format!("{name}.p99"), s.p99, "ms", b.p99);
+}
+
+/// The measured alternative to the in-memory vector copy: load every vector from SQLite
+/// for each query (one prepared statement) and scan them in Rust.
+fn sql_scan_latencies(
+    rt: &tokio::runtime::Runtime,
+    path: &std::path::Path,
+    data: &Data,
+) -> Vec<f64> {
+    rt.block_on(async {
+        let options = sqlx::sqlite::SqliteConnectOptions::new().filename(path);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .expect("connect");
+        let mut out = Vec::new();
+        for q in data.queries.iter().take(20) {
+            let v = data.embedder.vectors.get(q).expect("query vector");
+            let start = Instant::now();
+            let rows: Vec<(i64, Vec<u8>)> =
+                sqlx::query_as("SELECT entry_id, vector FROM embeddings")
+                    .fetch_all(&mut conn)
+                    .await
+                    .expect("scan");
+            let mut best: Vec<(f32, i64)> = rows
+                .iter()
+                .map(|(id, blob)| {
+                    let dot: f32 = blob
+                        .chunks_exact(4)
+                        .zip(v)
+                        .map(|(b, x)| f32::from_le_bytes([b[0], b[1], b[2], b[3]]) * x)
+                        .sum();
+                    (dot, *id)
+                })
+                .collect();
+            best.select_nth_unstable_by(9, |a, b| b.0.total_cmp(&a.0));
+            black_box(&best[..10]);
+            out.push(bench_kit::ms(start.elapsed()));
+        }
+        out
+    })
+}
+
+fn main() {
+    let on = bench_kit::enabled;
+    let sqlite_large = [
+        "memory.sqlite.insert",
+        "memory.sqlite.open_100k",
+        "memory.sqlite.search_100k",
+    ];
+    let need_sqlite_large = sqlite_large.iter().any(|n| on(n));
+    let need_large = need_sqlite_large || on("memory.inmem.search_100k");
+    let need_small = on("memory.sqlite.search_10k")
+        || on("memory.inmem.search_10k")
+        || on("memory.sqlite.prune_merge_5k");
+    if !need_large && !need_small {
+        return;
+    }
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let large = if need_large {
+        data(LARGE, 0x5eed_0001)
+    } else {
+        data(0, 1)
+    };
+    let small = if need_small {
+        data(SMALL, 0x5eed_0002)
+    } else {
+        data(0, 2)
+    };
+
+    if need_sqlite_large {
+        // The baseline runs before and after the subject; the faster run counts (insert
+        // timings on a shared machine vary by 2x from run to run).
+        let raw_before = rt.block_on(raw_insert(&dir.path().join("raw1.db"), &large));
+        let (backend, took) = rt.block_on(fill_sqlite(&dir.path().join("large.db"), &large));
+        let raw_after = rt.block_on(raw_insert(&dir.path().join("raw2.db"), &large));
+        let raw = raw_before.min(raw_after);
+        if on("memory.sqlite.insert") {
+            bench_kit::report(
+                "memory.sqlite.insert",
+                LARGE as f64 / took.as_secs_f64(),
+                "entries/s",
+                LARGE as f64 / raw.as_secs_f64(),
+            );
+        }
+        // Opening loads every vector into memory: what that costs at 100k.
+        rt.block_on(backend.close());
+        let start = Instant::now();
+        let backend = rt
+            .block_on(
+                SqliteBackend::builder(dir.path().join("large.db"))
+                    .embedder(large.embedder.clone())
+                    .open(),
+            )
+            .expect("reopen");
+        let open_ms = bench_kit::ms(start.elapsed());
+        if on("memory.sqlite.open_100k") {
+            // Baseline: reading the same vectors with one plain query.
+            let read_ms =
+                sql_scan_latencies(&rt, &dir.path().join("large.db"), &small_slice(&large));
+            bench_kit::report(
+                "memory.sqlite.open_100k",
+                open_ms,
+                "ms",
+                bench_kit::stats(&read_ms).median,
+            );
+        }
+        if on("memory.sqlite.search_100k") {
+            let (s, b) = search_latencies(&rt, &backend, &large);
+            report_search("memory.sqlite.search_100k", &s, &b);
+            let scan = sql_scan_latencies(&rt, &dir.path().join("large.db"), &large);
+            bench_kit::report(
+                "memory.sqlite.search_100k.sql_scan_alternative",
+                bench_kit::stats(&scan).median,
+                "ms",
+                bench_kit::stats(&b).median,
+            );
+        }
+        rt.block_on(backend.close());
+    }
+    if on("memory.sqlite.search_10k") {
+        let (backend, _) = rt.block_on(fill_sqlite(&dir.path().join("small.db"), &small));
+        let (s, b) = search_latencies(&rt, &backend, &small);
+        report_search("memory.sqlite.search_10k", &s, &b);
+        rt.block_on(backend.close());
+    }
+    if on("memory.sqlite.prune_merge_5k") {
+        prune_merge(&rt, &dir.path().join("prune.db"), &small);
+    }
+    for (name, data) in [
+        ("memory.inmem.search_100k", &large),
+        ("memory.inmem.search_10k", &small),
+    ] {
+        if !on(name) {
+            continue;
+        }
+        let backend = InMemoryBackend::builder()
+            .embedder(data.embedder.clone())
+            .build()
+            .expect("in-memory backend");
+        for chunk in data.memories.chunks(BATCH) {
+            rt.block_on(backend.store_batch(chunk.to_vec()))
+                .expect("store");
+        }
+        let (s, b) = search_latencies(&rt, &backend, data);
+        report_search(name, &s, &b);
+    }
+}
+
+/// Prune with near-duplicate merging over 5,000 entries (the O(n²) rule); baseline: every
+/// pairwise similarity with a plain single-threaded scan. (Random vectors: nothing merges;
+/// the time is the comparisons.)
+fn prune_merge(rt: &tokio::runtime::Runtime, path: &std::path::Path, data: &Data) {
+    const N: usize = 5_000;
+    let backend = rt
+        .block_on(
+            SqliteBackend::builder(path)
+                .embedder(data.embedder.clone())
+                .open(),
+        )
+        .expect("open");
+    rt.block_on(backend.store_batch(data.memories[..N].to_vec()))
+        .expect("store");
+    let policy = agent_op::PrunePolicy {
+        merge_similarity: Some(0.95),
+        ..agent_op::PrunePolicy::default()
+    };
+    let start = Instant::now();
+    let report = rt.block_on(backend.prune(&policy)).expect("prune");
+    let took = bench_kit::ms(start.elapsed());
+    assert_eq!(report.merged, 0);
+    let vectors = &data.vectors[..N];
+    let start = Instant::now();
+    let mut similar = 0usize;
+    for i in 0..N {
+        for j in i + 1..N {
+            let s: f32 = vectors[i].iter().zip(&vectors[j]).map(|(a, b)| a * b).sum();
+            if s >= 0.95 {
+                similar += 1;
+            }
+        }
+    }
+    black_box(similar);
+    let baseline = bench_kit::ms(start.elapsed());
+    bench_kit::report("memory.sqlite.prune_merge_5k", took, "ms", baseline);
+    rt.block_on(backend.close());
+}
+
+/// The same data with only its first queries (for a quick read-everything baseline).
+fn small_slice(data: &Data) -> Data {
+    Data {
+        memories: Vec::new(),
+        vectors: Vec::new(),
+        queries: data.queries.iter().take(3).cloned().collect(),
+        embedder: data.embedder.clone(),
+    }
+}

@@ -1,0 +1,207 @@
+//! [`build_context`]: the memories worth putting in a prompt, within a token budget.
+
+use std::time::Duration;
+
+use agent_op::{MemoryBackend, MemoryEntry, MemoryError, Timestamp};
+
+/// How [`build_context`] picks and ranks memories.
+///
+/// Each candidate gets `score = recency_weight × recency + semantic_weight × similarity`,
+/// where
+/// - `similarity` is the backend's search score ([`agent_op::ScoredMemory::score`]; cosine
+///   similarity for [`InMemoryBackend`](crate::InMemoryBackend), the normalized fused rank
+///   score in (0, 1] for [`SqliteBackend`](crate::SqliteBackend));
+/// - `recency` is `0.5 ^ (age / recency_half_life)`, where `age` is the time since the entry
+///   was *created* (its access time is not used: recalling the candidates updates it). 1 for
+///   a new entry, 0.5 after one half-life.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContextWindow {
+    /// The token budget ([`estimate_tokens`] of the rendered lines).
+    pub max_tokens: usize,
+    /// Weight of recency in the score (≥ 0).
+    pub recency_weight: f32,
+    /// Weight of similarity in the score (≥ 0).
+    pub semantic_weight: f32,
+    /// Candidates whose similarity is below this are dropped.
+    pub similarity_threshold: f32,
+    /// The age at which recency is 0.5 (must be positive).
+    pub recency_half_life: Duration,
+    /// How many entries to ask the backend for before ranking (the backend returns at most
+    /// this many).
+    pub candidates: usize,
+}
+
+impl ContextWindow {
+    /// A window of `max_tokens` with the defaults: recency weight 0.3, semantic weight 0.7,
+    /// similarity threshold 0 (keep everything the backend returns), half-life 7 days, 50
+    /// candidates.
+    pub fn new(max_tokens: usize) -> ContextWindow {
+        ContextWindow {
+            max_tokens,
+            recency_weight: 0.3,
+            semantic_weight: 0.7,
+            similarity_threshold: 0.0,
+            recency_half_life: Duration::from_secs(7 * 24 * 3600),
+            candidates: 50,
+        }
+    }
+
+    fn validate(&self) -> Result<(), MemoryError> {
+        let weights = [
+            ("recency_weight", self.recency_weight),
+            ("semantic_weight", self.semantic_weight),
+        ];
+        for (name, w) in weights {
+            if !(w.is_finite() && w >= 0.0) {
+                return Err(MemoryError::InvalidInput(format!(
+                    "context window {name} must be a finite number ≥ 0, got {w}"
+                )));
+            }
+        }
+        if !self.similarity_threshold.is_finite() {
+            return Err(MemoryError::InvalidInput(format!(
+                "context window similarity_threshold must be finite, got {}",
+                self.similarity_threshold
+            )));
+        }
+        if self.recency_half_life.is_zero() {
+            return Err(MemoryError::InvalidInput(
+                "context window recency_half_life must be positive".to_owned(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One memory chosen for the context.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ContextEntry {
+    /// The memory.
+    pub entry: MemoryEntry,
+    /// Its search score (see [`ContextWindow`]).
+    pub similarity: f32,
+    /// Its recency in [0, 1].
+    pub recency: f32,
+    /// The blended score it was ranked by.
+    pub score: f32,
+    /// Its estimated tokens as rendered by [`BuiltContext::text`].
+    pub tokens: usize,
+}
+
+/// The memories chosen by [`build_context`], best first.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct BuiltContext {
+    /// The chosen memories, by blended score, best first.
+    pub entries: Vec<ContextEntry>,
+    /// Their estimated tokens in total (at most the window's `max_tokens`).
+    pub tokens: usize,
+}
+
+impl BuiltContext {
+    /// The memories as prompt text: one `- content` line each, best first.
+    pub fn text(&self) -> String {
+        self.entries
+            .iter()
+            .map(|e| line(&e.entry.content))
+            .collect()
+    }
+}
+
+fn line(content: &str) -> String {
+    format!("- {content}\n")
+}
+
+/// Estimated tokens of `text`: one per 4 characters (Unicode scalar values), rounded up —
+/// the usual rule of thumb for English with BPE tokenizers. Not exact for any model; use a
+/// budget with some slack.
+///
+/// ```
+/// assert_eq!(agent_memory::estimate_tokens(""), 0);
+/// assert_eq!(agent_memory::estimate_tokens("abcd"), 1);
+/// assert_eq!(agent_memory::estimate_tokens("abcde"), 2);
+/// ```
+pub fn estimate_tokens(text: &str) -> usize {
+    text.chars().count().div_ceil(4)
+}
+
+/// The memories to put in a prompt about `query`: asks `backend` for
+/// [`window.candidates`](ContextWindow::candidates) search hits, drops those below the
+/// similarity threshold, ranks the rest by the blended score of [`ContextWindow`] (ties: more
+/// similar, then newer, first), and fills [`max_tokens`](ContextWindow::max_tokens) greedily
+/// in that order — an entry that does not fit is skipped and smaller ones after it may still
+/// fit. The search counts as a recall of every candidate (access time and count update).
+///
+/// Errors: an invalid window (negative or non-finite weights, NaN threshold, zero
+/// half-life) is [`MemoryError::InvalidInput`]; backend errors pass through.
+///
+/// ```
+/// use agent_memory::{ContextWindow, InMemoryBackend, build_context};
+/// use agent_op::{MemoryBackend, NewMemory};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let memory = InMemoryBackend::new();
+/// for fact in ["Paris is the capital of France", "Rust has no garbage collector"] {
+///     memory.store(NewMemory { content: fact.into(), context: String::new(), tags: vec![] }).await?;
+/// }
+/// let window = ContextWindow { similarity_threshold: 0.2, ..ContextWindow::new(100) };
+/// let context = build_context(&memory, &window, "capital of France").await?;
+/// assert_eq!(context.text(), "- Paris is the capital of France\n");
+/// # Ok::<(), agent_op::MemoryError>(())
+/// # }).unwrap();
+/// ```
+pub async fn build_context(
+    backend: &dyn MemoryBackend,
+    window: &ContextWindow,
+    query: &str,
+) -> Result<BuiltContext, MemoryError> {
+    build_context_at(backend, window, query, chrono::Utc::now()).await
+}
+
+/// [`build_context`] with recency measured at `now` instead of the current time.
+pub async fn build_context_at(
+    backend: &dyn MemoryBackend,
+    window: &ContextWindow,
+    query: &str,
+    now: Timestamp,
+) -> Result<BuiltContext, MemoryError> {
+    window.validate()?;
+    if window.max_tokens == 0 || window.candidates == 0 {
+        return Ok(BuiltContext::default());
+    }
+    let hits = backend.search(query, window.candidates).await?;
+    let half_life = window.recency_half_life.as_secs_f64();
+    let mut ranked: Vec<ContextEntry> = hits
+        .into_iter()
+        .filter(|hit| hit.score >= window.similarity_threshold)
+        .map(|hit| {
+            let age = (now - hit.entry.created_at)
+                .to_std()
+                .map_or(0.0, |d| d.as_secs_f64());
+            let recency = 0.5f64.powf(age / half_life) as f32;
+            let score = window.recency_weight * recency + window.semantic_weight * hit.score;
+            let tokens = estimate_tokens(&line(&hit.entry.content));
+            ContextEntry {
+                similarity: hit.score,
+                recency,
+                score,
+                tokens,
+                entry: hit.entry,
+            }
+        })
+        .collect();
+    ranked.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then(b.similarity.total_cmp(&a.similarity))
+            .then(b.entry.created_at.cmp(&a.entry.created_at))
+            .then(a.entry.id.cmp(&b.entry.id))
+    });
+    let mut built = BuiltContext::default();
+    for candidate in ranked {
+        if built.tokens + candidate.tokens <= window.max_tokens {
+            built.tokens += candidate.tokens;
+            built.entries.push(candidate);
+        }
+    }
+    Ok(built)
+}

@@ -1,0 +1,165 @@
+//! The in-memory copy of the database's vectors, and how it follows the database.
+//!
+//! Triggers append every vector insert and entry delete to the `changes` table. A cache
+//! remembers the last `seq` it applied (its cursor); [`sync`] reads the rows after it (and
+//! the current vectors of the entries they name) in one read transaction and applies them.
+//! If prune trimmed the log past the cursor (`store_meta.changes_floor` above it), the cache
+//! reloads every vector instead. Writes by any handle or process are thus seen by the next
+//! search of every handle.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use sqlx::SqliteConnection;
+
+use super::META_CHANGES_FLOOR;
+use super::retry::DbError;
+use crate::vector::{Hit, VectorIndex, from_blob};
+
+/// Unit vectors of every entry, as of change-log position `cursor`.
+pub(crate) struct VectorCache {
+    index: VectorIndex,
+    cursor: i64,
+    dimensions: usize,
+}
+
+impl VectorCache {
+    pub(crate) fn new(dimensions: usize) -> VectorCache {
+        VectorCache {
+            index: VectorIndex::new(dimensions),
+            cursor: -1,
+            dimensions,
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    pub(crate) fn search(&self, query: &[f32], k: usize) -> Vec<Hit> {
+        self.index.search(query, k)
+    }
+}
+
+pub(crate) fn read_cache(cache: &RwLock<VectorCache>) -> RwLockReadGuard<'_, VectorCache> {
+    // Updates hold the lock only for in-memory edits that cannot panic halfway.
+    cache.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn write_cache(cache: &RwLock<VectorCache>) -> RwLockWriteGuard<'_, VectorCache> {
+    cache.write().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Decodes a stored vector, refusing blobs of the wrong size.
+fn decode(id: i64, blob: &[u8], dimensions: usize) -> Result<Vec<f32>, DbError> {
+    from_blob(blob, dimensions).ok_or_else(|| {
+        DbError::Corrupt(format!(
+            "the embedding of entry {id} has {} bytes, expected {} ({dimensions} f32 values)",
+            blob.len(),
+            dimensions * 4
+        ))
+    })
+}
+
+/// Brings `cache` up to date. `conn` must be inside a read transaction (one snapshot).
+pub(crate) async fn sync(
+    conn: &mut SqliteConnection,
+    cache: &Arc<RwLock<VectorCache>>,
+) -> Result<(), DbError> {
+    let (cursor, dimensions) = {
+        let c = read_cache(cache);
+        (c.cursor, c.dimensions)
+    };
+    let floor: Option<(String,)> = sqlx::query_as("SELECT value FROM store_meta WHERE key = ?1")
+        .bind(META_CHANGES_FLOOR)
+        .fetch_optional(&mut *conn)
+        .await?;
+    let floor = match floor {
+        Some((text,)) => text.parse::<i64>().map_err(|_| {
+            DbError::Corrupt(format!("store_meta.{META_CHANGES_FLOOR} is {text:?}"))
+        })?,
+        None => 0,
+    };
+    if cursor < 0 || cursor < floor {
+        return reload(conn, cache, dimensions).await;
+    }
+
+    let rows: Vec<(i64, i64, i64)> =
+        sqlx::query_as("SELECT seq, entry_id, op FROM changes WHERE seq > ?1 ORDER BY seq")
+            .bind(cursor)
+            .fetch_all(&mut *conn)
+            .await?;
+    let Some(&(last, _, _)) = rows.last() else {
+        return Ok(());
+    };
+    let upserted: Vec<i64> = rows
+        .iter()
+        .filter(|(_, _, op)| *op == 1)
+        .map(|(_, id, _)| *id)
+        .collect();
+    let mut vectors: HashMap<i64, Vec<f32>> = HashMap::with_capacity(upserted.len());
+    if !upserted.is_empty() {
+        let found: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+            "SELECT entry_id, vector FROM embeddings \
+             WHERE entry_id IN (SELECT value FROM json_each(?1))",
+        )
+        .bind(super::json_ids(&upserted))
+        .fetch_all(&mut *conn)
+        .await?;
+        for (id, blob) in found {
+            vectors.insert(id, decode(id, &blob, dimensions)?);
+        }
+    }
+
+    let mut c = write_cache(cache);
+    // Another sync with a newer snapshot may have got here first: apply only what it has
+    // not. Each id ends in its state in this snapshot (vector present or not), which is at
+    // least as new as every applied row.
+    if last <= c.cursor {
+        return Ok(());
+    }
+    let from = c.cursor;
+    for (seq, id, _) in rows {
+        if seq <= from {
+            continue;
+        }
+        match vectors.get(&id) {
+            Some(vector) => c.index.upsert(id, vector),
+            None => {
+                c.index.remove(id);
+            }
+        }
+    }
+    c.cursor = last;
+    Ok(())
+}
+
+/// Replaces the cache with every stored vector.
+async fn reload(
+    conn: &mut SqliteConnection,
+    cache: &Arc<RwLock<VectorCache>>,
+    dimensions: usize,
+) -> Result<(), DbError> {
+    let (cursor,): (i64,) = sqlx::query_as(
+        "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'changes'), 0)",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM embeddings")
+        .fetch_one(&mut *conn)
+        .await?;
+    let mut index = VectorIndex::new(dimensions);
+    index.reserve(usize::try_from(count).unwrap_or(0));
+    let mut rows = sqlx::query_as::<_, (i64, Vec<u8>)>("SELECT entry_id, vector FROM embeddings")
+        .fetch(&mut *conn);
+    while let Some((id, blob)) = futures_util::TryStreamExt::try_next(&mut rows).await? {
+        index.upsert(id, &decode(id, &blob, dimensions)?);
+    }
+    drop(rows);
+    let mut c = write_cache(cache);
+    if cursor >= c.cursor {
+        c.index = index;
+        c.cursor = cursor;
+    }
+    Ok(())
+}

@@ -1,0 +1,161 @@
+//! Errors of the SQLite layer and the retry loop for "database is locked".
+
+use std::time::{Duration, Instant};
+
+use sqlx::migrate::MigrateError;
+
+/// SQLite's primary result codes for a lock held by another connection.
+const SQLITE_BUSY: i32 = 5;
+const SQLITE_LOCKED: i32 = 6;
+
+/// First pause after a busy error; doubles up to [`MAX_DELAY`], with ±50 % jitter.
+const FIRST_DELAY: Duration = Duration::from_millis(2);
+const MAX_DELAY: Duration = Duration::from_millis(250);
+
+/// What went wrong inside the SQLite backend, before it becomes a `MemoryError`.
+#[derive(Debug)]
+pub(crate) enum DbError {
+    /// From sqlx (SQLite itself, the connection, the pool).
+    Sql(sqlx::Error),
+    /// From the migrator.
+    Migrate(MigrateError),
+    /// Stored data that cannot be what this crate wrote.
+    Corrupt(String),
+    /// Anything else, already described.
+    Other(String),
+}
+
+impl From<sqlx::Error> for DbError {
+    fn from(e: sqlx::Error) -> DbError {
+        DbError::Sql(e)
+    }
+}
+
+impl From<MigrateError> for DbError {
+    fn from(e: MigrateError) -> DbError {
+        match e {
+            MigrateError::Execute(e) => DbError::Sql(e),
+            other => DbError::Migrate(other),
+        }
+    }
+}
+
+impl std::fmt::Display for DbError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DbError::Sql(e) => write!(f, "{e}"),
+            DbError::Migrate(e) => write!(f, "schema migration failed: {e}"),
+            DbError::Corrupt(m) => write!(f, "the database holds unexpected data: {m}"),
+            DbError::Other(m) => f.write_str(m),
+        }
+    }
+}
+
+impl DbError {
+    /// Whether this is SQLite reporting a lock held elsewhere (`SQLITE_BUSY`,
+    /// `SQLITE_LOCKED` and their extended codes), which is worth retrying.
+    pub(crate) fn is_busy(&self) -> bool {
+        let e = match self {
+            DbError::Sql(e) => e,
+            DbError::Migrate(MigrateError::ExecuteMigration(e, _)) => e,
+            _ => return false,
+        };
+        match e {
+            sqlx::Error::Database(db) => db
+                .code()
+                .and_then(|code| code.parse::<i32>().ok())
+                .is_some_and(|code| matches!(code & 0xff, SQLITE_BUSY | SQLITE_LOCKED)),
+            _ => false,
+        }
+    }
+}
+
+/// Backoff between attempts of an operation that met a busy error: exponential (from 2 ms,
+/// doubling up to 250 ms) with ±50 % jitter, until `limit` has passed since the first try.
+pub(crate) struct Backoff {
+    deadline: Instant,
+    delay: Duration,
+}
+
+impl Backoff {
+    /// Starts the clock: retries are allowed for `limit` from now.
+    pub(crate) fn new(limit: Duration) -> Backoff {
+        Backoff {
+            deadline: Instant::now() + limit,
+            delay: FIRST_DELAY,
+        }
+    }
+
+    /// Sleeps before the next attempt; `false` (without sleeping) once the time is up.
+    pub(crate) async fn wait(&mut self) -> bool {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        let jittered = self.delay.mul_f64(0.5 + fastrand::f64());
+        tokio::time::sleep(jittered.min(left)).await;
+        self.delay = (self.delay * 2).min(MAX_DELAY);
+        true
+    }
+}
+
+/// Runs `$body` (an expression that may use `?` on [`DbError`]-convertible errors and
+/// `.await`) inside a `BEGIN IMMEDIATE` transaction on `$backend`'s writer connection, bound
+/// to `$conn: &mut SqliteConnection`. The whole transaction is retried with [`Backoff`] while
+/// SQLite reports busy; the result is `Result<_, MemoryError>` with `$what` as context.
+macro_rules! write_tx {
+    ($backend:expr, $what:expr, |$conn:ident| $body:expr) => {{
+        let inner = &$backend.inner;
+        let mut backoff = $crate::sqlite::retry::Backoff::new(inner.lock_retry);
+        loop {
+            let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
+                let mut guard = inner.writer.lock().await;
+                let connection = guard.as_mut().ok_or_else(|| {
+                    $crate::sqlite::retry::DbError::Other("the store is closed".to_owned())
+                })?;
+                let mut tx = sqlx::Connection::begin_with(connection, "BEGIN IMMEDIATE").await?;
+                let out = {
+                    let $conn: &mut sqlx::SqliteConnection = &mut *tx;
+                    $body
+                };
+                tx.commit().await?;
+                Ok(out)
+            }
+            .await;
+            let busy = matches!(&attempt, Err(e) if e.is_busy());
+            if busy && backoff.wait().await {
+                continue;
+            }
+            break attempt.map_err(|e| $crate::sqlite::storage(&inner.path, $what, e));
+        }
+    }};
+}
+
+/// Like [`write_tx!`] for reads: a deferred (read) transaction on a pooled read connection,
+/// so several statements see one snapshot.
+macro_rules! read_tx {
+    ($backend:expr, $what:expr, |$conn:ident| $body:expr) => {{
+        let inner = &$backend.inner;
+        let mut backoff = $crate::sqlite::retry::Backoff::new(inner.lock_retry);
+        loop {
+            let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
+                let mut pooled = inner.readers.acquire().await?;
+                let mut tx = sqlx::Connection::begin(&mut *pooled).await?;
+                let out = {
+                    let $conn: &mut sqlx::SqliteConnection = &mut *tx;
+                    $body
+                };
+                tx.commit().await?;
+                Ok(out)
+            }
+            .await;
+            let busy = matches!(&attempt, Err(e) if e.is_busy());
+            if busy && backoff.wait().await {
+                continue;
+            }
+            break attempt.map_err(|e| $crate::sqlite::storage(&inner.path, $what, e));
+        }
+    }};
+}
+
+pub(crate) use {read_tx, write_tx};

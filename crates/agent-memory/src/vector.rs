@@ -1,0 +1,560 @@
+//! Exact vector search: [`VectorIndex`], a flat matrix of unit vectors scanned in full.
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap};
+
+/// Rows × dimensions above which a scan is split across threads.
+const PARALLEL_MIN_FLOATS: usize = 8_000_000;
+/// The most threads one scan uses.
+const MAX_SCAN_THREADS: usize = 8;
+
+/// The dot product of two equally long slices (8 independent accumulators, so the compiler
+/// vectorizes it).
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks_a = a.chunks_exact(8);
+    let chunks_b = b.chunks_exact(8);
+    let tail: f32 = chunks_a
+        .remainder()
+        .iter()
+        .zip(chunks_b.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in chunks_a.zip(chunks_b) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    let pairs = [
+        acc[0] + acc[4],
+        acc[1] + acc[5],
+        acc[2] + acc[6],
+        acc[3] + acc[7],
+    ];
+    (pairs[0] + pairs[2]) + (pairs[1] + pairs[3]) + tail
+}
+
+/// `vector` scaled to unit length; an all-zero vector stays all zero.
+pub(crate) fn unit(vector: &[f32]) -> Vec<f32> {
+    let norm = dot(vector, vector).sqrt();
+    if norm > 0.0 && norm.is_finite() {
+        vector.iter().map(|x| x / norm).collect()
+    } else {
+        vec![0.0; vector.len()]
+    }
+}
+
+/// Little-endian f32 bytes of `vector` (how SQLite stores embeddings).
+pub(crate) fn to_blob(vector: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(vector.len() * 4);
+    for x in vector {
+        out.extend_from_slice(&x.to_le_bytes());
+    }
+    out
+}
+
+/// The vector in a blob made by [`to_blob`]; `None` unless it holds exactly `dimensions`
+/// values.
+pub(crate) fn from_blob(blob: &[u8], dimensions: usize) -> Option<Vec<f32>> {
+    if blob.len() != dimensions.checked_mul(4)? {
+        return None;
+    }
+    Some(
+        blob.chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    )
+}
+
+/// A search hit of the index: row id and cosine similarity.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub(crate) struct Hit {
+    pub id: i64,
+    pub score: f32,
+}
+
+/// An f32 ordered by `total_cmp`, for heaps.
+#[derive(Copy, Clone, Debug)]
+struct Ordered(f32);
+
+impl PartialEq for Ordered {
+    fn eq(&self, other: &Ordered) -> bool {
+        self.0.total_cmp(&other.0) == Ordering::Equal
+    }
+}
+
+impl Eq for Ordered {}
+
+impl PartialOrd for Ordered {
+    fn partial_cmp(&self, other: &Ordered) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Ordered {
+    fn cmp(&self, other: &Ordered) -> Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+/// Slack added to every score bound, covering f32 rounding in both the approximate and the
+/// exact dot products (each below 1e-5 for unit vectors).
+const BOUND_SLACK: f32 = 1e-4;
+
+/// A vector quantized to int8: `v ≈ scale × codes`, with `error = ‖v − scale × codes‖₂`.
+struct Quantized {
+    codes: Vec<i8>,
+    scale: f32,
+    error: f32,
+}
+
+impl Quantized {
+    /// Symmetric int8 quantization with one scale per vector (`max |v_i| / 127`).
+    fn of(v: &[f32]) -> Quantized {
+        let max = v.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+        if max == 0.0 || !max.is_finite() {
+            return Quantized {
+                codes: vec![0; v.len()],
+                scale: 0.0,
+                error: 0.0,
+            };
+        }
+        let scale = max / 127.0;
+        let codes: Vec<i8> = v
+            .iter()
+            // In range by construction: |x / scale| ≤ 127.
+            .map(|x| (x / scale).round().clamp(-127.0, 127.0) as i8)
+            .collect();
+        let error = v
+            .iter()
+            .zip(&codes)
+            .map(|(x, c)| {
+                let e = x - scale * f32::from(*c);
+                e * e
+            })
+            .sum::<f32>()
+            .sqrt();
+        Quantized {
+            codes,
+            scale,
+            error,
+        }
+    }
+}
+
+/// The integer dot product of a widened query and a row of codes (16 independent lanes, so
+/// the compiler vectorizes it). Exact: |sum| ≤ 127² × dimensions.
+fn int_dot(query: &[i16], row: &[i8]) -> i32 {
+    let mut acc = [0i32; 16];
+    let chunks_q = query.chunks_exact(16);
+    let chunks_r = row.chunks_exact(16);
+    let tail: i32 = chunks_q
+        .remainder()
+        .iter()
+        .zip(chunks_r.remainder())
+        .map(|(q, r)| i32::from(*q) * i32::from(*r))
+        .sum();
+    for (q, r) in chunks_q.zip(chunks_r) {
+        for i in 0..16 {
+            acc[i] += i32::from(q[i]) * i32::from(r[i]);
+        }
+    }
+    acc.iter().sum::<i32>() + tail
+}
+
+/// What one pass over a range of rows found: the `k` largest lower bounds, and every row
+/// whose upper bound reached the running k-th lower bound (slot and upper bound).
+struct Pass {
+    lowers: BinaryHeap<std::cmp::Reverse<Ordered>>,
+    candidates: Vec<(usize, f32)>,
+}
+
+/// Unit vectors in one flat row-major matrix, with their ids, plus an int8 copy for fast
+/// filtering.
+///
+/// Search is exact, in two steps. (1) Filter: a scan of the int8 codes gives every row an
+/// approximate score `a` and a proven error bound `b` (from the quantization errors of row and
+/// query, via Cauchy–Schwarz, plus slack for f32 rounding), so its true score lies in
+/// `[a − b, a + b]`. A row can only be among the best `k` if its upper bound reaches the
+/// k-th largest lower bound. (2) Refine: those candidates (typically a few dozen) are scored
+/// with the f32 vectors and ranked. The result equals a full f32 scan. Large scans are
+/// split across threads.
+///
+/// Memory per vector: `4 × d` bytes (f32) + `d` bytes (int8) + 8 bytes (scale, error bound)
+/// + about 40 bytes of bookkeeping: 1,976 bytes at 384 dimensions.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct VectorIndex {
+    dimensions: usize,
+    data: Vec<f32>,
+    codes: Vec<i8>,
+    scales: Vec<f32>,
+    errors: Vec<f32>,
+    ids: Vec<i64>,
+    slots: HashMap<i64, usize>,
+}
+
+impl VectorIndex {
+    pub(crate) fn new(dimensions: usize) -> VectorIndex {
+        VectorIndex {
+            dimensions,
+            ..VectorIndex::default()
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.ids.len()
+    }
+
+    /// Makes room for `more` vectors.
+    pub(crate) fn reserve(&mut self, more: usize) {
+        self.ids.reserve(more);
+        self.slots.reserve(more);
+        self.scales.reserve(more);
+        self.errors.reserve(more);
+        self.data.reserve(more.saturating_mul(self.dimensions));
+        self.codes.reserve(more.saturating_mul(self.dimensions));
+    }
+
+    /// Inserts or replaces the vector of `id` (normalizing it). `vector` must have the
+    /// index's dimension (callers check with `check_embedding`).
+    pub(crate) fn upsert(&mut self, id: i64, vector: &[f32]) {
+        if vector.len() != self.dimensions {
+            // Unreachable through the backends (they check every vector); refusing keeps
+            // the matrix aligned if it ever happened.
+            return;
+        }
+        let unit = unit(vector);
+        let q = Quantized::of(&unit);
+        let d = self.dimensions;
+        match self.slots.get(&id) {
+            Some(&slot) => {
+                self.data[slot * d..(slot + 1) * d].copy_from_slice(&unit);
+                self.codes[slot * d..(slot + 1) * d].copy_from_slice(&q.codes);
+                self.scales[slot] = q.scale;
+                self.errors[slot] = q.error;
+            }
+            None => {
+                self.slots.insert(id, self.ids.len());
+                self.ids.push(id);
+                self.data.extend_from_slice(&unit);
+                self.codes.extend_from_slice(&q.codes);
+                self.scales.push(q.scale);
+                self.errors.push(q.error);
+            }
+        }
+    }
+
+    /// Removes `id`'s vector; whether it was there.
+    pub(crate) fn remove(&mut self, id: i64) -> bool {
+        let Some(slot) = self.slots.remove(&id) else {
+            return false;
+        };
+        let last = self.ids.len() - 1;
+        let d = self.dimensions;
+        if slot != last {
+            let moved = self.ids[last];
+            self.ids[slot] = moved;
+            self.slots.insert(moved, slot);
+            self.data.copy_within(last * d..(last + 1) * d, slot * d);
+            self.codes.copy_within(last * d..(last + 1) * d, slot * d);
+            self.scales[slot] = self.scales[last];
+            self.errors[slot] = self.errors[last];
+        }
+        self.ids.pop();
+        self.scales.pop();
+        self.errors.pop();
+        self.data.truncate(last * d);
+        self.codes.truncate(last * d);
+        true
+    }
+
+    /// The unit vector stored for `id`.
+    pub(crate) fn get(&self, id: i64) -> Option<&[f32]> {
+        let slot = *self.slots.get(&id)?;
+        let start = slot * self.dimensions;
+        Some(&self.data[start..start + self.dimensions])
+    }
+
+    /// All ids, in storage order.
+    #[cfg(test)]
+    pub(crate) fn ids(&self) -> &[i64] {
+        &self.ids
+    }
+
+    /// The `k` rows most similar to `query` (any length-`dimensions` vector; it is
+    /// normalized here), best first, ties by lower id. Rows with similarity ≤ 0 are left out,
+    /// and an all-zero query matches nothing.
+    pub(crate) fn search(&self, query: &[f32], k: usize) -> Vec<Hit> {
+        if k == 0 || self.ids.is_empty() || query.len() != self.dimensions {
+            return Vec::new();
+        }
+        // No more hits than rows (and no `k + 1` overflow for a huge `k`).
+        let k = k.min(self.ids.len());
+        let query = unit(query);
+        if query.iter().all(|x| *x == 0.0) {
+            return Vec::new();
+        }
+        let threads = if self.ids.len() * self.dimensions >= PARALLEL_MIN_FLOATS {
+            std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .min(MAX_SCAN_THREADS)
+        } else {
+            1
+        };
+        self.search_unit(&query, k, threads)
+    }
+
+    /// [`search`](VectorIndex::search) for a non-zero unit `query`, scanning with `threads`
+    /// threads.
+    fn search_unit(&self, query: &[f32], k: usize, threads: usize) -> Vec<Hit> {
+        let q = Quantized::of(query);
+        let wide: Vec<i16> = q.codes.iter().map(|c| i16::from(*c)).collect();
+        let rows = self.ids.len();
+        let threads = threads.clamp(1, rows);
+        let passes: Vec<Pass> = if threads <= 1 {
+            vec![self.filter(&wide, &q, 0, rows, k)]
+        } else {
+            let per = rows.div_ceil(threads);
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = (0..threads)
+                    .map(|t| {
+                        let (from, to) = (t * per, ((t + 1) * per).min(rows));
+                        let (wide, q) = (&wide, &q);
+                        scope.spawn(move || self.filter(wide, q, from, to, k))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    // A scan thread cannot panic (its bounds come from `rows`); if one
+                    // did, the scan is redone here rather than losing its rows.
+                    .zip(0..threads)
+                    .map(|(h, t)| {
+                        h.join().unwrap_or_else(|_| {
+                            self.filter(&wide, &q, t * per, ((t + 1) * per).min(rows), k)
+                        })
+                    })
+                    .collect()
+            })
+        };
+        // The k-th largest lower bound over all rows: no row with a smaller upper bound can
+        // be among the best k.
+        let mut lowers: Vec<f32> = passes
+            .iter()
+            .flat_map(|p| p.lowers.iter().map(|l| l.0.0))
+            .collect();
+        let floor = if lowers.len() >= k {
+            lowers.sort_unstable_by(|a, b| b.total_cmp(a));
+            lowers[k - 1]
+        } else {
+            f32::NEG_INFINITY
+        };
+        let d = self.dimensions;
+        let mut hits: Vec<Hit> = passes
+            .iter()
+            .flat_map(|p| p.candidates.iter())
+            .filter(|(_, upper)| *upper >= floor)
+            .filter_map(|&(slot, _)| {
+                let score = dot(query, &self.data[slot * d..(slot + 1) * d]);
+                (score > 0.0).then_some(Hit {
+                    id: self.ids[slot],
+                    score,
+                })
+            })
+            .collect();
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        hits.truncate(k);
+        hits
+    }
+
+    /// Step (1) of [`search`](VectorIndex::search) over rows `from..to`.
+    fn filter(&self, query: &[i16], q: &Quantized, from: usize, to: usize, k: usize) -> Pass {
+        let d = self.dimensions;
+        let mut pass = Pass {
+            lowers: BinaryHeap::with_capacity(k + 1),
+            candidates: Vec::new(),
+        };
+        // Rows need a positive upper bound (hits have positive scores) reaching the running
+        // k-th largest lower bound.
+        let mut floor = 0.0f32;
+        let codes = &self.codes[from * d..to * d];
+        for (i, row) in codes.chunks_exact(d).enumerate() {
+            let slot = from + i;
+            let approx = q.scale * self.scales[slot] * int_dot(query, row) as f32;
+            let bound = (1.0 + q.error) * self.errors[slot] + q.error + BOUND_SLACK;
+            let upper = approx + bound;
+            if upper <= 0.0 || upper < floor {
+                continue;
+            }
+            pass.candidates.push((slot, upper));
+            pass.lowers.push(std::cmp::Reverse(Ordered(approx - bound)));
+            if pass.lowers.len() > k {
+                pass.lowers.pop();
+            }
+            if pass.lowers.len() == k {
+                if let Some(std::cmp::Reverse(Ordered(kth))) = pass.lowers.peek() {
+                    floor = floor.max(*kth);
+                }
+            }
+        }
+        pass
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn brute(index: &VectorIndex, query: &[f32], k: usize) -> Vec<Hit> {
+        let q = unit(query);
+        let mut all: Vec<Hit> = index
+            .ids()
+            .iter()
+            .filter_map(|&id| {
+                let score = dot(&q, index.get(id)?);
+                (score > 0.0).then_some(Hit { id, score })
+            })
+            .collect();
+        all.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        all.truncate(k);
+        all
+    }
+
+    fn pseudo_random(seed: u64, n: usize) -> Vec<f32> {
+        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+            })
+            .collect()
+    }
+
+    #[test]
+    fn dot_matches_naive_sum_for_odd_lengths() {
+        for len in [0, 1, 7, 8, 9, 31, 384, 385] {
+            let a = pseudo_random(1, len);
+            let b = pseudo_random(2, len);
+            let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+            assert!((dot(&a, &b) - naive).abs() < 1e-4, "len {len}");
+        }
+    }
+
+    #[test]
+    fn search_equals_brute_force_including_parallel_scan_and_removals() {
+        let d = 384;
+        let mut index = VectorIndex::new(d);
+        for id in 0..6000 {
+            index.upsert(id, &pseudo_random(id as u64 + 10, d));
+        }
+        for id in (0..6000).step_by(7) {
+            assert!(index.remove(id));
+        }
+        assert!(!index.remove(0));
+        assert_eq!(index.len(), 6000 - 6000usize.div_ceil(7));
+        for q in 0..5 {
+            let query = pseudo_random(1000 + q, d);
+            let got = index.search(&query, 10);
+            assert_eq!(got.len(), 10);
+            assert_eq!(got, brute(&index, &query, 10));
+            for threads in [2, 3, 8] {
+                assert_eq!(index.search_unit(&unit(&query), 10, threads), got);
+            }
+        }
+    }
+
+    #[test]
+    fn search_is_exact_on_near_duplicates() {
+        // Thousands of vectors within a hair of each other: scores differ by less than the
+        // int8 error, so only the refine step can order them, and it must match brute force.
+        let d = 64;
+        let base = pseudo_random(7, d);
+        let mut index = VectorIndex::new(d);
+        for id in 0..3000 {
+            let noise = pseudo_random(id as u64 + 100, d);
+            let v: Vec<f32> = base
+                .iter()
+                .zip(&noise)
+                .map(|(b, n)| b + 0.001 * n)
+                .collect();
+            index.upsert(id, &v);
+        }
+        for q in 0..5 {
+            let noise = pseudo_random(5000 + q, d);
+            let query: Vec<f32> = base.iter().zip(&noise).map(|(b, n)| b + 0.01 * n).collect();
+            for k in [1, 10, 100] {
+                assert_eq!(index.search(&query, k), brute(&index, &query, k), "k = {k}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_filter_leaves_few_rows_to_refine() {
+        let d = 384;
+        let mut index = VectorIndex::new(d);
+        for id in 0..5000 {
+            index.upsert(id, &pseudo_random(id as u64 + 10, d));
+        }
+        let query = unit(&pseudo_random(99, d));
+        let q = Quantized::of(&query);
+        let wide: Vec<i16> = q.codes.iter().map(|c| i16::from(*c)).collect();
+        let pass = index.filter(&wide, &q, 0, 5000, 10);
+        let mut lowers: Vec<f32> = pass.lowers.iter().map(|l| l.0.0).collect();
+        lowers.sort_by(|a, b| b.total_cmp(a));
+        let refined = pass
+            .candidates
+            .iter()
+            .filter(|(_, u)| *u >= lowers[9])
+            .count();
+        assert!(
+            (10..250).contains(&refined),
+            "{refined} of 5000 rows refined"
+        );
+    }
+
+    #[test]
+    fn fewer_positive_rows_than_k() {
+        let mut index = VectorIndex::new(3);
+        index.upsert(1, &[1.0, 0.0, 0.0]);
+        index.upsert(2, &[0.0, 1.0, 0.0]);
+        index.upsert(3, &[0.5, 0.5, 0.0]);
+        index.upsert(4, &[-1.0, 0.0, 0.0]);
+        let hits = index.search(&[1.0, 0.1, 0.0], 10);
+        assert_eq!(hits, brute(&index, &[1.0, 0.1, 0.0], 10));
+        assert_eq!(hits.iter().map(|h| h.id).collect::<Vec<_>>(), [1, 3, 2]);
+    }
+
+    #[test]
+    fn ties_prefer_lower_ids_and_zero_query_matches_nothing() {
+        let mut index = VectorIndex::new(2);
+        for id in [5, 3, 9, 1] {
+            index.upsert(id, &[1.0, 0.0]);
+        }
+        index.upsert(7, &[-1.0, 0.0]);
+        let ids: Vec<i64> = index.search(&[2.0, 0.0], 3).iter().map(|h| h.id).collect();
+        assert_eq!(ids, [1, 3, 5]);
+        assert!(index.search(&[0.0, 0.0], 3).is_empty());
+        // The opposite vector (similarity -1) is never a hit.
+        assert_eq!(index.search(&[-1.0, 0.0], 10).len(), 1);
+    }
+
+    #[test]
+    fn blobs_round_trip_and_reject_wrong_lengths() {
+        let v = vec![1.5f32, -0.25, f32::MIN_POSITIVE];
+        let blob = to_blob(&v);
+        assert_eq!(blob.len(), 12);
+        assert_eq!(from_blob(&blob, 3), Some(v));
+        assert_eq!(from_blob(&blob, 4), None);
+        assert_eq!(from_blob(&blob[..11], 3), None);
+    }
+
+    #[test]
+    fn upsert_replaces_in_place() {
+        let mut index = VectorIndex::new(2);
+        index.upsert(1, &[1.0, 0.0]);
+        index.upsert(1, &[0.0, 3.0]);
+        assert_eq!(index.len(), 1);
+        assert_eq!(index.get(1), Some(&[0.0, 1.0][..]));
+    }
+}

@@ -1,0 +1,237 @@
+//! `build_context`: blending recency and similarity, the threshold, the token budget.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_memory::{
+    Clock, ContextWindow, InMemoryBackend, ManualClock, SqliteBackend, build_context,
+    build_context_at, estimate_tokens,
+};
+use agent_op::{MemoryBackend, MemoryError, NewMemory};
+
+const DAY: Duration = Duration::from_secs(24 * 3600);
+
+fn memory(content: &str) -> NewMemory {
+    NewMemory {
+        content: content.to_owned(),
+        context: String::new(),
+        tags: vec![],
+    }
+}
+
+async fn store(backend: &dyn MemoryBackend, content: &str) {
+    backend.store(memory(content)).await.expect("store");
+}
+
+fn backend(clock: &ManualClock) -> InMemoryBackend {
+    InMemoryBackend::builder()
+        .clock(Arc::new(clock.clone()))
+        .build()
+        .expect("backend")
+}
+
+#[tokio::test]
+async fn recency_weight_prefers_new_entries_and_semantic_weight_similar_ones() {
+    let clock = ManualClock::at_unix_seconds(1_700_000_000);
+    let memory = backend(&clock);
+    // Old but a closer match; new but a looser one.
+    store(&memory, "Ana drinks green tea every morning").await;
+    clock.advance(DAY * 30);
+    store(
+        &memory,
+        "Ana switched to coffee, she now drinks coffee daily at work",
+    )
+    .await;
+    let now = clock.now();
+    let query = "what does Ana drink every morning";
+
+    let semantic = ContextWindow {
+        recency_weight: 0.0,
+        semantic_weight: 1.0,
+        ..ContextWindow::new(1000)
+    };
+    let built = build_context_at(&memory, &semantic, query, now)
+        .await
+        .expect("context");
+    assert_eq!(built.entries.len(), 2);
+    assert_eq!(
+        built.entries[0].entry.content,
+        "Ana drinks green tea every morning"
+    );
+    assert!(built.entries[0].similarity > built.entries[1].similarity);
+
+    let recent = ContextWindow {
+        recency_weight: 1.0,
+        semantic_weight: 0.1,
+        ..ContextWindow::new(1000)
+    };
+    let built = build_context_at(&memory, &recent, query, now)
+        .await
+        .expect("context");
+    assert_eq!(
+        built.entries[0].entry.content,
+        "Ana switched to coffee, she now drinks coffee daily at work"
+    );
+    // Recency halves every half-life (7 days by default): 30 days old ≈ 0.051.
+    let old = &built.entries[1];
+    assert!(
+        (old.recency - 0.5f32.powf(30.0 / 7.0)).abs() < 1e-4,
+        "{}",
+        old.recency
+    );
+    assert!((built.entries[0].recency - 1.0).abs() < 1e-6);
+    for e in &built.entries {
+        assert!((e.score - (1.0 * e.recency + 0.1 * e.similarity)).abs() < 1e-6);
+    }
+}
+
+#[tokio::test]
+async fn the_threshold_drops_weak_matches() {
+    let clock = ManualClock::at_unix_seconds(1_700_000_000);
+    let memory = backend(&clock);
+    for fact in [
+        "The staging deploy needs the VPN",
+        "Deploy windows are Tuesday and Thursday",
+        "The staging database was migrated to version 14",
+    ] {
+        store(&memory, fact).await;
+    }
+    let all = build_context_at(
+        &memory,
+        &ContextWindow::new(1000),
+        "staging deploy VPN",
+        clock.now(),
+    )
+    .await
+    .expect("context");
+    assert_eq!(all.entries.len(), 3);
+    let strict = ContextWindow {
+        similarity_threshold: 0.5,
+        ..ContextWindow::new(1000)
+    };
+    let some = build_context_at(&memory, &strict, "staging deploy VPN", clock.now())
+        .await
+        .expect("context");
+    assert_eq!(some.entries.len(), 1);
+    assert_eq!(
+        some.entries[0].entry.content,
+        "The staging deploy needs the VPN"
+    );
+    assert!(some.entries.iter().all(|e| e.similarity >= 0.5));
+}
+
+#[tokio::test]
+async fn the_token_budget_is_filled_greedily() {
+    let clock = ManualClock::at_unix_seconds(1_700_000_000);
+    let memory = backend(&clock);
+    let long = format!(
+        "Project Falcon notes: {}",
+        "details about project falcon ".repeat(20)
+    );
+    store(&memory, &long).await;
+    store(&memory, "Project Falcon ships in May").await;
+    store(&memory, "Falcon owner: Priya").await;
+    let query = "project falcon notes details";
+    let long_tokens = estimate_tokens(&format!("- {long}\n"));
+    assert!(long_tokens > 100);
+
+    // The long note ranks first but does not fit 40 tokens; the two short ones do.
+    let window = ContextWindow {
+        recency_weight: 0.0,
+        ..ContextWindow::new(40)
+    };
+    let built = build_context_at(&memory, &window, query, clock.now())
+        .await
+        .expect("context");
+    let contents: Vec<&str> = built
+        .entries
+        .iter()
+        .map(|e| e.entry.content.as_str())
+        .collect();
+    assert_eq!(contents.len(), 2, "{contents:?}");
+    assert!(!contents.contains(&long.as_str()));
+    assert!(built.tokens <= 40);
+    assert_eq!(
+        built.tokens,
+        built.entries.iter().map(|e| e.tokens).sum::<usize>()
+    );
+    // Each line is rounded up on its own, so the total is a slight overestimate.
+    assert!(estimate_tokens(&built.text()) <= built.tokens);
+    assert!(built.text().lines().all(|l| l.starts_with("- ")));
+
+    // With room for everything, the long note comes first.
+    let roomy = ContextWindow {
+        recency_weight: 0.0,
+        ..ContextWindow::new(10_000)
+    };
+    let built = build_context_at(&memory, &roomy, query, clock.now())
+        .await
+        .expect("context");
+    assert_eq!(built.entries.len(), 3);
+    assert_eq!(built.entries[0].entry.content, long);
+
+    let none = build_context_at(&memory, &ContextWindow::new(0), query, clock.now())
+        .await
+        .expect("context");
+    assert!(none.entries.is_empty() && none.tokens == 0 && none.text().is_empty());
+}
+
+#[tokio::test]
+async fn invalid_windows_are_refused() {
+    let memory = InMemoryBackend::new();
+    let bad = [
+        ContextWindow {
+            recency_weight: -1.0,
+            ..ContextWindow::new(10)
+        },
+        ContextWindow {
+            semantic_weight: f32::NAN,
+            ..ContextWindow::new(10)
+        },
+        ContextWindow {
+            similarity_threshold: f32::NAN,
+            ..ContextWindow::new(10)
+        },
+        ContextWindow {
+            recency_half_life: Duration::ZERO,
+            ..ContextWindow::new(10)
+        },
+    ];
+    for window in bad {
+        let result = build_context(&memory, &window, "anything").await;
+        assert!(
+            matches!(result, Err(MemoryError::InvalidInput(_))),
+            "{window:?} gave {result:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn works_over_sqlite_too() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteBackend::open(dir.path().join("m.db"))
+        .await
+        .expect("open");
+    for fact in [
+        "Ana prefers short answers",
+        "The build server is ci-3",
+        "Ana works in Lisbon",
+    ] {
+        store.store(memory(fact)).await.expect("store");
+    }
+    let built = build_context(
+        &store,
+        &ContextWindow::new(30),
+        "Does Ana prefer short answers?",
+    )
+    .await
+    .expect("context");
+    assert_eq!(built.entries[0].entry.content, "Ana prefers short answers");
+    assert!(
+        built
+            .entries
+            .iter()
+            .all(|e| e.similarity > 0.0 && e.similarity <= 1.0)
+    );
+    assert!(built.tokens <= 30);
+}

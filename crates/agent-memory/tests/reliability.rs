@@ -1,0 +1,448 @@
+//! Reliability of the SQLite backend under concurrent writers, a second process writing the
+//! same file, and a writer killed with SIGKILL.
+//!
+//! A custom harness (`harness = false`): the test binary re-executes itself as the second
+//! process, selected by the `AGENT_MEMORY_CHILD` environment variable. Run with a name
+//! filter as the first argument to run only matching tests.
+
+use std::io::{BufRead, BufReader, Write};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_memory::SqliteBackend;
+use agent_op::{MemoryBackend, MemoryId, NewMemory, Tag};
+
+const CHILD_ENV: &str = "AGENT_MEMORY_CHILD";
+const PATH_ENV: &str = "AGENT_MEMORY_CHILD_DB";
+const COUNT_ENV: &str = "AGENT_MEMORY_CHILD_COUNT";
+
+/// Writers in these tests wait at most 1 ms inside SQLite for a lock, so contention surfaces
+/// as SQLITE_BUSY and must be absorbed by the backend's retries, not by SQLite's busy
+/// handler.
+const TINY_BUSY_TIMEOUT: Duration = Duration::from_millis(1);
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+async fn open(path: &Path) -> SqliteBackend {
+    SqliteBackend::builder(path)
+        .busy_timeout(TINY_BUSY_TIMEOUT)
+        .open()
+        .await
+        .unwrap_or_else(|e| panic!("opening {}: {e}", path.display()))
+}
+
+fn memory(content: String, tag: &str) -> NewMemory {
+    NewMemory {
+        content,
+        context: "reliability test".to_owned(),
+        tags: vec![Tag::from(tag)],
+    }
+}
+
+/// The content the SIGKILL child writes as its `n`th entry (64 KiB, checkable).
+fn killed_content(n: u64) -> String {
+    let line = format!("entry {n} of the killed writer; ");
+    line.repeat(64 * 1024 / line.len() + 1)
+}
+
+// ---------------------------------------------------------------------------------------
+// Child processes
+
+/// `writer`: writes COUNT entries tagged "child" from 2 tasks (searching now and then),
+/// printing `id <id>` after each commit, `ready` once open and `done` at the end.
+/// `loop`: writes 64 KiB entries forever, printing `id <id> <n>` after each commit.
+fn child(mode: &str) -> ExitCode {
+    let path = PathBuf::from(std::env::var(PATH_ENV).unwrap_or_default());
+    let rt = runtime();
+    let result = rt.block_on(async move {
+        let store = open(&path).await;
+        let mut out = std::io::stdout();
+        writeln!(out, "ready")?;
+        out.flush()?;
+        match mode {
+            "writer" => {
+                let count: usize = std::env::var(COUNT_ENV)
+                    .ok()
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(100);
+                let tasks: Vec<_> = (0..2)
+                    .map(|t| {
+                        let store = store.clone();
+                        tokio::spawn(async move {
+                            for i in (t..count).step_by(2) {
+                                let id = store
+                                    .store(memory(format!("child fact {i} about rivers"), "child"))
+                                    .await?;
+                                println!("id {id}");
+                                if i % 10 == 0 {
+                                    store.search("fact about rivers", 5).await?;
+                                }
+                            }
+                            Ok::<_, agent_op::MemoryError>(())
+                        })
+                    })
+                    .collect();
+                for task in tasks {
+                    task.await
+                        .map_err(std::io::Error::other)?
+                        .map_err(std::io::Error::other)?;
+                }
+                println!("done");
+            }
+            "loop" => {
+                for n in 0u64.. {
+                    let id = store
+                        .store(memory(killed_content(n), "killed"))
+                        .await
+                        .map_err(std::io::Error::other)?;
+                    // Printed only after the commit returned.
+                    println!("id {id} {n}");
+                }
+            }
+            other => return Err(std::io::Error::other(format!("unknown child mode {other}"))),
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("child failed: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn spawn_child(mode: &str, path: &Path, count: usize) -> Child {
+    Command::new(std::env::current_exe().expect("test binary path"))
+        .env(CHILD_ENV, mode)
+        .env(PATH_ENV, path)
+        .env(COUNT_ENV, count.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn the child process")
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+
+/// 8 tasks, each with its own handle (its own write connection) on one file, all writing at
+/// once with a 1 ms busy timeout: every entry lands, no "database is locked" reaches them.
+fn eight_handles_write_concurrently() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    runtime().block_on(async {
+        let first = open(&path).await;
+        let mut tasks = Vec::new();
+        for t in 0..8 {
+            let path = path.clone();
+            tasks.push(tokio::spawn(async move {
+                let store = open(&path).await;
+                let mut ids = Vec::new();
+                for i in 0..40 {
+                    let content = format!("handle {t} wrote fact {i} about mountains");
+                    match store.store(memory(content, &format!("h{t}"))).await {
+                        Ok(id) => ids.push(id),
+                        Err(e) => return Err(format!("handle {t}, store {i}: {e}")),
+                    }
+                    if i % 8 == 0 {
+                        store
+                            .search("fact about mountains", 5)
+                            .await
+                            .map_err(|e| e.to_string())?;
+                    }
+                }
+                Ok(ids)
+            }));
+        }
+        let mut all: Vec<MemoryId> = Vec::new();
+        for task in tasks {
+            let ids = task
+                .await
+                .expect("task panicked")
+                .unwrap_or_else(|e| panic!("{e}"));
+            all.extend(ids);
+        }
+        assert_eq!(all.len(), 320);
+        assert_eq!(first.count().await.expect("count"), 320);
+        for id in &all {
+            assert!(
+                first.get(id).await.expect("get").is_some(),
+                "{id} is missing"
+            );
+        }
+        for t in 0..8 {
+            let tagged = first
+                .by_tags(&[Tag::from(format!("h{t}"))])
+                .await
+                .expect("by_tags");
+            assert_eq!(tagged.len(), 40);
+        }
+        assert_eq!(first.integrity_check().await.expect("integrity"), "ok");
+    });
+}
+
+/// This process and a child process write the same file at the same time (1 ms busy
+/// timeout on both sides): all entries of both land and both see them.
+fn two_processes_write_one_file() {
+    const EACH: usize = 150;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let rt = runtime();
+    let store = rt.block_on(open(&path));
+    let mut child = spawn_child("writer", &path, EACH);
+    let stdout = child.stdout.take().expect("child stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    let first = lines.next().and_then(Result::ok);
+    assert_eq!(first.as_deref(), Some("ready"), "the child did not start");
+    let reader = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<String>>());
+
+    let mine: Vec<MemoryId> = rt.block_on(async {
+        let tasks: Vec<_> = (0..4)
+            .map(|t| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let mut ids = Vec::new();
+                    for i in (t..EACH).step_by(4) {
+                        let content = format!("parent fact {i} about rivers");
+                        ids.push(store.store(memory(content, "parent")).await?);
+                        if i % 10 == 0 {
+                            store.search("fact about rivers", 5).await?;
+                        }
+                    }
+                    Ok::<_, agent_op::MemoryError>(ids)
+                })
+            })
+            .collect();
+        let mut ids = Vec::new();
+        for task in tasks {
+            ids.extend(
+                task.await
+                    .expect("task panicked")
+                    .unwrap_or_else(|e| panic!("parent: {e}")),
+            );
+        }
+        ids
+    });
+    let output = reader.join().expect("reader thread");
+    let status = child.wait().expect("wait for the child");
+    assert!(
+        status.success(),
+        "the child failed ({status}); its stderr is above"
+    );
+    assert_eq!(output.last().map(String::as_str), Some("done"));
+    let theirs: Vec<MemoryId> = output
+        .iter()
+        .filter_map(|l| l.strip_prefix("id "))
+        .map(MemoryId::from)
+        .collect();
+    assert_eq!(theirs.len(), EACH);
+    assert_eq!(mine.len(), EACH);
+    rt.block_on(async {
+        assert_eq!(store.count().await.expect("count"), 2 * EACH as u64);
+        for id in mine.iter().chain(&theirs) {
+            assert!(
+                store.get(id).await.expect("get").is_some(),
+                "{id} is missing"
+            );
+        }
+        assert_eq!(
+            store
+                .by_tags(&[Tag::from("child")])
+                .await
+                .expect("by_tags")
+                .len(),
+            EACH
+        );
+        assert_eq!(
+            store
+                .by_tags(&[Tag::from("parent")])
+                .await
+                .expect("by_tags")
+                .len(),
+            EACH
+        );
+        // The child's vectors reached this process's search through the change log.
+        let hits = store
+            .search("child fact 7 about rivers", 3)
+            .await
+            .expect("search");
+        assert_eq!(
+            hits[0].entry.content, "child fact 7 about rivers",
+            "{hits:#?}"
+        );
+        assert_eq!(store.integrity_check().await.expect("integrity"), "ok");
+    });
+}
+
+/// Two child processes create the same new file at the same moment (WAL switch and schema
+/// migration race) and write into it: both succeed and every entry lands.
+fn two_processes_create_one_file_at_once() {
+    const EACH: usize = 30;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("new.db");
+    let children: Vec<Child> = (0..2).map(|_| spawn_child("writer", &path, EACH)).collect();
+    let mut ids = Vec::new();
+    for mut child in children {
+        let stdout = child.stdout.take().expect("child stdout");
+        let lines: Vec<String> = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .collect();
+        let status = child.wait().expect("wait for a child");
+        assert!(
+            status.success(),
+            "a child failed ({status}); its stderr is above"
+        );
+        assert_eq!(lines.last().map(String::as_str), Some("done"));
+        ids.extend(
+            lines
+                .iter()
+                .filter_map(|l| l.strip_prefix("id "))
+                .map(MemoryId::from),
+        );
+    }
+    assert_eq!(ids.len(), 2 * EACH);
+    runtime().block_on(async {
+        let store = open(&path).await;
+        assert_eq!(store.count().await.expect("count"), 2 * EACH as u64);
+        for id in &ids {
+            assert!(
+                store.get(id).await.expect("get").is_some(),
+                "{id} is missing"
+            );
+        }
+        assert_eq!(store.integrity_check().await.expect("integrity"), "ok");
+    });
+}
+
+/// A child writing 64 KiB entries in a loop is killed with SIGKILL, three times over: each
+/// time the file opens, passes `PRAGMA integrity_check`, and holds every entry the child
+/// reported committed, intact.
+fn sigkill_mid_write_loses_nothing_committed() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let rt = runtime();
+    rt.block_on(async { open(&path).await.close().await });
+    let mut committed: Vec<(MemoryId, u64)> = Vec::new();
+    for round in 0..3 {
+        let mut child = spawn_child("loop", &path, 0);
+        let stdout = child.stdout.take().expect("child stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let mut seen = 0;
+        let started = Instant::now();
+        while seen < 40 {
+            let Some(Ok(line)) = lines.next() else {
+                panic!(
+                    "round {round}: the child stopped early (status {:?})",
+                    child.try_wait()
+                );
+            };
+            if let Some(rest) = line.strip_prefix("id ") {
+                let mut parts = rest.split(' ');
+                let id = MemoryId::from(parts.next().expect("id"));
+                let n: u64 = parts
+                    .next()
+                    .and_then(|n| n.parse().ok())
+                    .expect("sequence number");
+                committed.push((id, n));
+                seen += 1;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "the child is too slow"
+            );
+        }
+        // SIGKILL while it is in the middle of its next writes.
+        child.kill().expect("kill the child");
+        let status = child.wait().expect("wait");
+        assert!(!status.success(), "the child was not killed");
+        rt.block_on(async {
+            let store = open(&path).await;
+            assert_eq!(
+                store.integrity_check().await.expect("integrity"),
+                "ok",
+                "round {round}"
+            );
+            for (id, n) in &committed {
+                let entry = store
+                    .get(id)
+                    .await
+                    .expect("get")
+                    .unwrap_or_else(|| panic!("round {round}: committed entry {id} is gone"));
+                assert!(
+                    entry.content == killed_content(*n),
+                    "round {round}: entry {id} is damaged"
+                );
+            }
+            assert!(store.count().await.expect("count") >= committed.len() as u64);
+            // Still fully usable: write, search, prune.
+            store
+                .store(memory(format!("after kill {round}"), "after"))
+                .await
+                .expect("store");
+            store
+                .search("entry of the killed writer", 3)
+                .await
+                .expect("search");
+            store.close().await;
+        });
+    }
+}
+
+fn main() -> ExitCode {
+    if let Ok(mode) = std::env::var(CHILD_ENV) {
+        return child(&mode);
+    }
+    let tests: [(&str, fn()); 4] = [
+        (
+            "eight_handles_write_concurrently",
+            eight_handles_write_concurrently,
+        ),
+        ("two_processes_write_one_file", two_processes_write_one_file),
+        (
+            "two_processes_create_one_file_at_once",
+            two_processes_create_one_file_at_once,
+        ),
+        (
+            "sigkill_mid_write_loses_nothing_committed",
+            sigkill_mid_write_loses_nothing_committed,
+        ),
+    ];
+    let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let mut failed = Vec::new();
+    let mut ran = 0;
+    for (name, test) in tests {
+        if filter.as_deref().is_some_and(|f| !name.contains(f)) {
+            continue;
+        }
+        ran += 1;
+        let started = Instant::now();
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(test));
+        let verdict = if outcome.is_ok() { "ok" } else { "FAILED" };
+        println!("test {name} ... {verdict} ({:.1?})", started.elapsed());
+        if outcome.is_err() {
+            failed.push(name);
+        }
+    }
+    println!(
+        "\ntest result: {}. {} passed; {} failed",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        ran - failed.len(),
+        failed.len()
+    );
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

@@ -1,0 +1,469 @@
+//! What only the SQLite backend has: the file, its schema, FTS5, the recorded embedder, the
+//! change log between handles, and its failure modes.
+
+use std::sync::Arc;
+
+use agent_memory::{Durability, HashingEmbedder, SqliteBackend, ZeroEmbedder};
+use agent_op::{MemoryBackend, MemoryError, MemoryId, NewMemory, PrunePolicy, Tag};
+use sqlx::Connection;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+
+fn memory(content: &str, tags: &[&str]) -> NewMemory {
+    NewMemory {
+        content: content.to_owned(),
+        context: "test".to_owned(),
+        tags: tags.iter().map(|t| Tag::from(*t)).collect(),
+    }
+}
+
+async fn raw(path: &std::path::Path) -> SqliteConnection {
+    SqliteConnection::connect_with(&SqliteConnectOptions::new().filename(path))
+        .await
+        .expect("raw connection")
+}
+
+#[tokio::test]
+async fn the_bundled_sqlite_has_fts5() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut conn = SqliteConnection::connect_with(
+        &SqliteConnectOptions::new()
+            .filename(dir.path().join("fts.db"))
+            .create_if_missing(true),
+    )
+    .await
+    .expect("connect");
+    let (used,): (i64,) = sqlx::query_as("SELECT sqlite_compileoption_used('ENABLE_FTS5')")
+        .fetch_one(&mut conn)
+        .await
+        .expect("compile options");
+    assert_eq!(used, 1);
+    sqlx::query("CREATE VIRTUAL TABLE docs USING fts5(body)")
+        .execute(&mut conn)
+        .await
+        .expect("create an fts5 table");
+    for body in ["the quick brown fox", "a lazy dog", "quick thinking"] {
+        sqlx::query("INSERT INTO docs (body) VALUES (?1)")
+            .bind(body)
+            .execute(&mut conn)
+            .await
+            .expect("insert");
+    }
+    let hits: Vec<(String,)> =
+        sqlx::query_as("SELECT body FROM docs WHERE docs MATCH 'quick' ORDER BY rank, rowid")
+            .fetch_all(&mut conn)
+            .await
+            .expect("match");
+    let mut bodies: Vec<String> = hits.into_iter().map(|(b,)| b).collect();
+    bodies.sort();
+    assert_eq!(bodies, ["quick thinking", "the quick brown fox"]);
+}
+
+#[tokio::test]
+async fn keyword_search_finds_what_vectors_cannot() {
+    // With all-zero vectors only FTS5 can find anything; scores are then at most 0.5 (first
+    // in one of two rankings).
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteBackend::builder(dir.path().join("m.db"))
+        .embedder(Arc::new(ZeroEmbedder::new(8)))
+        .open()
+        .await
+        .expect("open");
+    store
+        .store(memory("Bananas are rich in potassium", &[]))
+        .await
+        .expect("store");
+    store
+        .store(memory("The cafeteria sells apples", &[]))
+        .await
+        .expect("store");
+    let context_only = store
+        .store(NewMemory {
+            content: "Fruit facts".to_owned(),
+            context: "from the potassium chapter".to_owned(),
+            tags: vec![],
+        })
+        .await
+        .expect("store");
+    let hits = store
+        .search("how much POTASSIUM?", 5)
+        .await
+        .expect("search");
+    let contents: Vec<&str> = hits.iter().map(|h| h.entry.content.as_str()).collect();
+    assert_eq!(contents, ["Bananas are rich in potassium", "Fruit facts"]);
+    assert_eq!(
+        hits[1].entry.id, context_only,
+        "context is indexed too (weight 0.5)"
+    );
+    assert!(
+        (hits[0].score - 0.5).abs() < 1e-6,
+        "score {}",
+        hits[0].score
+    );
+    assert!(hits[1].score < hits[0].score);
+    assert!(store.search("pears", 5).await.expect("search").is_empty());
+}
+
+#[tokio::test]
+async fn an_entry_first_in_both_rankings_scores_one() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteBackend::open(dir.path().join("m.db"))
+        .await
+        .expect("open");
+    for fact in [
+        "The capital of France is Paris",
+        "Bananas are rich in potassium",
+        "The staging server restarts at 3am",
+    ] {
+        store.store(memory(fact, &[])).await.expect("store");
+    }
+    let hits = store
+        .search("Bananas are rich in potassium", 3)
+        .await
+        .expect("search");
+    assert_eq!(hits[0].entry.content, "Bananas are rich in potassium");
+    assert!(
+        (hits[0].score - 1.0).abs() < 1e-6,
+        "score {}",
+        hits[0].score
+    );
+    assert!(hits.iter().all(|h| h.score > 0.0 && h.score <= 1.0));
+}
+
+#[tokio::test]
+async fn stop_words_are_left_out_of_keyword_search() {
+    // 120 entries share "common"; only one has "special". With zero vectors the keyword
+    // ranking is all there is: "common" (in every entry) is a stop word, so only the entry
+    // with "special" is found rather than 120 near-zero BM25 matches.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteBackend::builder(dir.path().join("m.db"))
+        .embedder(Arc::new(ZeroEmbedder::new(8)))
+        .open()
+        .await
+        .expect("open");
+    let filler: Vec<NewMemory> = (0..120)
+        .map(|i| memory(&format!("common filler {i}"), &[]))
+        .collect();
+    store.store_batch(filler).await.expect("store batch");
+    let special = store
+        .store(memory("common special", &[]))
+        .await
+        .expect("store");
+    let hits = store.search("common special", 50).await.expect("search");
+    assert_eq!(hits.len(), 1);
+    assert_eq!(hits[0].entry.id, special);
+    // Alone, a stop word finds nothing by keyword.
+    assert!(store.search("common", 50).await.expect("search").is_empty());
+}
+
+#[tokio::test]
+async fn another_embedder_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let store = SqliteBackend::open(&path).await.expect("open");
+    let id = store.store(memory("kept safe", &[])).await.expect("store");
+    store.close().await;
+
+    let smaller = HashingEmbedder::with_dimensions(256).expect("embedder");
+    let err = SqliteBackend::builder(&path)
+        .embedder(Arc::new(smaller))
+        .open()
+        .await
+        .expect_err("a different dimension must be refused");
+    assert_eq!(
+        err,
+        MemoryError::EmbedderMismatch {
+            stored_model: "hashing-v1-384".to_owned(),
+            stored_dimensions: 384,
+            given_model: "hashing-v1-256".to_owned(),
+            given_dimensions: 256,
+        }
+    );
+    assert!(err.to_string().contains("hashing-v1-384"), "{err}");
+
+    let same_size = SqliteBackend::builder(&path)
+        .embedder(Arc::new(ZeroEmbedder::new(384)))
+        .open()
+        .await
+        .expect_err("a different model of the same dimension must be refused");
+    assert!(
+        matches!(same_size, MemoryError::EmbedderMismatch { ref given_model, .. } if given_model == "zero-384")
+    );
+
+    let again = SqliteBackend::open(&path)
+        .await
+        .expect("the right embedder opens it");
+    assert_eq!(
+        again.get(&id).await.expect("get").map(|e| e.content),
+        Some("kept safe".to_owned())
+    );
+}
+
+#[tokio::test]
+async fn everything_survives_closing_and_reopening() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let store = SqliteBackend::builder(&path)
+        .durability(Durability::Full)
+        .open()
+        .await
+        .expect("open");
+    let id = store
+        .store(memory("The VPN config is in the wiki", &["ops", "vpn"]))
+        .await
+        .expect("store");
+    store.search("VPN config", 1).await.expect("search");
+    let before = store.get(&id).await.expect("get").expect("entry");
+    assert_eq!(before.access_count, 1);
+    store.close().await;
+    assert!(
+        matches!(store.count().await, Err(MemoryError::Storage(_))),
+        "a closed handle refuses work"
+    );
+
+    let again = SqliteBackend::open(&path).await.expect("reopen");
+    assert_eq!(again.get(&id).await.expect("get"), Some(before));
+    assert_eq!(again.count().await.expect("count"), 1);
+    let hits = again
+        .search("where is the VPN config?", 1)
+        .await
+        .expect("search");
+    assert_eq!(hits[0].entry.id, id);
+    assert_eq!(hits[0].entry.access_count, 2);
+    assert_eq!(
+        again
+            .by_tags(&[Tag::from("vpn")])
+            .await
+            .expect("by_tags")
+            .len(),
+        1
+    );
+    assert_eq!(again.integrity_check().await.expect("integrity"), "ok");
+
+    let mut conn = raw(&path).await;
+    let (mode,): (String,) = sqlx::query_as("PRAGMA journal_mode")
+        .fetch_one(&mut conn)
+        .await
+        .expect("journal mode");
+    assert_eq!(mode, "wal");
+    let (model, dims): (String, String) = sqlx::query_as(
+        "SELECT (SELECT value FROM store_meta WHERE key = 'embedding_model'), \
+                (SELECT value FROM store_meta WHERE key = 'embedding_dimensions')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .expect("store_meta");
+    assert_eq!((model.as_str(), dims.as_str()), ("hashing-v1-384", "384"));
+    let (blob_len,): (i64,) = sqlx::query_as("SELECT length(vector) FROM embeddings")
+        .fetch_one(&mut conn)
+        .await
+        .expect("embedding");
+    assert_eq!(blob_len, 384 * 4, "vectors are stored as little-endian f32");
+}
+
+#[tokio::test]
+async fn handles_see_each_others_writes() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let a = SqliteBackend::open(&path).await.expect("open a");
+    let b = SqliteBackend::open(&path).await.expect("open b");
+    assert!(
+        b.search("quarterly report deadline", 3)
+            .await
+            .expect("search")
+            .is_empty()
+    );
+    let id = a
+        .store(memory("The quarterly report deadline is Friday", &[]))
+        .await
+        .expect("store");
+    let hits = b
+        .search("quarterly report deadline", 3)
+        .await
+        .expect("search");
+    assert_eq!(
+        hits.first().map(|h| &h.entry.id),
+        Some(&id),
+        "b sees a's insert"
+    );
+    assert!(a.delete(&id).await.expect("delete"));
+    assert!(
+        b.search("quarterly report deadline", 3)
+            .await
+            .expect("search")
+            .is_empty(),
+        "b sees a's delete"
+    );
+
+    let x = b
+        .store(memory("Lunch is served at noon", &["food"]))
+        .await
+        .expect("store");
+    let y = b
+        .store(memory("lunch is served at noon!", &["canteen"]))
+        .await
+        .expect("store");
+    let report = b
+        .prune(&PrunePolicy {
+            merge_similarity: Some(0.99),
+            ..PrunePolicy::default()
+        })
+        .await
+        .expect("prune");
+    assert_eq!(report.merged, 1);
+    let hits = a.search("lunch served noon", 5).await.expect("search");
+    assert_eq!(
+        hits.iter().map(|h| &h.entry.id).collect::<Vec<_>>(),
+        [&x],
+        "a sees b's merge"
+    );
+    assert_eq!(
+        hits[0].entry.tags,
+        [Tag::from("canteen"), Tag::from("food")]
+    );
+    assert_eq!(a.get(&y).await.expect("get"), None);
+}
+
+#[tokio::test]
+async fn a_trimmed_change_log_makes_handles_reload() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let a = SqliteBackend::open(&path).await.expect("open a");
+    let b = SqliteBackend::open(&path).await.expect("open b");
+    a.search("warm up", 1).await.expect("search");
+    let old = b
+        .store(memory("Old news about the harbour", &[]))
+        .await
+        .expect("store");
+    let new = b
+        .store(memory("Fresh news about the harbour", &[]))
+        .await
+        .expect("store");
+    assert!(b.delete(&old).await.expect("delete"));
+    // Simulate a prune by another process that trimmed the log past a's position.
+    let mut conn = raw(&path).await;
+    sqlx::query("DELETE FROM changes")
+        .execute(&mut conn)
+        .await
+        .expect("trim");
+    sqlx::query(
+        "INSERT OR REPLACE INTO store_meta (key, value) VALUES ('changes_floor', '1000000')",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("floor");
+    let hits = a.search("news about the harbour", 5).await.expect("search");
+    assert_eq!(hits.iter().map(|h| &h.entry.id).collect::<Vec<_>>(), [&new]);
+}
+
+#[tokio::test]
+async fn files_that_are_not_memory_stores_are_clear_errors() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let garbage = dir.path().join("garbage.db");
+    std::fs::write(&garbage, vec![0x42u8; 8192]).expect("write");
+    let err = SqliteBackend::open(&garbage)
+        .await
+        .expect_err("garbage opened");
+    match &err {
+        MemoryError::Storage(message) => {
+            assert!(message.contains("garbage.db"), "{message}");
+            assert!(message.contains("not a database"), "{message}");
+        }
+        other => panic!("expected a storage error, got {other:?}"),
+    }
+
+    let missing = dir.path().join("missing.db");
+    let err = SqliteBackend::builder(&missing)
+        .create_if_missing(false)
+        .open()
+        .await
+        .expect_err("a missing file opened");
+    assert!(matches!(err, MemoryError::Storage(_)), "{err:?}");
+    assert!(!missing.exists());
+
+    // A store migrated by a newer version of this crate is refused, not misread.
+    let newer = dir.path().join("newer.db");
+    SqliteBackend::open(&newer)
+        .await
+        .expect("create")
+        .close()
+        .await;
+    let mut conn = raw(&newer).await;
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (99, 'from the future', 1, x'00', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("fake a newer migration");
+    let err = SqliteBackend::open(&newer)
+        .await
+        .expect_err("a newer schema opened");
+    assert!(err.to_string().contains("migration 99"), "{err}");
+}
+
+#[tokio::test]
+async fn a_corrupted_vector_is_reported_not_used() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let store = SqliteBackend::open(&path).await.expect("open");
+    let id = store.store(memory("something", &[])).await.expect("store");
+    store.close().await;
+    let mut conn = raw(&path).await;
+    sqlx::query("UPDATE embeddings SET vector = x'0000'")
+        .execute(&mut conn)
+        .await
+        .expect("corrupt");
+    let err = SqliteBackend::open(&path)
+        .await
+        .expect_err("a corrupted vector was loaded");
+    let message = err.to_string();
+    assert!(
+        message.contains(&format!("entry {id}")) && message.contains("2 bytes"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn ids_are_never_reused() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteBackend::open(dir.path().join("m.db"))
+        .await
+        .expect("open");
+    let first = store.store(memory("one", &[])).await.expect("store");
+    let second = store.store(memory("two", &[])).await.expect("store");
+    assert!(store.delete(&second).await.expect("delete"));
+    let third = store.store(memory("three", &[])).await.expect("store");
+    assert_ne!(third, second);
+    let batch = store
+        .store_batch(vec![memory("four", &["b"]), memory("five", &["b"])])
+        .await
+        .expect("batch");
+    let mut all = vec![first, second, third];
+    all.extend(batch.iter().cloned());
+    let mut unique = all.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), all.len());
+    assert_eq!(
+        store
+            .by_tags(&[Tag::from("b")])
+            .await
+            .expect("by_tags")
+            .len(),
+        2
+    );
+    assert_eq!(
+        store.store_batch(Vec::new()).await.expect("empty batch"),
+        Vec::<MemoryId>::new()
+    );
+    let err = store
+        .store_batch(vec![memory("fine", &[]), memory("", &[])])
+        .await
+        .expect_err("a batch with an empty memory");
+    assert!(matches!(err, MemoryError::InvalidInput(_)));
+    assert_eq!(
+        store.count().await.expect("count"),
+        4,
+        "a refused batch stores nothing"
+    );
+}
