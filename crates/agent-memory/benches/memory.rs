@@ -1,5 +1,6 @@
-//! Memory benchmarks: SQLite insert throughput, and top-10 search latency of both backends at
-//! 10,000 and 100,000 entries, each with a baseline measured in the same run.
+//! Memory benchmarks: SQLite insert throughput, top-10 search latency of both backends at
+//! 10,000 and 100,000 entries, and `build_context` over 100,000 entries, each with a baseline
+//! measured in the same run.
 //!
 //! Vectors are 384-dimension unit vectors, precomputed: the embedder used here only looks
 //! them up by text, so no embedding work is timed. Texts are 8–20 words drawn from a
@@ -11,7 +12,7 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_memory::{InMemoryBackend, SqliteBackend};
+use agent_memory::{ContextWindow, InMemoryBackend, SqliteBackend, build_context};
 use agent_op::{BoxFuture, EmbeddingError, EmbeddingProvider, MemoryBackend, NewMemory};
 use sqlx::Connection;
 
@@ -239,6 +240,34 @@ fn search_latencies(
     (subject, baseline)
 }
 
+/// Times `build_context` (50 candidates with their similarity, then a recall of the chosen
+/// ones) against what it used to cost: one `search` of 50 candidates, recording a recall of
+/// all of them. Returns (subject, baseline) latencies in ms.
+fn build_context_latencies(
+    rt: &tokio::runtime::Runtime,
+    backend: &dyn MemoryBackend,
+    data: &Data,
+) -> (Vec<f64>, Vec<f64>) {
+    let window = ContextWindow::new(500);
+    let mut subject = Vec::with_capacity(QUERIES);
+    let mut baseline = Vec::with_capacity(QUERIES);
+    for q in &data.queries {
+        let start = Instant::now();
+        let built = rt
+            .block_on(build_context(backend, &window, q))
+            .expect("build_context");
+        subject.push(bench_kit::ms(start.elapsed()));
+        assert!(!built.entries.is_empty());
+        let start = Instant::now();
+        black_box(
+            rt.block_on(backend.search(q, window.candidates))
+                .expect("search"),
+        );
+        baseline.push(bench_kit::ms(start.elapsed()));
+    }
+    (subject, baseline)
+}
+
 fn report_search(name: &str, subject: &[f64], baseline: &[f64]) {
     let s = bench_kit::stats(subject);
     let b = bench_kit::stats(baseline);
@@ -292,6 +321,7 @@ fn main() {
         "memory.sqlite.insert",
         "memory.sqlite.open_100k",
         "memory.sqlite.search_100k",
+        "memory.sqlite.build_context_100k",
     ];
     let need_sqlite_large = sqlite_large.iter().any(|n| on(n));
     let need_large = need_sqlite_large || on("memory.inmem.search_100k");
@@ -361,6 +391,10 @@ fn main() {
                 "ms",
                 bench_kit::stats(&b).median,
             );
+        }
+        if on("memory.sqlite.build_context_100k") {
+            let (s, b) = build_context_latencies(&rt, &backend, &large);
+            report_search("memory.sqlite.build_context_100k", &s, &b);
         }
         rt.block_on(backend.close());
     }

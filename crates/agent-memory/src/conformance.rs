@@ -22,8 +22,12 @@
 //! The checks assume what every backend must provide: ids stable and unique, search best
 //! first with finite non-increasing scores, an exact-text query finding its entry first
 //! (with the [`HashingEmbedder`]), recalled entries' access stats updated, `recent` newest
-//! first (ties: later stored first), `by_tags` requiring every tag, prune semantics as
-//! documented on [`PrunePolicy`] and in `docs/MEMORY.md`, the input rules of this crate
+//! first (ties: later stored first), access times that never move back,
+//! [`search_candidates`](MemoryBackend::search_candidates) recording nothing and
+//! [`record_access`](MemoryBackend::record_access) recording exactly what it is given (so a
+//! backend must override both trait defaults), `by_tags` requiring every tag, prune
+//! semantics as documented on [`PrunePolicy`] and in `docs/MEMORY.md` (identical content
+//! merging at `merge_similarity = 1.0` included), the input rules of this crate
 //! ([`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES), empty content refused, bad vectors refused),
 //! and concurrent writers all landing.
 
@@ -299,6 +303,105 @@ pub async fn search_updates_access_stats(factory: &impl Factory) {
         "an entry not returned was not recalled"
     );
     assert_eq!(untouched.accessed_at.timestamp(), T0);
+    // A clock that went back (or a recall that waited for a lock after reading it) never
+    // moves an access time back.
+    clock.set(chrono::DateTime::from_timestamp(T0 + 30, 0).unwrap_or_default());
+    let hits = ok(b.search("capital of France Paris", 1).await, "search");
+    assert_eq!(hits[0].entry.access_count, 3);
+    assert_eq!(
+        hits[0].entry.accessed_at.timestamp(),
+        T0 + 120,
+        "the access time moved back"
+    );
+    assert_eq!(get(b, &paris).await.accessed_at.timestamp(), T0 + 120);
+}
+
+/// [`search_candidates`](MemoryBackend::search_candidates) returns what `search` would, with
+/// the cosine similarity, and records nothing; [`record_access`](MemoryBackend::record_access)
+/// records a recall of exactly the entries given (each once, unknown ids skipped, the access
+/// time never moving back) and returns them updated.
+pub async fn candidates_are_recalled_only_when_recorded(factory: &impl Factory) {
+    let (f, clock) = fresh(factory).await;
+    let b = f.backend().as_ref();
+    let mut ids = Vec::new();
+    for fact in FACTS {
+        ids.push(store(b, fact, &[]).await);
+    }
+    clock.advance(Duration::from_secs(60));
+    let candidates = ok(b.search_candidates(FACTS[1], 3).await, "search_candidates");
+    assert!(!candidates.is_empty() && candidates.len() <= 3);
+    let (first, similarity) = &candidates[0];
+    assert_eq!(first.entry.id, ids[1], "the exact text comes first");
+    let similarity = similarity.unwrap_or_else(|| panic!("no similarity for the exact text"));
+    assert!(
+        similarity > 0.999 && similarity <= 1.0,
+        "exact text similarity {similarity}"
+    );
+    for (hit, similarity) in &candidates {
+        assert_eq!(
+            hit.entry.access_count, 0,
+            "search_candidates recorded a recall"
+        );
+        if let Some(s) = similarity {
+            assert!((-1.0..=1.0).contains(s), "similarity {s}");
+        }
+    }
+    for id in &ids {
+        let entry = get(b, id).await;
+        assert_eq!(entry.access_count, 0, "search_candidates recorded a recall");
+        assert_eq!(entry.accessed_at.timestamp(), T0);
+    }
+    let search = ok(b.search(FACTS[1], 3).await, "search");
+    assert_eq!(
+        search.iter().map(|h| &h.entry.id).collect::<Vec<_>>(),
+        candidates
+            .iter()
+            .map(|(h, _)| &h.entry.id)
+            .collect::<Vec<_>>(),
+        "search_candidates returns what search does"
+    );
+    let searched: Vec<MemoryId> = search.iter().map(|h| h.entry.id.clone()).collect();
+
+    clock.advance(Duration::from_secs(60));
+    let asked = [
+        ids[4].clone(),
+        MemoryId::from("999999"),
+        ids[2].clone(),
+        ids[4].clone(),
+        MemoryId::from("not-an-id"),
+    ];
+    let recorded = ok(b.record_access(&asked).await, "record_access");
+    assert_eq!(
+        recorded.iter().map(|e| &e.id).collect::<Vec<_>>(),
+        [&ids[4], &ids[2]],
+        "each known id once, in order"
+    );
+    for entry in &recorded {
+        assert_eq!(entry.access_count, 1, "{}", entry.id);
+        assert_eq!(entry.accessed_at.timestamp(), T0 + 120);
+        assert_eq!(
+            &get(b, &entry.id).await,
+            entry,
+            "the returned entry is as stored"
+        );
+    }
+    for id in &ids {
+        let entry = get(b, id).await;
+        let want = u64::from(searched.contains(id)) + u64::from(*id == ids[4] || *id == ids[2]);
+        assert_eq!(entry.access_count, want, "{id}");
+    }
+    clock.set(chrono::DateTime::from_timestamp(T0, 0).unwrap_or_default());
+    let again = ok(
+        b.record_access(std::slice::from_ref(&ids[4])).await,
+        "record_access",
+    );
+    assert_eq!(again[0].access_count, 2);
+    assert_eq!(
+        again[0].accessed_at.timestamp(),
+        T0 + 120,
+        "the access time moved back"
+    );
+    assert!(ok(b.record_access(&[]).await, "record_access").is_empty());
 }
 
 /// `recent(n)`: the `n` newest entries, newest first; ties in time go to the later stored.
@@ -592,6 +695,49 @@ pub async fn prune_merges_near_duplicates(factory: &impl Factory) {
     assert_eq!((nothing.removed, nothing.merged), (0, 0));
 }
 
+/// Exact copies merge at `merge_similarity = 1.0` (cosine similarity 1, whatever the f32
+/// rounding of the vectors), into the oldest copy.
+pub async fn prune_merges_identical_copies_at_one(factory: &impl Factory) {
+    let (f, clock) = fresh(factory).await;
+    let b = f.backend().as_ref();
+    let texts: Vec<String> = (0..150)
+        .map(|i| {
+            format!(
+                "note {i}: the build {} failed on runner {} after {} minutes",
+                i * 7,
+                i % 13,
+                i % 37
+            )
+        })
+        .chain(FACTS.iter().map(|f| (*f).to_owned()))
+        .collect();
+    let mut originals = Vec::new();
+    for text in &texts {
+        originals.push(store(b, text, &[]).await);
+    }
+    clock.advance(Duration::from_secs(1));
+    for text in &texts {
+        store(b, text, &[]).await;
+    }
+    let report = ok(
+        b.prune(&PrunePolicy {
+            merge_similarity: Some(1.0),
+            ..PrunePolicy::default()
+        })
+        .await,
+        "prune",
+    );
+    assert_eq!(
+        (report.removed, report.merged),
+        (0, texts.len() as u64),
+        "every copy merges into its original"
+    );
+    assert_eq!(ok(b.count().await, "count"), texts.len() as u64);
+    for id in &originals {
+        get(b, id).await;
+    }
+}
+
 /// Bad input: empty and oversized content are refused, 1 MB content round-trips and is
 /// found, queries full of SQL and FTS syntax are plain text, queries without words find
 /// nothing; nothing of it disturbs the store.
@@ -804,6 +950,8 @@ pub async fn run_all(factory: &impl Factory) {
     prune_max_entries_evicts_least_used(factory).await;
     prune_max_age_uses_access_time(factory).await;
     prune_merges_near_duplicates(factory).await;
+    prune_merges_identical_copies_at_one(factory).await;
+    candidates_are_recalled_only_when_recorded(factory).await;
     bad_input_is_refused_or_harmless(factory).await;
     bad_vectors_are_refused(factory).await;
     concurrent_writers_all_land(factory).await;
@@ -825,6 +973,8 @@ macro_rules! memory_conformance_tests {
             prune_max_entries_evicts_least_used,
             prune_max_age_uses_access_time,
             prune_merges_near_duplicates,
+            prune_merges_identical_copies_at_one,
+            candidates_are_recalled_only_when_recorded,
             bad_input_is_refused_or_harmless,
             bad_vectors_are_refused,
             concurrent_writers_all_land,

@@ -1,19 +1,23 @@
 //! [`build_context`]: the memories worth putting in a prompt, within a token budget.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use agent_op::{MemoryBackend, MemoryEntry, MemoryError, Timestamp};
+use agent_op::{MemoryBackend, MemoryEntry, MemoryError, MemoryId, Timestamp};
 
 /// How [`build_context`] picks and ranks memories.
 ///
 /// Each candidate gets `score = recency_weight × recency + semantic_weight × similarity`,
 /// where
-/// - `similarity` is the backend's search score ([`agent_op::ScoredMemory::score`]; cosine
-///   similarity for [`InMemoryBackend`](crate::InMemoryBackend), the normalized fused rank
-///   score in (0, 1] for [`SqliteBackend`](crate::SqliteBackend));
+/// - `similarity` is the cosine similarity of the query's and the entry's embeddings, in
+///   [-1, 1], as the backend reports it with
+///   [`search_candidates`](agent_op::MemoryBackend::search_candidates) — for both backends
+///   of this crate. It is a property of the pair, not of the ranking: on
+///   [`SqliteBackend`](crate::SqliteBackend) an entry found only by keyword gets its true
+///   (possibly low) similarity, not its fused rank score. A backend that reports no
+///   similarity (the trait's default) is ranked by its search score instead;
 /// - `recency` is `0.5 ^ (age / recency_half_life)`, where `age` is the time since the entry
-///   was *created* (its access time is not used: recalling the candidates updates it). 1 for
-///   a new entry, 0.5 after one half-life.
+///   was *created*. 1 for a new entry, 0.5 after one half-life.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContextWindow {
     /// The token budget ([`estimate_tokens`] of the rendered lines).
@@ -22,7 +26,7 @@ pub struct ContextWindow {
     pub recency_weight: f32,
     /// Weight of similarity in the score (≥ 0).
     pub semantic_weight: f32,
-    /// Candidates whose similarity is below this are dropped.
+    /// Candidates whose similarity (cosine, see above) is below this are dropped.
     pub similarity_threshold: f32,
     /// The age at which recency is 0.5 (must be positive).
     pub recency_half_life: Duration,
@@ -33,8 +37,8 @@ pub struct ContextWindow {
 
 impl ContextWindow {
     /// A window of `max_tokens` with the defaults: recency weight 0.3, semantic weight 0.7,
-    /// similarity threshold 0 (keep everything the backend returns), half-life 7 days, 50
-    /// candidates.
+    /// similarity threshold 0 (drop only candidates pointing away from the query), half-life
+    /// 7 days, 50 candidates.
     pub fn new(max_tokens: usize) -> ContextWindow {
         ContextWindow {
             max_tokens,
@@ -76,10 +80,14 @@ impl ContextWindow {
 /// One memory chosen for the context.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContextEntry {
-    /// The memory.
+    /// The memory, with its access stats as updated by this recall.
     pub entry: MemoryEntry,
-    /// Its search score (see [`ContextWindow`]).
+    /// Its similarity to the query (cosine; see [`ContextWindow`]).
     pub similarity: f32,
+    /// Its score in the backend's search ranking ([`agent_op::ScoredMemory::score`]: cosine
+    /// similarity for [`InMemoryBackend`](crate::InMemoryBackend), the normalized fused rank
+    /// in (0, 1] for [`SqliteBackend`](crate::SqliteBackend)).
+    pub search_score: f32,
     /// Its recency in [0, 1].
     pub recency: f32,
     /// The blended score it was ranked by.
@@ -125,11 +133,18 @@ pub fn estimate_tokens(text: &str) -> usize {
 }
 
 /// The memories to put in a prompt about `query`: asks `backend` for
-/// [`window.candidates`](ContextWindow::candidates) search hits, drops those below the
-/// similarity threshold, ranks the rest by the blended score of [`ContextWindow`] (ties: more
-/// similar, then newer, first), and fills [`max_tokens`](ContextWindow::max_tokens) greedily
-/// in that order — an entry that does not fit is skipped and smaller ones after it may still
-/// fit. The search counts as a recall of every candidate (access time and count update).
+/// [`window.candidates`](ContextWindow::candidates) search hits with their similarity to the
+/// query ([`MemoryBackend::search_candidates`]), drops those below the similarity
+/// threshold, ranks the rest by the blended score of [`ContextWindow`] (ties: more similar,
+/// then better search score, then newer, first), and fills
+/// [`max_tokens`](ContextWindow::max_tokens) greedily in that order — an entry that does not
+/// fit is skipped and smaller ones after it may still fit.
+///
+/// Only the chosen entries count as recalled ([`MemoryBackend::record_access`]: access time
+/// and count update, and the returned entries show it); candidates dropped by the threshold
+/// or the budget are left untouched. (With a backend that keeps the trait's defaults, the
+/// search itself records a recall of every candidate.) An entry deleted between the search
+/// and the recall is left out.
 ///
 /// Errors: an invalid window (negative or non-finite weights, NaN threshold, zero
 /// half-life) is [`MemoryError::InvalidInput`]; backend errors pass through.
@@ -168,37 +183,63 @@ pub async fn build_context_at(
     if window.max_tokens == 0 || window.candidates == 0 {
         return Ok(BuiltContext::default());
     }
-    let hits = backend.search(query, window.candidates).await?;
+    let candidates = backend.search_candidates(query, window.candidates).await?;
     let half_life = window.recency_half_life.as_secs_f64();
-    let mut ranked: Vec<ContextEntry> = hits
+    let mut ranked: Vec<ContextEntry> = candidates
         .into_iter()
-        .filter(|hit| hit.score >= window.similarity_threshold)
-        .map(|hit| {
+        .filter_map(|(hit, similarity)| {
+            let similarity = similarity.unwrap_or(hit.score);
+            if similarity < window.similarity_threshold {
+                return None;
+            }
             let age = (now - hit.entry.created_at)
                 .to_std()
                 .map_or(0.0, |d| d.as_secs_f64());
             let recency = 0.5f64.powf(age / half_life) as f32;
-            let score = window.recency_weight * recency + window.semantic_weight * hit.score;
+            let score = window.recency_weight * recency + window.semantic_weight * similarity;
             let tokens = estimate_tokens(&line(&hit.entry.content));
-            ContextEntry {
-                similarity: hit.score,
+            Some(ContextEntry {
+                similarity,
+                search_score: hit.score,
                 recency,
                 score,
                 tokens,
                 entry: hit.entry,
-            }
+            })
         })
         .collect();
     ranked.sort_by(|a, b| {
         b.score
             .total_cmp(&a.score)
             .then(b.similarity.total_cmp(&a.similarity))
+            .then(b.search_score.total_cmp(&a.search_score))
             .then(b.entry.created_at.cmp(&a.entry.created_at))
             .then(a.entry.id.cmp(&b.entry.id))
     });
-    let mut built = BuiltContext::default();
+    let mut chosen = Vec::new();
+    let mut tokens = 0;
     for candidate in ranked {
-        if built.tokens + candidate.tokens <= window.max_tokens {
+        if tokens + candidate.tokens <= window.max_tokens {
+            tokens += candidate.tokens;
+            chosen.push(candidate);
+        }
+    }
+    if chosen.is_empty() {
+        return Ok(BuiltContext::default());
+    }
+    // Only what goes into the prompt counts as recalled.
+    let ids: Vec<MemoryId> = chosen.iter().map(|c| c.entry.id.clone()).collect();
+    let mut recalled: HashMap<MemoryId, MemoryEntry> = backend
+        .record_access(&ids)
+        .await?
+        .into_iter()
+        .map(|e| (e.id.clone(), e))
+        .collect();
+    let mut built = BuiltContext::default();
+    for mut candidate in chosen {
+        // Deleted since the search: left out.
+        if let Some(entry) = recalled.remove(&candidate.entry.id) {
+            candidate.entry = entry;
             built.tokens += candidate.tokens;
             built.entries.push(candidate);
         }

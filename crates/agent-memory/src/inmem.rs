@@ -11,21 +11,25 @@ use agent_op::{
 
 use crate::clock::{Clock, SystemClock, age_cutoff, from_micros, now_micros};
 use crate::common::{
-    check_embedder, cpu, embed_batch_checked, embed_checked, format_id, normalize_tags, parse_id,
-    validate_new, validate_query,
+    Candidate, check_embedder, cpu, embed_batch_checked, embed_checked, format_id, normalize_tags,
+    parse_id, validate_new, validate_query,
 };
 use crate::embed::HashingEmbedder;
-use crate::prune::{MergeCandidate, plan_merges, validate};
-use crate::vector::VectorIndex;
+use crate::prune::{MergeGroup, MergeSet, validate};
+use crate::vector::{Hit, VectorIndex};
 
 /// Memories held in the process's memory; gone when the last clone is dropped.
 ///
 /// Search is exact cosine similarity over every stored vector (an int8-filtered flat scan
 /// that returns the same results as a full f32 scan, split across threads for large
 /// stores); [`ScoredMemory::score`] is that cosine similarity, in (0, 1] (entries with
-/// similarity ≤ 0 are not returned). Vectors take `5 × dimensions + ~50` bytes each. Prune
-/// runs under the store's lock (merging is O(n²)). Clones share the same store. All
-/// operations are safe to call from many tasks at once.
+/// similarity ≤ 0 are not returned). Vectors take `5 × dimensions + ~50` bytes each.
+///
+/// Prune holds the store's lock only to apply its rules: merge planning (O(n²)) works on a
+/// copy of the vectors (`4 × dimensions` bytes per entry while it runs), on Tokio's blocking
+/// pool when large, so the executor and the other operations go on meanwhile; entries
+/// deleted in the meantime are skipped when the merges are applied. Clones share the same
+/// store. All operations are safe to call from many tasks at once.
 ///
 /// ```
 /// use agent_memory::InMemoryBackend;
@@ -77,6 +81,13 @@ struct Stored {
 }
 
 impl Stored {
+    /// Records a recall at `now`; the access time never moves back (a clock set back, or a
+    /// `now` read before waiting for the lock).
+    fn record_access(&mut self, now: i64) {
+        self.accessed_at = self.accessed_at.max(now);
+        self.access_count = self.access_count.saturating_add(1);
+    }
+
     fn entry(&self, id: i64) -> MemoryEntry {
         MemoryEntry {
             id: format_id(id),
@@ -119,6 +130,52 @@ impl State {
             }
             None => false,
         }
+    }
+
+    /// Applies planned merges; returns how many entries were absorbed. A group whose keeper
+    /// is gone (deleted while the merges were planned) is skipped, as are absorbed entries
+    /// that are gone.
+    fn apply_merges(&mut self, groups: Vec<MergeGroup>) -> u64 {
+        let mut merged = 0;
+        for group in groups {
+            if !self.entries.contains_key(&group.keeper) {
+                continue;
+            }
+            let mut tags: Vec<Tag> = Vec::new();
+            let mut count = 0u64;
+            let mut accessed = i64::MIN;
+            for id in &group.absorbed {
+                if let Some(s) = self.entries.get(id) {
+                    tags.extend(s.tags.iter().cloned());
+                    count = count.saturating_add(s.access_count);
+                    accessed = accessed.max(s.accessed_at);
+                }
+            }
+            for id in &group.absorbed {
+                if self.remove(*id) {
+                    merged += 1;
+                }
+            }
+            if let Some(keeper) = self.entries.get_mut(&group.keeper) {
+                tags.append(&mut keeper.tags);
+                keeper.tags = normalize_tags(tags);
+                keeper.access_count = keeper.access_count.saturating_add(count);
+                keeper.accessed_at = keeper.accessed_at.max(accessed);
+            }
+        }
+        merged
+    }
+
+    /// A copy of every entry's id, creation time and vector, for merge planning, oldest
+    /// first (the order planning visits them in, so it reads the copy front to back).
+    fn merge_set(&self, dimensions: usize) -> MergeSet {
+        let mut set = MergeSet::with_capacity(dimensions, self.entries.len());
+        for &(created_at, id) in &self.by_time {
+            if let Some(vector) = self.index.get(id) {
+                set.push(id, created_at, vector);
+            }
+        }
+        set
     }
 }
 
@@ -243,7 +300,8 @@ impl InMemoryBackend {
         Ok(format_id(id))
     }
 
-    async fn search_inner(&self, query: &str, k: usize) -> Result<Vec<ScoredMemory>, MemoryError> {
+    /// The best `k` hits by cosine similarity (no recall recorded).
+    async fn rank(&self, query: &str, k: usize) -> Result<Vec<Hit>, MemoryError> {
         validate_query(query)?;
         if k == 0 {
             return Ok(Vec::new());
@@ -252,30 +310,74 @@ impl InMemoryBackend {
             embed_checked(self.shared.embedder.as_ref(), self.shared.dimensions, query).await?;
         let floats = self.read().index.len() * vector.len();
         let this = self.clone();
-        let hits = cpu(floats, move || this.read().index.search(&vector, k)).await?;
-        let now = now_micros(self.shared.clock.as_ref());
-        let mut state = self.write();
-        let mut out = Vec::with_capacity(hits.len());
-        for hit in hits {
-            // Deleted between the scan and now: not a result any more.
-            if let Some(stored) = state.entries.get_mut(&hit.id) {
-                stored.accessed_at = now;
-                stored.access_count = stored.access_count.saturating_add(1);
-                out.push(ScoredMemory {
-                    entry: stored.entry(hit.id),
-                    score: hit.score,
-                });
-            }
-        }
-        Ok(out)
+        cpu(floats, move || this.read().index.search(&vector, k)).await
     }
 
-    fn prune_now(&self, policy: &PrunePolicy) -> Result<PruneReport, MemoryError> {
-        validate(policy)?;
+    async fn search_inner(&self, query: &str, k: usize) -> Result<Vec<ScoredMemory>, MemoryError> {
+        let hits = self.rank(query, k).await?;
+        if hits.is_empty() {
+            return Ok(Vec::new());
+        }
         let now = now_micros(self.shared.clock.as_ref());
         let mut state = self.write();
+        Ok(hits
+            .into_iter()
+            .filter_map(|hit| {
+                // Deleted between the scan and now: not a result any more.
+                let stored = state.entries.get_mut(&hit.id)?;
+                stored.record_access(now);
+                Some(ScoredMemory {
+                    entry: stored.entry(hit.id),
+                    score: hit.score,
+                })
+            })
+            .collect())
+    }
+
+    async fn search_candidates_inner(
+        &self,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<Candidate>, MemoryError> {
+        let hits = self.rank(query, k).await?;
+        let state = self.read();
+        Ok(hits
+            .into_iter()
+            .filter_map(|hit| {
+                let stored = state.entries.get(&hit.id)?;
+                let scored = ScoredMemory {
+                    entry: stored.entry(hit.id),
+                    score: hit.score,
+                };
+                // The score is the cosine similarity.
+                Some((scored, Some(hit.score)))
+            })
+            .collect())
+    }
+
+    fn record_access_now(&self, ids: &[MemoryId]) -> Vec<MemoryEntry> {
+        let now = now_micros(self.shared.clock.as_ref());
+        let mut seen = HashSet::with_capacity(ids.len());
+        let mut state = self.write();
+        ids.iter()
+            .filter_map(|id| {
+                let n = parse_id(id)?;
+                if !seen.insert(n) {
+                    return None;
+                }
+                let stored = state.entries.get_mut(&n)?;
+                stored.record_access(now);
+                Some(stored.entry(n))
+            })
+            .collect()
+    }
+
+    async fn prune_inner(&self, policy: &PrunePolicy) -> Result<PruneReport, MemoryError> {
+        validate(policy)?;
+        let now = now_micros(self.shared.clock.as_ref());
         let mut report = PruneReport::default();
         if let Some(cutoff) = policy.max_age.and_then(|age| age_cutoff(now, age)) {
+            let mut state = self.write();
             let old: Vec<i64> = state
                 .entries
                 .iter()
@@ -288,45 +390,13 @@ impl InMemoryBackend {
             }
         }
         if let Some(threshold) = policy.merge_similarity {
-            let groups = {
-                let candidates = state
-                    .entries
-                    .iter()
-                    .filter_map(|(id, s)| {
-                        Some(MergeCandidate {
-                            id: *id,
-                            created_at: s.created_at,
-                            vector: state.index.get(*id)?,
-                        })
-                    })
-                    .collect();
-                plan_merges(candidates, threshold)
-            };
-            for group in groups {
-                let mut tags: Vec<Tag> = Vec::new();
-                let mut count = 0u64;
-                let mut accessed = i64::MIN;
-                for id in &group.absorbed {
-                    if let Some(s) = state.entries.get(id) {
-                        tags.extend(s.tags.iter().cloned());
-                        count = count.saturating_add(s.access_count);
-                        accessed = accessed.max(s.accessed_at);
-                    }
-                }
-                for id in &group.absorbed {
-                    if state.remove(*id) {
-                        report.merged += 1;
-                    }
-                }
-                if let Some(keeper) = state.entries.get_mut(&group.keeper) {
-                    tags.append(&mut keeper.tags);
-                    keeper.tags = normalize_tags(tags);
-                    keeper.access_count = keeper.access_count.saturating_add(count);
-                    keeper.accessed_at = keeper.accessed_at.max(accessed);
-                }
-            }
+            // Planned on a copy, outside the lock (and off the executor when large).
+            let set = self.read().merge_set(self.shared.dimensions);
+            let groups = cpu(set.work(), move || set.plan(threshold)).await?;
+            report.merged += self.write().apply_merges(groups);
         }
         if let Some(max) = policy.max_entries {
+            let mut state = self.write();
             let len = state.entries.len() as u64;
             if len > max {
                 let mut order: Vec<(u64, i64, i64)> = state
@@ -412,7 +482,7 @@ impl MemoryBackend for InMemoryBackend {
         &'a self,
         policy: &'a PrunePolicy,
     ) -> BoxFuture<'a, Result<PruneReport, MemoryError>> {
-        Box::pin(async move { self.prune_now(policy) })
+        Box::pin(self.prune_inner(policy))
     }
 
     fn delete<'a>(&'a self, id: &'a MemoryId) -> BoxFuture<'a, Result<bool, MemoryError>> {
@@ -438,5 +508,56 @@ impl MemoryBackend for InMemoryBackend {
 
     fn count(&self) -> BoxFuture<'_, Result<u64, MemoryError>> {
         Box::pin(async move { Ok(self.read().entries.len() as u64) })
+    }
+
+    /// The hits of [`search`](MemoryBackend::search), unrecorded; the similarity is the score
+    /// (the cosine similarity).
+    fn search_candidates<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, MemoryError>> {
+        Box::pin(self.search_candidates_inner(query, k))
+    }
+
+    fn record_access<'a>(
+        &'a self,
+        ids: &'a [MemoryId],
+    ) -> BoxFuture<'a, Result<Vec<MemoryEntry>, MemoryError>> {
+        Box::pin(async move { Ok(self.record_access_now(ids)) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn merges_skip_entries_deleted_after_planning() {
+        let backend = InMemoryBackend::new();
+        let memory = |content: &str| NewMemory {
+            content: content.to_owned(),
+            context: String::new(),
+            tags: vec![],
+        };
+        let ids = backend
+            .store_batch(vec![
+                memory("the same fact"),
+                memory("the same fact"),
+                memory("the same fact"),
+                memory("another fact"),
+                memory("another fact"),
+            ])
+            .await
+            .expect("store");
+        let set = backend.read().merge_set(backend.shared.dimensions);
+        let plan = set.plan(1.0);
+        assert_eq!(plan.len(), 2);
+        // Deleted while the plan was made: the keeper of one group, an absorbed entry of
+        // the other.
+        assert!(backend.delete(&ids[0]).await.expect("delete"));
+        assert!(backend.delete(&ids[4]).await.expect("delete"));
+        assert_eq!(backend.write().apply_merges(plan), 0);
+        assert_eq!(backend.count().await.expect("count"), 3);
     }
 }

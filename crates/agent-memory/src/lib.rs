@@ -12,17 +12,21 @@
 //!     [`SqliteBackend::open`] or configured with [`SqliteBackend::builder`]
 //!     ([`SqliteBuilder`]: embedder, clock, [`Durability`], busy timeout, lock retries);
 //!     also [`SqliteBackend::store_batch`], [`SqliteBackend::integrity_check`],
-//!     [`SqliteBackend::close`]. Ranking constants: [`RRF_K`], [`MIN_CANDIDATES`],
-//!     [`MAX_KEYWORD_POSTINGS`].
+//!     [`SqliteBackend::corrupt_embeddings`], [`SqliteBackend::close`]. Ranking constants:
+//!     [`RRF_K`], [`MIN_CANDIDATES`], [`MAX_KEYWORD_POSTINGS`].
+//!   - Both implement [`search_candidates`](agent_op::MemoryBackend::search_candidates)
+//!     (hits with their cosine similarity, no recall recorded) and
+//!     [`record_access`](agent_op::MemoryBackend::record_access), and plan prune merges
+//!     without holding a lock.
 //! - Embedders ([`EmbeddingProvider`](agent_op::EmbeddingProvider)):
 //!   - [`HashingEmbedder`]: local and deterministic (feature hashing of words and word
 //!     pairs); the default, so semantic recall works offline;
 //!   - [`ZeroEmbedder`]: all-zero vectors, for tests;
 //!   - OpenAI and Ollama embedders live in `agent-provider`.
 //! - [`build_context`] (or [`build_context_at`] a given time) with a [`ContextWindow`]: the
-//!   memories worth putting in a prompt, ranked by a blend of recency and similarity and cut
-//!   to a token budget ([`estimate_tokens`]); the result is a [`BuiltContext`] of
-//!   [`ContextEntry`]s.
+//!   memories worth putting in a prompt, ranked by a blend of recency and cosine similarity
+//!   and cut to a token budget ([`estimate_tokens`]); only the entries it returns count as
+//!   recalled. The result is a [`BuiltContext`] of [`ContextEntry`]s.
 //! - [`conformance`]: the test suite every backend passes; a new backend plugs into it with
 //!   [`memory_conformance_tests!`].
 //! - Small pieces: [`Clock`] ([`SystemClock`], [`ManualClock`]), [`tokenize`],

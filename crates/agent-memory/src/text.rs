@@ -17,25 +17,56 @@ pub fn tokenize(text: &str) -> impl Iterator<Item = String> + '_ {
 /// The most distinct terms taken from one query for keyword search.
 pub(crate) const MAX_QUERY_TERMS: usize = 64;
 
-/// Keyword-search terms of `query`: its runs of letters and digits (the characters SQLite's
-/// `unicode61` tokenizer keeps), lowercased, distinct, in order of first appearance, at
-/// most [`MAX_QUERY_TERMS`]. Everything else — quotes, `*`, `:`, `^`, parentheses, SQL
+/// Keyword-search terms of `query`: its runs of letters and digits with the combining marks
+/// that go with them, lowercased, distinct, in order of first appearance, at most
+/// [`MAX_QUERY_TERMS`]. Everything else — quotes, `*`, `:`, `^`, parentheses, SQL
 /// punctuation — separates terms and never reaches FTS5.
+///
+/// Each term is quoted for FTS5, whose `unicode61` tokenizer then splits it into tokens
+/// exactly as it split the indexed text, so a term matches as long as it never cuts *into*
+/// one of its tokens: a term spanning several tokens is a phrase of them, which matches the
+/// same text. `unicode61` tokens are runs of letters, digits (and private-use characters),
+/// continuing through combining diacritics (`e` + U+0301 in NFD text, folded away by
+/// `remove_diacritics`). So terms are runs of grapheme clusters that start with a letter,
+/// digit or private-use character — a cluster keeps its combining marks — and are split at
+/// every other cluster. (Splitting at the marks, as a plain test of each character would,
+/// turned the NFD `re\u{301}sume\u{301}` into `re` and `sume`, which match nothing;
+/// [`tokenize`]'s word boundaries would instead cut `東京`, one `unicode61` token, in two.)
 pub(crate) fn fts_terms(query: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
-    for run in query.split(|c: char| !c.is_alphanumeric()) {
-        if run.is_empty() {
-            continue;
-        }
-        let term = run.to_lowercase();
-        if !terms.contains(&term) {
-            terms.push(term);
-            if terms.len() == MAX_QUERY_TERMS {
-                break;
+    let mut run = String::new();
+    let mut clusters = query.graphemes(true);
+    loop {
+        let cluster = clusters.next();
+        if let Some(c) = cluster {
+            if c.chars().next().is_some_and(starts_token) {
+                run.push_str(c);
+                continue;
             }
+        }
+        if !run.is_empty() {
+            let term = run.to_lowercase();
+            run.clear();
+            if !terms.contains(&term) {
+                terms.push(term);
+                if terms.len() == MAX_QUERY_TERMS {
+                    break;
+                }
+            }
+        }
+        if cluster.is_none() {
+            break;
         }
     }
     terms
+}
+
+/// Whether `c` can start an FTS5 `unicode61` token: a letter or digit (Rust's alphanumeric,
+/// a superset of the tokenizer's `L*` and `N*` categories) or a private-use character
+/// (`Co`).
+fn starts_token(c: char) -> bool {
+    c.is_alphanumeric()
+        || matches!(c, '\u{e000}'..='\u{f8ff}' | '\u{f0000}'..='\u{ffffd}' | '\u{100000}'..='\u{10fffd}')
 }
 
 /// An FTS5 `MATCH` expression: each term as a quoted string (`"` doubled, though terms from
@@ -92,6 +123,24 @@ mod tests {
         let terms = fts_terms(&long);
         assert_eq!(terms.len(), MAX_QUERY_TERMS);
         assert_eq!(terms[..2], ["w0", "w1"]);
+    }
+
+    #[test]
+    fn combining_marks_stay_in_their_term() {
+        // NFD: each accent is a combining mark after its letter.
+        assert_eq!(
+            fts_terms("Re\u{301}sume\u{301} cafe\u{301}!"),
+            ["re\u{301}sume\u{301}", "cafe\u{301}"]
+        );
+        assert_eq!(
+            fts_terms("Tie\u{302}\u{301}ng Vie\u{323}\u{302}t"),
+            ["tie\u{302}\u{301}ng", "vie\u{323}\u{302}t"]
+        );
+        // Ideographs stay one run, as `unicode61` keeps them one token.
+        assert_eq!(fts_terms("東京 タワー"), ["東京", "タワー"]);
+        // A mark after a separator does not start a term.
+        assert_eq!(fts_terms("\"\u{301}x"), ["x"]);
+        assert_eq!(fts_terms("\u{e000}\u{e001}"), ["\u{e000}\u{e001}"]);
     }
 
     #[test]

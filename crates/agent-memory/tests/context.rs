@@ -235,3 +235,146 @@ async fn works_over_sqlite_too() {
     );
     assert!(built.tokens <= 30);
 }
+
+#[tokio::test]
+async fn the_threshold_uses_true_similarity_on_both_backends() {
+    // The query shares only common words ("the", "on") with one fact. On SQLite its keyword
+    // match used to make it first in the fused ranking — score 0.5 to 1 — so it passed any
+    // threshold; its cosine similarity to the query is what the threshold must see.
+    let facts = [
+        "Our cat sleeps the whole afternoon on the sofa",
+        "Quarterly taxes are due in April",
+        "Bananas are rich in potassium",
+    ];
+    let query = "is the printer on floor two fixed yet";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = SqliteBackend::open(dir.path().join("m.db"))
+        .await
+        .expect("open");
+    let memory = InMemoryBackend::new();
+    for fact in facts {
+        store(&sqlite, fact).await;
+        store(&memory, fact).await;
+    }
+    // The fused rank score of the weak match is high: the old threshold test passed it.
+    let hits = sqlite.search(query, 5).await.expect("search");
+    assert!(hits[0].score >= 0.5, "{hits:?}");
+    let strict = ContextWindow {
+        similarity_threshold: 0.3,
+        ..ContextWindow::new(200)
+    };
+    let loose = ContextWindow::new(200);
+    for (name, backend) in [
+        ("sqlite", &sqlite as &dyn MemoryBackend),
+        ("in-memory", &memory as &dyn MemoryBackend),
+    ] {
+        let built = build_context(backend, &strict, query)
+            .await
+            .expect("context");
+        assert!(built.entries.is_empty(), "{name}: {:?}", built.entries);
+        let built = build_context(backend, &loose, query)
+            .await
+            .expect("context");
+        let weak = built
+            .entries
+            .iter()
+            .find(|e| e.entry.content == facts[0])
+            .unwrap_or_else(|| panic!("{name}: the weak match is a candidate"));
+        assert!(
+            weak.similarity > 0.0 && weak.similarity < 0.3,
+            "{name}: similarity {}",
+            weak.similarity
+        );
+    }
+    // The same entry scores the same similarity on both backends.
+    let similarity = |built: &agent_memory::BuiltContext| {
+        built
+            .entries
+            .iter()
+            .find(|e| e.entry.content == facts[0])
+            .map(|e| e.similarity)
+    };
+    let a = build_context(&sqlite, &loose, query)
+        .await
+        .expect("context");
+    let b = build_context(&memory, &loose, query)
+        .await
+        .expect("context");
+    let (a, b) = (similarity(&a), similarity(&b));
+    assert!(
+        a.zip(b).is_some_and(|(a, b)| (a - b).abs() < 1e-6),
+        "{a:?} vs {b:?}"
+    );
+}
+
+#[tokio::test]
+async fn only_the_chosen_entries_count_as_recalled() {
+    let clock = ManualClock::at_unix_seconds(1_700_000_000);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = SqliteBackend::builder(dir.path().join("m.db"))
+        .clock(Arc::new(clock.clone()))
+        .open()
+        .await
+        .expect("open");
+    let memory = backend(&clock);
+    let facts = [
+        "The staging deploy needs the VPN",
+        "Deploy windows are Tuesday and Thursday",
+        "The staging database was migrated to version 14",
+        "Bananas are rich in potassium",
+    ];
+    for fact in facts {
+        store(&sqlite, fact).await;
+        store(&memory, fact).await;
+    }
+    clock.advance(DAY);
+    for (name, backend) in [
+        ("sqlite", &sqlite as &dyn MemoryBackend),
+        ("in-memory", &memory as &dyn MemoryBackend),
+    ] {
+        // The threshold drops some candidates, the budget another.
+        let candidates = backend
+            .search_candidates("staging deploy VPN", 50)
+            .await
+            .expect("candidates");
+        let passing = candidates
+            .iter()
+            .filter(|(_, s)| s.is_some_and(|s| s >= 0.18))
+            .count();
+        assert!(
+            passing >= 2 && passing < candidates.len(),
+            "{name}: {passing} of {} pass: {:?}",
+            candidates.len(),
+            candidates
+                .iter()
+                .map(|(h, s)| (h.entry.content.as_str(), *s))
+                .collect::<Vec<_>>()
+        );
+        let window = ContextWindow {
+            similarity_threshold: 0.18,
+            ..ContextWindow::new(12)
+        };
+        let built = build_context_at(backend, &window, "staging deploy VPN", clock.now())
+            .await
+            .expect("context");
+        assert_eq!(built.entries.len(), 1, "{name}: {:?}", built.entries);
+        let chosen = &built.entries[0].entry;
+        assert_eq!(chosen.content, facts[0]);
+        assert_eq!(
+            chosen.access_count, 1,
+            "{name}: the result shows the recall"
+        );
+        assert_eq!(chosen.accessed_at, clock.now());
+        for entry in backend.recent(10).await.expect("recent") {
+            let want = u64::from(entry.content == facts[0]);
+            assert_eq!(
+                entry.access_count, want,
+                "{name}: {:?} was recalled {} times",
+                entry.content, entry.access_count
+            );
+            if want == 0 {
+                assert_eq!(entry.accessed_at, entry.created_at, "{name}");
+            }
+        }
+    }
+}

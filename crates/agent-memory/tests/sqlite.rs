@@ -402,25 +402,288 @@ async fn files_that_are_not_memory_stores_are_clear_errors() {
 }
 
 #[tokio::test]
-async fn a_corrupted_vector_is_reported_not_used() {
+async fn corrupt_vectors_are_skipped_and_reported() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("m.db");
     let store = SqliteBackend::open(&path).await.expect("open");
-    let id = store.store(memory("something", &[])).await.expect("store");
+    let short = store
+        .store(memory("alpha particles decay quickly", &["physics"]))
+        .await
+        .expect("store");
+    let nan = store
+        .store(memory("beta rays bend in magnetic fields", &[]))
+        .await
+        .expect("store");
+    let fine = store
+        .store(memory("gamma rays pass through walls", &[]))
+        .await
+        .expect("store");
     store.close().await;
+    // Damage from outside: a blob of the wrong size, and one with a NaN in it.
     let mut conn = raw(&path).await;
-    sqlx::query("UPDATE embeddings SET vector = x'0000'")
+    sqlx::query("UPDATE embeddings SET vector = x'0000' WHERE entry_id = ?1")
+        .bind(short.0.parse::<i64>().expect("id"))
         .execute(&mut conn)
         .await
         .expect("corrupt");
+    let mut with_nan = vec![0u8; 384 * 4];
+    with_nan[..4].copy_from_slice(&f32::NAN.to_le_bytes());
+    sqlx::query("UPDATE embeddings SET vector = ?1 WHERE entry_id = ?2")
+        .bind(&with_nan)
+        .bind(nan.0.parse::<i64>().expect("id"))
+        .execute(&mut conn)
+        .await
+        .expect("corrupt");
+
+    // One bad row used to make the store unopenable.
+    let store = SqliteBackend::open(&path)
+        .await
+        .expect("open with bad vectors");
+    assert_eq!(
+        store.corrupt_embeddings().await.expect("corrupt"),
+        [short.clone(), nan.clone()]
+    );
+    let report = store.integrity_check().await.expect("integrity");
+    assert!(
+        report.contains(&format!(
+            "the embedding of entry {short} is unusable: 2 bytes"
+        )) && report.contains(&format!("the embedding of entry {nan} is unusable: NaN")),
+        "{report}"
+    );
+    assert!(!report.contains(&format!("entry {fine}")), "{report}");
+    // Everything else about the entries is intact.
+    let entry = store.get(&short).await.expect("get").expect("entry");
+    assert_eq!(entry.content, "alpha particles decay quickly");
+    assert_eq!(entry.tags, [Tag::from("physics")]);
+    assert_eq!(store.count().await.expect("count"), 3);
+    assert_eq!(store.recent(10).await.expect("recent").len(), 3);
+    // Keyword search still finds it; vector search does not: first by keyword only is a
+    // fused score of 0.5 (first in both rankings would be 1).
+    let hits = store
+        .search("alpha particles decay quickly", 3)
+        .await
+        .expect("search");
+    assert_eq!(hits[0].entry.id, short);
+    assert!((hits[0].score - 0.5).abs() < 1e-6, "{hits:?}");
+    let candidates = store
+        .search_candidates("alpha particles decay quickly", 3)
+        .await
+        .expect("candidates");
+    assert_eq!(candidates[0].0.entry.id, short);
+    assert_eq!(
+        candidates[0].1, None,
+        "no similarity without a usable vector"
+    );
+    let hits = store
+        .search("gamma rays pass through walls", 3)
+        .await
+        .expect("search");
+    assert_eq!(hits[0].entry.id, fine);
+    assert!((hits[0].score - 1.0).abs() < 1e-6, "{hits:?}");
+    // Prune works around them.
+    store
+        .prune(&PrunePolicy {
+            merge_similarity: Some(0.5),
+            ..PrunePolicy::default()
+        })
+        .await
+        .expect("prune");
+    assert_eq!(store.count().await.expect("count"), 3);
+
+    // Damage done while the store is open is found by the next sync.
+    sqlx::query("UPDATE embeddings SET vector = x'00' WHERE entry_id = ?1")
+        .bind(fine.0.parse::<i64>().expect("id"))
+        .execute(&mut conn)
+        .await
+        .expect("corrupt");
+    assert_eq!(
+        store.corrupt_embeddings().await.expect("corrupt"),
+        [short.clone(), nan.clone(), fine.clone()]
+    );
+    // Deleting a damaged entry clears it.
+    assert!(store.delete(&short).await.expect("delete"));
+    assert_eq!(
+        store.corrupt_embeddings().await.expect("corrupt"),
+        [nan.clone(), fine.clone()]
+    );
+    // An entry without any vector row is reported too.
+    sqlx::query("DELETE FROM embeddings WHERE entry_id = ?1")
+        .bind(nan.0.parse::<i64>().expect("id"))
+        .execute(&mut conn)
+        .await
+        .expect("remove a vector");
+    let report = store.integrity_check().await.expect("integrity");
+    assert!(
+        report.contains(&format!("entry {nan} has no embedding")),
+        "{report}"
+    );
+}
+
+#[tokio::test]
+async fn another_programs_database_is_refused_untouched() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("app.db");
+    let mut conn = SqliteConnection::connect_with(
+        &SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true),
+    )
+    .await
+    .expect("create");
+    for sql in [
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)",
+        "CREATE TABLE entries (id INTEGER PRIMARY KEY, title TEXT)",
+        "INSERT INTO users (name) VALUES ('ana')",
+    ] {
+        sqlx::query(sql)
+            .execute(&mut conn)
+            .await
+            .expect("app schema");
+    }
+    conn.close().await.expect("close");
+    let before = std::fs::read(&path).expect("read");
+
     let err = SqliteBackend::open(&path)
         .await
-        .expect_err("a corrupted vector was loaded");
+        .expect_err("another program's database was opened");
     let message = err.to_string();
     assert!(
-        message.contains(&format!("entry {id}")) && message.contains("2 bytes"),
+        matches!(err, MemoryError::Storage(_))
+            && message.contains("app.db")
+            && message.contains("not an agent-memory store")
+            && message.contains("entries, users"),
         "{message}"
     );
+    // Nothing was changed: not the journal mode, not the tables, not a byte.
+    assert_eq!(std::fs::read(&path).expect("read"), before);
+    assert!(!dir.path().join("app.db-wal").exists());
+    let mut conn = raw(&path).await;
+    let (mode,): (String,) = sqlx::query_as("PRAGMA journal_mode")
+        .fetch_one(&mut conn)
+        .await
+        .expect("journal mode");
+    assert_eq!(mode, "delete");
+    let tables: Vec<(String,)> =
+        sqlx::query_as("SELECT name FROM sqlite_schema WHERE type = 'table' ORDER BY name")
+            .fetch_all(&mut conn)
+            .await
+            .expect("tables");
+    assert_eq!(
+        tables.into_iter().map(|(t,)| t).collect::<Vec<_>>(),
+        ["entries", "users"]
+    );
+
+    // A database that uses sqlx migrations of its own is refused too.
+    let other = dir.path().join("other.db");
+    let mut conn = SqliteConnection::connect_with(
+        &SqliteConnectOptions::new()
+            .filename(&other)
+            .create_if_missing(true),
+    )
+    .await
+    .expect("create");
+    sqlx::query(
+        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+         installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL, \
+         checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("migrations table");
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (1, 'their schema', 1, x'0102', 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("their migration");
+    conn.close().await.expect("close");
+    let err = SqliteBackend::open(&other)
+        .await
+        .expect_err("a foreign sqlx database was opened");
+    assert!(
+        err.to_string().contains("not an agent-memory store"),
+        "{err}"
+    );
+
+    // An empty file, and one whose creation stopped after the migrations table, open.
+    let empty = dir.path().join("empty.db");
+    std::fs::write(&empty, b"").expect("write");
+    SqliteBackend::open(&empty)
+        .await
+        .expect("an empty file opens")
+        .close()
+        .await;
+    let interrupted = dir.path().join("interrupted.db");
+    let mut conn = SqliteConnection::connect_with(
+        &SqliteConnectOptions::new()
+            .filename(&interrupted)
+            .create_if_missing(true),
+    )
+    .await
+    .expect("create");
+    sqlx::query(
+        "CREATE TABLE _sqlx_migrations (version BIGINT PRIMARY KEY, description TEXT NOT NULL, \
+         installed_on TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP, success BOOLEAN NOT NULL, \
+         checksum BLOB NOT NULL, execution_time BIGINT NOT NULL)",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("migrations table");
+    conn.close().await.expect("close");
+    let store = SqliteBackend::open(&interrupted)
+        .await
+        .expect("an interrupted creation completes");
+    store.store(memory("fine", &[])).await.expect("store");
+}
+
+#[tokio::test]
+async fn the_change_log_stays_bounded_without_prune() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let embedder = Arc::new(ZeroEmbedder::new(4));
+    let writer = SqliteBackend::builder(&path)
+        .embedder(embedder.clone())
+        .open()
+        .await
+        .expect("open");
+    let idle = SqliteBackend::builder(&path)
+        .embedder(embedder)
+        .open()
+        .await
+        .expect("open");
+    idle.search("warm up", 1).await.expect("search");
+    let mut ids = Vec::new();
+    for batch in 0..9 {
+        let memories = (0..2_500)
+            .map(|i| memory(&format!("note {batch} {i} kept"), &[]))
+            .collect();
+        ids.extend(writer.store_batch(memories).await.expect("store"));
+    }
+    let last = writer
+        .store(memory("the newest note", &[]))
+        .await
+        .expect("store");
+    assert!(writer.delete(&ids[0]).await.expect("delete"));
+    let mut conn = raw(&path).await;
+    let (rows,): (i64,) = sqlx::query_as("SELECT count(*) FROM changes")
+        .fetch_one(&mut conn)
+        .await
+        .expect("count");
+    assert!(
+        rows <= 20_000,
+        "{rows} change-log rows after 22,502 changes"
+    );
+    let (floor,): (String,) =
+        sqlx::query_as("SELECT value FROM store_meta WHERE key = 'changes_floor'")
+            .fetch_one(&mut conn)
+            .await
+            .expect("floor");
+    assert!(floor.parse::<i64>().expect("number") > 0);
+    // The idle handle fell behind the floor: it reloads and sees everything.
+    let hits = idle.search("newest", 5).await.expect("search");
+    assert_eq!(hits.first().map(|h| &h.entry.id), Some(&last));
+    assert_eq!(idle.count().await.expect("count"), 22_500);
 }
 
 #[tokio::test]

@@ -153,6 +153,56 @@ pub trait MemoryBackend: Send + Sync {
 
     /// How many entries are stored.
     fn count(&self) -> BoxFuture<'_, Result<u64, MemoryError>>;
+
+    /// Search hits for a caller that picks among them itself (a prompt-context builder, for
+    /// example): the hits [`search`](MemoryBackend::search) would return, in the same order
+    /// and with the same scores, each paired with the cosine similarity of the query's and the
+    /// entry's embeddings (in [-1, 1]; 0 when either is all-zero; `None` when the backend
+    /// cannot tell) — and **without** recording a recall. Call
+    /// [`record_access`](MemoryBackend::record_access) for the entries actually used.
+    ///
+    /// The default calls `search`, so it records a recall of every hit and reports no
+    /// similarity; the default `record_access` then records nothing more. Backends override
+    /// both methods or neither.
+    // A pair rather than a new struct keeps this addition to the trait self-contained.
+    #[allow(clippy::type_complexity)]
+    fn search_candidates<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+    ) -> BoxFuture<'a, Result<Vec<(ScoredMemory, Option<f32>)>, MemoryError>> {
+        Box::pin(async move {
+            let hits = self.search(query, k).await?;
+            Ok(hits.into_iter().map(|hit| (hit, None)).collect())
+        })
+    }
+
+    /// Records a recall of each entry in `ids`, as [`search`](MemoryBackend::search) does for
+    /// its hits (access time set to now — never moved back — and count + 1; an id listed
+    /// twice counts once), and returns those entries as updated, in the order of `ids`, each
+    /// once. Unknown ids are skipped.
+    ///
+    /// The default records nothing (the default
+    /// [`search_candidates`](MemoryBackend::search_candidates) already did) and returns the
+    /// entries as [`get`](MemoryBackend::get) reads them.
+    fn record_access<'a>(
+        &'a self,
+        ids: &'a [MemoryId],
+    ) -> BoxFuture<'a, Result<Vec<MemoryEntry>, MemoryError>> {
+        Box::pin(async move {
+            let mut entries = Vec::with_capacity(ids.len());
+            let mut seen = std::collections::HashSet::with_capacity(ids.len());
+            for id in ids {
+                if !seen.insert(id) {
+                    continue;
+                }
+                if let Some(entry) = self.get(id).await? {
+                    entries.push(entry);
+                }
+            }
+            Ok(entries)
+        })
+    }
 }
 
 /// Why a memory operation failed.

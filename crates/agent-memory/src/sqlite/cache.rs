@@ -6,21 +6,29 @@
 //! If prune trimmed the log past the cursor (`store_meta.changes_floor` above it), the cache
 //! reloads every vector instead. Writes by any handle or process are thus seen by the next
 //! search of every handle.
+//!
+//! A stored vector that cannot be used (wrong size, NaN or infinite values: damage from
+//! outside, since this crate never writes one) is left out of the copy and remembered in
+//! [`VectorCache::corrupt`]; the entry stays readable, searchable by keyword and prunable,
+//! and `integrity_check` reports it. One bad row never makes the store unopenable.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use sqlx::SqliteConnection;
 
 use super::META_CHANGES_FLOOR;
 use super::retry::DbError;
-use crate::vector::{Hit, VectorIndex, from_blob};
+use crate::prune::MergeSet;
+use crate::vector::{Hit, VectorIndex, cosine, from_blob};
 
 /// Unit vectors of every entry, as of change-log position `cursor`.
 pub(crate) struct VectorCache {
     index: VectorIndex,
     cursor: i64,
     dimensions: usize,
+    /// Entries whose stored vector is unusable (left out of `index`).
+    corrupt: BTreeSet<i64>,
 }
 
 impl VectorCache {
@@ -29,6 +37,7 @@ impl VectorCache {
             index: VectorIndex::new(dimensions),
             cursor: -1,
             dimensions,
+            corrupt: BTreeSet::new(),
         }
     }
 
@@ -38,6 +47,29 @@ impl VectorCache {
 
     pub(crate) fn search(&self, query: &[f32], k: usize) -> Vec<Hit> {
         self.index.search(query, k)
+    }
+
+    /// The cosine similarity of the unit vector `query` and `id`'s vector; `None` if the
+    /// copy has no (usable) vector for `id`.
+    pub(crate) fn similarity(&self, query: &[f32], id: i64) -> Option<f32> {
+        Some(cosine(query, self.index.get(id)?))
+    }
+
+    /// Entries whose stored vector is unusable, ascending.
+    pub(crate) fn corrupt(&self) -> Vec<i64> {
+        self.corrupt.iter().copied().collect()
+    }
+
+    /// A copy of the vectors of `entries` (id, creation time) that have one, for merge
+    /// planning.
+    pub(crate) fn merge_set(&self, entries: &[(i64, i64)]) -> MergeSet {
+        let mut set = MergeSet::with_capacity(self.dimensions, entries.len());
+        for (id, created_at) in entries {
+            if let Some(vector) = self.index.get(*id) {
+                set.push(*id, *created_at, vector);
+            }
+        }
+        set
     }
 }
 
@@ -50,15 +82,20 @@ fn write_cache(cache: &RwLock<VectorCache>) -> RwLockWriteGuard<'_, VectorCache>
     cache.write().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Decodes a stored vector, refusing blobs of the wrong size.
-fn decode(id: i64, blob: &[u8], dimensions: usize) -> Result<Vec<f32>, DbError> {
-    from_blob(blob, dimensions).ok_or_else(|| {
-        DbError::Corrupt(format!(
-            "the embedding of entry {id} has {} bytes, expected {} ({dimensions} f32 values)",
+/// Decodes a stored vector: `dimensions` finite f32 values, or a description of what is
+/// wrong with it.
+pub(crate) fn decode(blob: &[u8], dimensions: usize) -> Result<Vec<f32>, String> {
+    let vector = from_blob(blob, dimensions).ok_or_else(|| {
+        format!(
+            "{} bytes, expected {} ({dimensions} f32 values)",
             blob.len(),
-            dimensions * 4
-        ))
-    })
+            dimensions.saturating_mul(4)
+        )
+    })?;
+    if vector.iter().any(|x| !x.is_finite()) {
+        return Err("NaN or infinite values".to_owned());
+    }
+    Ok(vector)
 }
 
 /// Brings `cache` up to date. `conn` must be inside a read transaction (one snapshot).
@@ -97,17 +134,18 @@ pub(crate) async fn sync(
         .filter(|(_, _, op)| *op == 1)
         .map(|(_, id, _)| *id)
         .collect();
-    let mut vectors: HashMap<i64, Vec<f32>> = HashMap::with_capacity(upserted.len());
+    // Decoded vectors (`None`: present but unusable).
+    let mut vectors: HashMap<i64, Option<Vec<f32>>> = HashMap::with_capacity(upserted.len());
     if !upserted.is_empty() {
         let found: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-            "SELECT entry_id, vector FROM embeddings \
+            "SELECT entry_id, CAST(vector AS BLOB) FROM embeddings \
              WHERE entry_id IN (SELECT value FROM json_each(?1))",
         )
         .bind(super::json_ids(&upserted))
         .fetch_all(&mut *conn)
         .await?;
         for (id, blob) in found {
-            vectors.insert(id, decode(id, &blob, dimensions)?);
+            vectors.insert(id, decode(&blob, dimensions).ok());
         }
     }
 
@@ -124,9 +162,17 @@ pub(crate) async fn sync(
             continue;
         }
         match vectors.get(&id) {
-            Some(vector) => c.index.upsert(id, vector),
+            Some(Some(vector)) => {
+                c.index.upsert(id, vector);
+                c.corrupt.remove(&id);
+            }
+            Some(None) => {
+                c.index.remove(id);
+                c.corrupt.insert(id);
+            }
             None => {
                 c.index.remove(id);
+                c.corrupt.remove(&id);
             }
         }
     }
@@ -150,16 +196,25 @@ async fn reload(
         .await?;
     let mut index = VectorIndex::new(dimensions);
     index.reserve(usize::try_from(count).unwrap_or(0));
-    let mut rows = sqlx::query_as::<_, (i64, Vec<u8>)>("SELECT entry_id, vector FROM embeddings")
-        .fetch(&mut *conn);
+    let mut corrupt = BTreeSet::new();
+    let mut rows = sqlx::query_as::<_, (i64, Vec<u8>)>(
+        "SELECT entry_id, CAST(vector AS BLOB) FROM embeddings",
+    )
+    .fetch(&mut *conn);
     while let Some((id, blob)) = futures_util::TryStreamExt::try_next(&mut rows).await? {
-        index.upsert(id, &decode(id, &blob, dimensions)?);
+        match decode(&blob, dimensions) {
+            Ok(vector) => index.upsert(id, &vector),
+            Err(_) => {
+                corrupt.insert(id);
+            }
+        }
     }
     drop(rows);
     let mut c = write_cache(cache);
     if cursor >= c.cursor {
         c.index = index;
         c.cursor = cursor;
+        c.corrupt = corrupt;
     }
     Ok(())
 }

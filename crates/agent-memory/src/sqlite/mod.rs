@@ -27,14 +27,14 @@ use self::cache::{VectorCache, read_cache};
 use self::retry::{Backoff, DbError, read_tx, write_tx};
 use crate::clock::{Clock, SystemClock, age_cutoff, from_micros, now_micros};
 use crate::common::{
-    check_embedder, cpu, embed_batch_checked, embed_checked, format_id, normalize_tags, parse_id,
-    validate_new, validate_query,
+    Candidate, check_embedder, cpu, embed_batch_checked, embed_checked, format_id, normalize_tags,
+    parse_id, validate_new, validate_query,
 };
 use crate::embed::HashingEmbedder;
-use crate::prune::{MergeCandidate, plan_merges, validate};
+use crate::prune::{MergeGroup, validate};
 use crate::rank::fuse;
 use crate::text::{fts_match, fts_terms};
-use crate::vector::{from_blob, to_blob, unit};
+use crate::vector::{to_blob, unit};
 
 /// The schema migrations, embedded from `crates/agent-memory/migrations`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -54,7 +54,9 @@ const STOP_WORD_MIN_DOCS: u64 = 50;
 /// Rows per multi-row `INSERT` statement when storing.
 const ROWS_PER_INSERT: usize = 500;
 
-/// Change-log rows kept by prune; older rows are trimmed (handles further behind reload).
+/// Change-log rows kept when the log is trimmed; older rows go (handles further behind
+/// reload every vector). Prune trims it; so does any write that finds it holding more than
+/// twice this many rows.
 const KEEP_CHANGES: i64 = 10_000;
 
 /// `store_meta` keys.
@@ -141,10 +143,15 @@ impl SqliteBuilder {
     /// Opens (or creates) the database: sets WAL mode, applies the embedded migrations,
     /// checks the recorded embedder, and loads every vector into memory for search.
     ///
+    /// A stored vector that cannot be used (wrong size, NaN or infinite values) does not make
+    /// the store unopenable: its entry is left out of vector search and listed by
+    /// [`SqliteBackend::corrupt_embeddings`] and [`SqliteBackend::integrity_check`].
+    ///
     /// Errors: [`MemoryError::EmbedderMismatch`] if the database was built with another
     /// embedder model or dimension; [`MemoryError::InvalidInput`] for an embedder with zero
     /// dimensions; [`MemoryError::Storage`] if the file cannot be opened, is not a database,
-    /// or was migrated by a newer version of this crate.
+    /// is some other program's database (it has tables but not this crate's schema: refused
+    /// before anything is written to it), or was migrated by a newer version of this crate.
     pub async fn open(self) -> Result<SqliteBackend, MemoryError> {
         check_embedder(self.embedder.as_ref())?;
         let path = self.path.clone();
@@ -159,6 +166,11 @@ impl SqliteBuilder {
                 Durability::Normal => SqliteSynchronous::Normal,
                 Durability::Full => SqliteSynchronous::Full,
             });
+
+        // Nothing below may touch a file that is some other program's database.
+        refuse_foreign(&options, self.lock_retry)
+            .await
+            .map_err(|e| fail("opening the database", e))?;
 
         // Switching a new database to WAL takes a lock that SQLite's busy timeout does not
         // wait for, so the writer connection (which does it) is opened under retries.
@@ -247,7 +259,16 @@ impl SqliteBuilder {
 ///   words, 1 is first in the vector ranking). The two searches run concurrently.
 /// - **Memory cost**: the vector copy holds each vector as f32 and as int8 (the int8 copy
 ///   makes the exact scan faster; see `docs/MEMORY.md`): `5 × dimensions + ~50` bytes per
-///   entry, about 1.9 KiB at 384 dimensions or 190 MiB for 100,000 entries.
+///   entry, about 1.9 KiB at 384 dimensions or 190 MiB for 100,000 entries. Peaks: twice
+///   that while the copy is reloaded (at open, or after falling behind the trimmed change
+///   log), plus `4 × dimensions` bytes per entry while a merge prune plans.
+/// - **Prune** plans merges (O(n²)) on a read snapshot with no transaction open, then
+///   applies every rule in one short write transaction that skips merges whose entries were
+///   deleted meanwhile: other handles and processes keep writing while it plans.
+/// - **Damaged vectors** (wrong size, NaN; never written by this crate) are left out of
+///   vector search and reported by [`SqliteBackend::corrupt_embeddings`] and
+///   [`SqliteBackend::integrity_check`]; the rest of the entry works as usual. A file that is
+///   another program's database is refused before anything is written to it.
 /// - **Locking**: writes of one handle are serialized; between handles and processes,
 ///   `BEGIN IMMEDIATE`, SQLite's busy timeout and retries with backoff keep "database is
 ///   locked" from reaching callers (see [`SqliteBuilder::lock_retry`]).
@@ -395,8 +416,10 @@ impl SqliteBackend {
         self.inner.readers.close().await;
     }
 
-    /// Runs `PRAGMA integrity_check` (which includes the FTS5 index) and returns SQLite's
-    /// verdict: `"ok"` for a sound file, else its findings, one per line.
+    /// Checks the file: runs `PRAGMA integrity_check` (which includes the FTS5 index) and
+    /// checks every stored vector (the store's dimension, finite values) and that every entry
+    /// has one. Returns `"ok"` for a sound store, else the findings, one per line: SQLite's,
+    /// then `the embedding of entry N is unusable: …` and `entry N has no embedding`.
     ///
     /// The check runs on a new connection, closed afterwards: in SQLite 3.46 the FTS5 part of
     /// the check reuses the index structure a connection cached during an earlier
@@ -409,14 +432,21 @@ impl SqliteBackend {
             .filename(&inner.path)
             .busy_timeout(Duration::from_secs(5));
         let mut backoff = Backoff::new(inner.lock_retry);
+        let dimensions = inner.dimensions;
         let lines = loop {
-            let attempt: Result<Vec<(String,)>, DbError> = async {
+            let attempt: Result<Vec<String>, DbError> = async {
                 let mut conn = options.connect().await?;
-                let rows = sqlx::query_as("PRAGMA integrity_check")
+                let rows: Vec<(String,)> = sqlx::query_as("PRAGMA integrity_check")
                     .fetch_all(&mut conn)
                     .await?;
+                let mut lines: Vec<String> = rows
+                    .into_iter()
+                    .map(|(line,)| line)
+                    .filter(|line| line != "ok")
+                    .collect();
+                lines.extend(check_embeddings(&mut conn, dimensions).await?);
                 conn.close().await?;
-                Ok(rows)
+                Ok(lines)
             }
             .await;
             let busy = matches!(&attempt, Err(e) if e.is_busy());
@@ -425,11 +455,24 @@ impl SqliteBackend {
             }
             break attempt.map_err(|e| storage(&inner.path, "checking integrity", e))?;
         };
-        Ok(lines
+        if lines.is_empty() {
+            return Ok("ok".to_owned());
+        }
+        Ok(lines.join("\n"))
+    }
+
+    /// The entries whose stored vector is unusable (wrong size, NaN or infinite values —
+    /// damage from outside this crate), ascending. They are left out of vector search; their
+    /// other data is intact and keyword search, `get`, listings, recall and prune work on
+    /// them as usual. Read from this handle's vector copy after bringing it up to date; see
+    /// [`integrity_check`](SqliteBackend::integrity_check) for a check of the file itself.
+    pub async fn corrupt_embeddings(&self) -> Result<Vec<MemoryId>, MemoryError> {
+        self.sync().await?;
+        Ok(read_cache(&self.inner.cache)
+            .corrupt()
             .into_iter()
-            .map(|(line,)| line)
-            .collect::<Vec<_>>()
-            .join("\n"))
+            .map(format_id)
+            .collect())
     }
 
     /// Brings the vector cache up to date with the database.
@@ -459,13 +502,16 @@ impl SqliteBackend {
             .ok_or_else(|| MemoryError::Storage("storing a memory: no id was assigned".to_owned()))
     }
 
-    async fn search_inner(&self, query: &str, k: usize) -> Result<Vec<ScoredMemory>, MemoryError> {
+    /// The fused ranking for `query`: the best `k` entry ids with their scores, best first,
+    /// and the query's unit vector. Records nothing.
+    async fn rank(&self, query: &str, k: usize) -> Result<Ranking, MemoryError> {
         validate_query(query)?;
         if k == 0 {
-            return Ok(Vec::new());
+            return Ok(Ranking::default());
         }
         let vector =
             embed_checked(self.inner.embedder.as_ref(), self.inner.dimensions, query).await?;
+        let query_unit = unit(&vector);
         self.sync().await?;
         let candidates = k.saturating_mul(2).max(MIN_CANDIDATES);
 
@@ -498,15 +544,72 @@ impl SqliteBackend {
         } else {
             fuse(&[&vector_hits, &keyword_hits], k)
         };
-        if fused.is_empty() {
+        Ok(Ranking { fused, query_unit })
+    }
+
+    async fn search_inner(&self, query: &str, k: usize) -> Result<Vec<ScoredMemory>, MemoryError> {
+        let ranking = self.rank(query, k).await?;
+        if ranking.fused.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<i64> = fused.iter().map(|(id, _)| *id).collect();
-        let ids_json = json_ids(&ids);
+        let ids: Vec<i64> = ranking.fused.iter().map(|(id, _)| *id).collect();
+        let mut by_id = self.recall(&ids).await?;
+        Ok(ranking
+            .fused
+            .into_iter()
+            .filter_map(|(id, score)| {
+                // Deleted since it was ranked: not a result any more.
+                let entry = by_id.remove(&id)?;
+                Some(ScoredMemory { entry, score })
+            })
+            .collect())
+    }
+
+    async fn search_candidates_inner(
+        &self,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<Candidate>, MemoryError> {
+        let ranking = self.rank(query, k).await?;
+        if ranking.fused.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids_json = json_ids(&ranking.fused.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+        let found = read_tx!(self, "reading search candidates", |conn| {
+            let rows: Vec<EntryRow> = sqlx::query_as(
+                "SELECT id, content, context, created_at, accessed_at, access_count \
+                 FROM entries WHERE id IN (SELECT value FROM json_each(?1))",
+            )
+            .bind(&ids_json)
+            .fetch_all(&mut *conn)
+            .await?;
+            with_tags(&mut *conn, rows).await?
+        })?;
+        let mut by_id: HashMap<MemoryId, MemoryEntry> =
+            found.into_iter().map(|e| (e.id.clone(), e)).collect();
+        let cache = read_cache(&self.inner.cache);
+        Ok(ranking
+            .fused
+            .into_iter()
+            .filter_map(|(id, score)| {
+                let entry = by_id.remove(&format_id(id))?;
+                let similarity = cache.similarity(&ranking.query_unit, id);
+                Some((ScoredMemory { entry, score }, similarity))
+            })
+            .collect())
+    }
+
+    /// Records a recall of the entries `ids` (access time now — never moved back — and count
+    /// + 1) in one write transaction; returns the updated entries that still exist.
+    async fn recall(&self, ids: &[i64]) -> Result<HashMap<i64, MemoryEntry>, MemoryError> {
+        let ids_json = json_ids(ids);
         let now = now_micros(self.inner.clock.as_ref());
         let recalled = write_tx!(self, "recording a recall", |conn| {
+            // `max`: `now` was read before waiting for the lock, and other processes' clocks
+            // may be behind; an access time never moves back.
             let rows: Vec<EntryRow> = sqlx::query_as(
-                "UPDATE entries SET accessed_at = ?1, access_count = access_count + 1 \
+                "UPDATE entries SET accessed_at = max(accessed_at, ?1), \
+                     access_count = access_count + 1 \
                  WHERE id IN (SELECT value FROM json_each(?2)) \
                  RETURNING id, content, context, created_at, accessed_at, access_count",
             )
@@ -516,16 +619,24 @@ impl SqliteBackend {
             .await?;
             with_tags(&mut *conn, rows).await?
         })?;
-        let mut by_id: HashMap<MemoryId, MemoryEntry> =
-            recalled.into_iter().map(|e| (e.id.clone(), e)).collect();
-        Ok(fused
+        Ok(recalled
             .into_iter()
-            .filter_map(|(id, score)| {
-                // Deleted since it was ranked: not a result any more.
-                let entry = by_id.remove(&format_id(id))?;
-                Some(ScoredMemory { entry, score })
-            })
+            .filter_map(|e| Some((parse_id(&e.id)?, e)))
             .collect())
+    }
+
+    async fn record_access_inner(&self, ids: &[MemoryId]) -> Result<Vec<MemoryEntry>, MemoryError> {
+        let mut rows: Vec<i64> = Vec::with_capacity(ids.len());
+        for n in ids.iter().filter_map(parse_id) {
+            if !rows.contains(&n) {
+                rows.push(n);
+            }
+        }
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut by_id = self.recall(&rows).await?;
+        Ok(rows.iter().filter_map(|n| by_id.remove(n)).collect())
     }
 
     async fn recent_inner(&self, n: usize) -> Result<Vec<MemoryEntry>, MemoryError> {
@@ -582,6 +693,7 @@ impl SqliteBackend {
                 .bind(n)
                 .execute(&mut *conn)
                 .await?;
+            trim_change_log_if_long(&mut *conn).await?;
             done.rows_affected() > 0
         })
     }
@@ -616,19 +728,23 @@ impl SqliteBackend {
     async fn prune_inner(&self, policy: &PrunePolicy) -> Result<PruneReport, MemoryError> {
         validate(policy)?;
         let now = now_micros(self.inner.clock.as_ref());
-        let dimensions = self.inner.dimensions;
+        let cutoff = policy.max_age.and_then(|age| age_cutoff(now, age));
+        // Merges are planned first, on a read snapshot and outside any write transaction
+        // (planning is O(n²)); the write transaction below only applies them.
+        let merges = match policy.merge_similarity {
+            Some(threshold) => self.plan_merges(threshold, cutoff).await?,
+            None => Vec::new(),
+        };
         write_tx!(self, "pruning", |conn| {
             let mut report = PruneReport::default();
-            if let Some(cutoff) = policy.max_age.and_then(|age| age_cutoff(now, age)) {
+            if let Some(cutoff) = cutoff {
                 let done = sqlx::query("DELETE FROM entries WHERE accessed_at < ?1")
                     .bind(cutoff)
                     .execute(&mut *conn)
                     .await?;
                 report.removed += done.rows_affected();
             }
-            if let Some(threshold) = policy.merge_similarity {
-                report.merged += merge_duplicates(&mut *conn, threshold, dimensions).await?;
-            }
+            report.merged += apply_merges(&mut *conn, &merges).await?;
             if let Some(max) = policy.max_entries {
                 let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM entries")
                     .fetch_one(&mut *conn)
@@ -649,6 +765,38 @@ impl SqliteBackend {
             report
         })
     }
+
+    /// Plans the merge rule on a read snapshot: the entries the age rule (`cutoff`) keeps,
+    /// with the vectors of this handle's copy (brought up to date in the same snapshot).
+    /// Holds no lock while comparing; runs on the blocking pool when large.
+    async fn plan_merges(
+        &self,
+        threshold: f32,
+        cutoff: Option<i64>,
+    ) -> Result<Vec<MergeGroup>, MemoryError> {
+        let cache = &self.inner.cache;
+        let set = read_tx!(self, "planning merges", |conn| {
+            cache::sync(&mut *conn, cache).await?;
+            let rows: Vec<(i64, i64)> =
+                // Oldest first: the order planning visits them in.
+                sqlx::query_as(
+                    "SELECT id, created_at FROM entries WHERE accessed_at >= ?1 \
+                     ORDER BY created_at, id",
+                )
+                    .bind(cutoff.unwrap_or(i64::MIN))
+                    .fetch_all(&mut *conn)
+                    .await?;
+            read_cache(cache).merge_set(&rows)
+        })?;
+        cpu(set.work(), move || set.plan(threshold)).await
+    }
+}
+
+/// A fused search ranking: entry ids with scores, best first, and the query's unit vector.
+#[derive(Default)]
+struct Ranking {
+    fused: Vec<(i64, f32)>,
+    query_unit: Vec<f32>,
 }
 
 impl fmt::Debug for SqliteBackend {
@@ -704,6 +852,25 @@ impl MemoryBackend for SqliteBackend {
 
     fn count(&self) -> BoxFuture<'_, Result<u64, MemoryError>> {
         Box::pin(self.count_inner())
+    }
+
+    /// The hits of [`search`](MemoryBackend::search) (same order, same fused scores),
+    /// unrecorded, each with the cosine similarity of the query's vector and the entry's
+    /// (`None` for an entry whose stored vector is unusable, see
+    /// [`SqliteBackend::corrupt_embeddings`]).
+    fn search_candidates<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, MemoryError>> {
+        Box::pin(self.search_candidates_inner(query, k))
+    }
+
+    fn record_access<'a>(
+        &'a self,
+        ids: &'a [MemoryId],
+    ) -> BoxFuture<'a, Result<Vec<MemoryEntry>, MemoryError>> {
+        Box::pin(self.record_access_inner(ids))
     }
 }
 
@@ -766,6 +933,7 @@ async fn insert(
         .execute(&mut *conn)
         .await?;
     }
+    trim_change_log_if_long(&mut *conn).await?;
     Ok(ids)
 }
 
@@ -915,73 +1083,188 @@ async fn with_tags(
         .collect())
 }
 
-/// Applies the merge rule inside the prune transaction; returns how many entries merged.
-async fn merge_duplicates(
+/// Applies planned merges inside the prune transaction; returns how many entries were
+/// absorbed. The plan was made on an earlier snapshot, so it is checked first: a pair whose
+/// keeper or absorbed entry is gone (deleted, or merged by another handle meanwhile) is
+/// skipped. A few set-based statements over a temporary table, whatever the number of
+/// groups, keep the write lock short.
+async fn apply_merges(conn: &mut SqliteConnection, groups: &[MergeGroup]) -> Result<u64, DbError> {
+    let pairs: Vec<[i64; 2]> = groups
+        .iter()
+        .flat_map(|g| g.absorbed.iter().map(move |a| [g.keeper, *a]))
+        .collect();
+    if pairs.is_empty() {
+        return Ok(0);
+    }
+    let pairs = serde_json::to_string(&pairs)
+        .map_err(|e| DbError::Other(format!("encoding the merge plan: {e}")))?;
+    for sql in [
+        "CREATE TEMP TABLE IF NOT EXISTS prune_merges \
+             (absorbed INTEGER PRIMARY KEY, keeper INTEGER NOT NULL)",
+        "CREATE INDEX IF NOT EXISTS temp.prune_merges_by_keeper ON prune_merges (keeper)",
+        "DELETE FROM temp.prune_merges",
+    ] {
+        sqlx::query(sql).execute(&mut *conn).await?;
+    }
+    sqlx::query(
+        "INSERT INTO temp.prune_merges (keeper, absorbed) \
+         SELECT value ->> 0, value ->> 1 FROM json_each(?1)",
+    )
+    .bind(pairs)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "DELETE FROM temp.prune_merges \
+         WHERE keeper NOT IN (SELECT id FROM main.entries) \
+            OR absorbed NOT IN (SELECT id FROM main.entries)",
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE main.entries SET \
+             access_count = access_count + (SELECT coalesce(sum(e.access_count), 0) \
+                 FROM temp.prune_merges m JOIN main.entries e ON e.id = m.absorbed \
+                 WHERE m.keeper = entries.id), \
+             accessed_at = max(accessed_at, (SELECT coalesce(max(e.accessed_at), 0) \
+                 FROM temp.prune_merges m JOIN main.entries e ON e.id = m.absorbed \
+                 WHERE m.keeper = entries.id)) \
+         WHERE id IN (SELECT keeper FROM temp.prune_merges)",
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "INSERT OR IGNORE INTO main.entry_tags (entry_id, tag) \
+         SELECT m.keeper, t.tag FROM temp.prune_merges m \
+         JOIN main.entry_tags t ON t.entry_id = m.absorbed",
+    )
+    .execute(&mut *conn)
+    .await?;
+    let done = sqlx::query(
+        "DELETE FROM main.entries WHERE id IN (SELECT absorbed FROM temp.prune_merges)",
+    )
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("DELETE FROM temp.prune_merges")
+        .execute(&mut *conn)
+        .await?;
+    Ok(done.rows_affected())
+}
+
+/// Trims the change log when it holds more than twice [`KEEP_CHANGES`] rows (two indexed
+/// look-ups otherwise). Run by every write that adds to the log, so the log stays bounded
+/// even if prune never runs.
+async fn trim_change_log_if_long(conn: &mut SqliteConnection) -> Result<(), DbError> {
+    let (first, last): (Option<i64>, Option<i64>) =
+        sqlx::query_as("SELECT (SELECT min(seq) FROM changes), (SELECT max(seq) FROM changes)")
+            .fetch_one(&mut *conn)
+            .await?;
+    if let (Some(first), Some(last)) = (first, last) {
+        if last - first >= 2 * KEEP_CHANGES {
+            trim_change_log(conn).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Checks every stored vector (size, finite values) and that every entry has one; the
+/// findings of [`SqliteBackend::integrity_check`] beyond SQLite's own.
+async fn check_embeddings(
     conn: &mut SqliteConnection,
-    threshold: f32,
     dimensions: usize,
-) -> Result<u64, DbError> {
-    let rows: Vec<(i64, i64, Vec<u8>)> = sqlx::query_as(
-        "SELECT e.id, e.created_at, v.vector FROM entries e JOIN embeddings v ON v.entry_id = e.id",
+) -> Result<Vec<String>, DbError> {
+    let mut findings = Vec::new();
+    let mut rows = sqlx::query_as::<_, (i64, Vec<u8>)>(
+        "SELECT entry_id, CAST(vector AS BLOB) FROM embeddings ORDER BY entry_id",
+    )
+    .fetch(&mut *conn);
+    while let Some((id, blob)) = futures_util::TryStreamExt::try_next(&mut rows).await? {
+        if let Err(why) = cache::decode(&blob, dimensions) {
+            findings.push(format!("the embedding of entry {id} is unusable: {why}"));
+        }
+    }
+    drop(rows);
+    let missing: Vec<(i64,)> = sqlx::query_as(
+        "SELECT id FROM entries WHERE id NOT IN (SELECT entry_id FROM embeddings) ORDER BY id",
     )
     .fetch_all(&mut *conn)
     .await?;
-    let mut decoded = Vec::with_capacity(rows.len());
-    for (id, created_at, blob) in rows {
-        let vector = from_blob(&blob, dimensions).ok_or_else(|| {
-            DbError::Corrupt(format!(
-                "the embedding of entry {id} has {} bytes, expected {}",
-                blob.len(),
-                dimensions * 4
-            ))
-        })?;
-        decoded.push((id, created_at, unit(&vector)));
-    }
-    let floats = decoded.len().saturating_mul(decoded.len()) / 2 * dimensions;
-    let groups = cpu(floats, move || {
-        let candidates = decoded
-            .iter()
-            .map(|(id, created_at, vector)| MergeCandidate {
-                id: *id,
-                created_at: *created_at,
-                vector,
-            })
-            .collect();
-        plan_merges(candidates, threshold)
-    })
-    .await
-    .map_err(|e| DbError::Other(e.to_string()))?;
+    findings.extend(
+        missing
+            .into_iter()
+            .map(|(id,)| format!("entry {id} has no embedding")),
+    );
+    Ok(findings)
+}
 
-    let mut merged = 0;
-    for group in groups {
-        let absorbed = json_ids(&group.absorbed);
-        sqlx::query(
-            "UPDATE entries SET \
-                 access_count = access_count + (SELECT coalesce(sum(access_count), 0) \
-                     FROM entries WHERE id IN (SELECT value FROM json_each(?2))), \
-                 accessed_at = max(accessed_at, (SELECT coalesce(max(accessed_at), 0) \
-                     FROM entries WHERE id IN (SELECT value FROM json_each(?2)))) \
-             WHERE id = ?1",
-        )
-        .bind(group.keeper)
-        .bind(&absorbed)
-        .execute(&mut *conn)
-        .await?;
-        sqlx::query(
-            "INSERT OR IGNORE INTO entry_tags (entry_id, tag) \
-             SELECT ?1, tag FROM entry_tags WHERE entry_id IN (SELECT value FROM json_each(?2))",
-        )
-        .bind(group.keeper)
-        .bind(&absorbed)
-        .execute(&mut *conn)
-        .await?;
-        let done = sqlx::query("DELETE FROM entries WHERE id IN (SELECT value FROM json_each(?1))")
-            .bind(&absorbed)
-            .execute(&mut *conn)
-            .await?;
-        merged += done.rows_affected();
+/// Refuses a file that is some other program's database — it has tables, but not this
+/// crate's migration history — before anything writes to it (switching it to WAL, creating
+/// the migrations table). A new or empty file passes, and so does one where creating the
+/// store was interrupted (only an empty `_sqlx_migrations` table).
+async fn refuse_foreign(
+    options: &SqliteConnectOptions,
+    lock_retry: Duration,
+) -> Result<(), DbError> {
+    let mut backoff = Backoff::new(lock_retry);
+    loop {
+        let attempt: Result<(), DbError> = async {
+            let mut conn = options.connect().await?;
+            let verdict = check_ours(&mut conn).await;
+            // Read-only: nothing to lose if closing fails.
+            let _ = conn.close().await;
+            verdict
+        }
+        .await;
+        let busy = matches!(&attempt, Err(e) if e.is_busy());
+        if busy && backoff.wait().await {
+            continue;
+        }
+        return attempt;
     }
-    Ok(merged)
+}
+
+/// See [`refuse_foreign`].
+async fn check_ours(conn: &mut SqliteConnection) -> Result<(), DbError> {
+    let tables: Vec<(String,)> = sqlx::query_as(
+        "SELECT name FROM sqlite_schema WHERE type = 'table' \
+         AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\' ORDER BY name",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let names: Vec<&str> = tables.iter().map(|(name,)| name.as_str()).collect();
+    if names.is_empty() {
+        return Ok(());
+    }
+    if names.contains(&"_sqlx_migrations") {
+        let applied: Vec<(i64, Vec<u8>)> =
+            sqlx::query_as("SELECT version, checksum FROM _sqlx_migrations")
+                .fetch_all(&mut *conn)
+                .await?;
+        if applied.is_empty() && names == ["_sqlx_migrations"] {
+            return Ok(());
+        }
+        let ours = MIGRATOR.iter().next().is_some_and(|first| {
+            applied.iter().any(|(version, checksum)| {
+                *version == first.version && *checksum == *first.checksum
+            })
+        });
+        if ours {
+            return Ok(());
+        }
+    }
+    const SHOWN: usize = 8;
+    let mut shown = names
+        .iter()
+        .take(SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if names.len() > SHOWN {
+        shown.push_str(&format!(", … ({} tables)", names.len()));
+    }
+    Err(DbError::Other(format!(
+        "this file is not an agent-memory store: it holds other tables ({shown}) and not this \
+         crate's schema; refusing to modify it (nothing was changed)"
+    )))
 }
 
 /// Drops change-log rows more than [`KEEP_CHANGES`] behind the newest and raises the floor.
@@ -1097,4 +1380,82 @@ fn json_ids(ids: &[i64]) -> String {
 fn json_strings(items: &[String]) -> String {
     // Serializing a list of strings cannot fail.
     serde_json::to_string(items).unwrap_or_else(|_| "[]".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn memory(content: &str) -> NewMemory {
+        NewMemory {
+            content: content.to_owned(),
+            context: String::new(),
+            tags: vec![Tag::from(content)],
+        }
+    }
+
+    #[tokio::test]
+    async fn merges_skip_entries_deleted_after_planning() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("m.db");
+        let store = SqliteBackend::open(&path).await.expect("open");
+        let other = SqliteBackend::open(&path).await.expect("open");
+        let ids = store
+            .store_batch(vec![
+                memory("the same fact"),
+                memory("the same fact"),
+                memory("the same fact"),
+                memory("another fact"),
+                memory("another fact"),
+                memory("a third fact"),
+                memory("a third fact"),
+            ])
+            .await
+            .expect("store");
+        let plan = store.plan_merges(1.0, None).await.expect("plan");
+        let n = |i: usize| parse_id(&ids[i]).expect("id");
+        assert_eq!(
+            plan,
+            [
+                MergeGroup {
+                    keeper: n(0),
+                    absorbed: vec![n(1), n(2)]
+                },
+                MergeGroup {
+                    keeper: n(3),
+                    absorbed: vec![n(4)]
+                },
+                MergeGroup {
+                    keeper: n(5),
+                    absorbed: vec![n(6)]
+                },
+            ]
+        );
+        // Meanwhile another handle deletes a keeper and an absorbed entry.
+        assert!(other.delete(&ids[0]).await.expect("delete"));
+        assert!(other.delete(&ids[4]).await.expect("delete"));
+        let merged = write_tx!(store, "applying", |conn| {
+            apply_merges(&mut *conn, &plan).await?
+        })
+        .expect("apply");
+        // Only the untouched group merged; nothing failed, nothing came back.
+        assert_eq!(merged, 1);
+        let left: Vec<MemoryId> = store
+            .recent(10)
+            .await
+            .expect("recent")
+            .into_iter()
+            .map(|e| e.id)
+            .collect();
+        assert_eq!(
+            left,
+            [
+                ids[5].clone(),
+                ids[3].clone(),
+                ids[2].clone(),
+                ids[1].clone()
+            ]
+        );
+        assert_eq!(store.integrity_check().await.expect("integrity"), "ok");
+    }
 }
