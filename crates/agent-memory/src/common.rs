@@ -2,13 +2,8 @@
 //! things.
 
 use agent_op::{
-    EmbeddingError, EmbeddingProvider, MemoryError, MemoryId, NewMemory, ScoredMemory, Tag,
-    check_embedding,
+    EmbeddingError, EmbeddingProvider, MemoryError, MemoryId, NewMemory, Tag, check_embedding,
 };
-
-/// A hit of [`MemoryBackend::search_candidates`](agent_op::MemoryBackend::search_candidates):
-/// the hit and its cosine similarity to the query.
-pub(crate) type Candidate = (ScoredMemory, Option<f32>);
 
 /// The largest `content` or `context` accepted, in bytes (8 MiB). Larger texts are refused
 /// with [`MemoryError::InvalidInput`].

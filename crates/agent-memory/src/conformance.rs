@@ -330,20 +330,22 @@ pub async fn candidates_are_recalled_only_when_recorded(factory: &impl Factory) 
     clock.advance(Duration::from_secs(60));
     let candidates = ok(b.search_candidates(FACTS[1], 3).await, "search_candidates");
     assert!(!candidates.is_empty() && candidates.len() <= 3);
-    let (first, similarity) = &candidates[0];
-    assert_eq!(first.entry.id, ids[1], "the exact text comes first");
-    let similarity = similarity.unwrap_or_else(|| panic!("no similarity for the exact text"));
+    let first = &candidates[0];
+    assert_eq!(first.hit.entry.id, ids[1], "the exact text comes first");
+    let similarity = first
+        .similarity
+        .unwrap_or_else(|| panic!("no similarity for the exact text"));
     assert!(
         similarity > 0.999 && similarity <= 1.0,
         "exact text similarity {similarity}"
     );
-    for (hit, similarity) in &candidates {
+    for c in &candidates {
         assert_eq!(
-            hit.entry.access_count, 0,
+            c.hit.entry.access_count, 0,
             "search_candidates recorded a recall"
         );
-        if let Some(s) = similarity {
-            assert!((-1.0..=1.0).contains(s), "similarity {s}");
+        if let Some(s) = c.similarity {
+            assert!((-1.0..=1.0).contains(&s), "similarity {s}");
         }
     }
     for id in &ids {
@@ -356,7 +358,7 @@ pub async fn candidates_are_recalled_only_when_recorded(factory: &impl Factory) 
         search.iter().map(|h| &h.entry.id).collect::<Vec<_>>(),
         candidates
             .iter()
-            .map(|(h, _)| &h.entry.id)
+            .map(|c| &c.hit.entry.id)
             .collect::<Vec<_>>(),
         "search_candidates returns what search does"
     );

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use agent_op::{MemoryBackend, MemoryEntry, MemoryError, MemoryId, Timestamp};
+use agent_op::{Candidate, MemoryBackend, MemoryEntry, MemoryError, MemoryId, Timestamp};
 
 /// How [`build_context`] picks and ranks memories.
 ///
@@ -187,7 +187,7 @@ pub async fn build_context_at(
     let half_life = window.recency_half_life.as_secs_f64();
     let mut ranked: Vec<ContextEntry> = candidates
         .into_iter()
-        .filter_map(|(hit, similarity)| {
+        .filter_map(|Candidate { hit, similarity }| {
             let similarity = similarity.unwrap_or(hit.score);
             if similarity < window.similarity_threshold {
                 return None;

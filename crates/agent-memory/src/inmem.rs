@@ -5,14 +5,14 @@ use std::fmt;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use agent_op::{
-    BoxFuture, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError, MemoryId, NewMemory,
-    PrunePolicy, PruneReport, ScoredMemory, Tag,
+    BoxFuture, Candidate, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
+    NewMemory, PrunePolicy, PruneReport, ScoredMemory, Tag,
 };
 
 use crate::clock::{Clock, SystemClock, age_cutoff, from_micros, now_micros};
 use crate::common::{
-    Candidate, check_embedder, cpu, embed_batch_checked, embed_checked, format_id, normalize_tags,
-    parse_id, validate_new, validate_query,
+    check_embedder, cpu, embed_batch_checked, embed_checked, format_id, normalize_tags, parse_id,
+    validate_new, validate_query,
 };
 use crate::embed::HashingEmbedder;
 use crate::prune::{MergeGroup, MergeSet, validate};
@@ -350,7 +350,10 @@ impl InMemoryBackend {
                     score: hit.score,
                 };
                 // The score is the cosine similarity.
-                Some((scored, Some(hit.score)))
+                Some(Candidate {
+                    hit: scored,
+                    similarity: Some(hit.score),
+                })
             })
             .collect())
     }

@@ -339,7 +339,7 @@ async fn only_the_chosen_entries_count_as_recalled() {
             .expect("candidates");
         let passing = candidates
             .iter()
-            .filter(|(_, s)| s.is_some_and(|s| s >= 0.18))
+            .filter(|c| c.similarity.is_some_and(|s| s >= 0.18))
             .count();
         assert!(
             passing >= 2 && passing < candidates.len(),
@@ -347,7 +347,7 @@ async fn only_the_chosen_entries_count_as_recalled() {
             candidates.len(),
             candidates
                 .iter()
-                .map(|(h, s)| (h.entry.content.as_str(), *s))
+                .map(|c| (c.hit.entry.content.as_str(), c.similarity))
                 .collect::<Vec<_>>()
         );
         let window = ContextWindow {

@@ -113,7 +113,7 @@ async fn vectors_of_any_finite_scale_are_found() {
                 .search_candidates(vector_only, 3)
                 .await
                 .expect("search_candidates");
-            let similarity = candidates.first().and_then(|c| c.1);
+            let similarity = candidates.first().and_then(|c| c.similarity);
             assert!(
                 similarity.is_some_and(|s| s > 0.9999 && s <= 1.0),
                 "{name}, scale {scale:e}: similarity {similarity:?}"
@@ -172,7 +172,7 @@ async fn scores_stay_within_zero_and_one() {
                     hit.entry.content
                 );
             }
-            for (hit, similarity) in backend
+            for agent_op::Candidate { hit, similarity } in backend
                 .search_candidates(text, 5)
                 .await
                 .expect("candidates")

@@ -469,9 +469,9 @@ async fn corrupt_vectors_are_skipped_and_reported() {
         .search_candidates("alpha particles decay quickly", 3)
         .await
         .expect("candidates");
-    assert_eq!(candidates[0].0.entry.id, short);
+    assert_eq!(candidates[0].hit.entry.id, short);
     assert_eq!(
-        candidates[0].1, None,
+        candidates[0].similarity, None,
         "no similarity without a usable vector"
     );
     let hits = store

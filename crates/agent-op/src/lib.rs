@@ -63,8 +63,9 @@ pub use budget::{Budget, Exhausted, Resource, TimedOut};
 pub use cost::MicroUsd;
 pub use future::BoxFuture;
 pub use memory::{
-    EmbeddingError, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
-    NewMemory, PrunePolicy, PruneReport, ScoredMemory, Tag, check_embedding, content_hash,
+    Candidate, EmbeddingError, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError,
+    MemoryId, NewMemory, PrunePolicy, PruneReport, ScoredMemory, Tag, check_embedding,
+    content_hash,
 };
 pub use merge::Merge;
 pub use message::{

@@ -93,6 +93,17 @@ pub struct ScoredMemory {
     pub score: f32,
 }
 
+/// A hit of [`MemoryBackend::search_candidates`]: what [`MemoryBackend::search`] would
+/// return, with the cosine similarity of the query's and the entry's embeddings.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Candidate {
+    /// The hit, scored as `search` scores it.
+    pub hit: ScoredMemory,
+    /// The cosine similarity of the query's and the entry's embeddings, in [-1, 1]; 0 when
+    /// either is all-zero; `None` when the backend cannot tell.
+    pub similarity: Option<f32>,
+}
+
 /// What [`MemoryBackend::prune`] removes. Every rule that is set applies.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PrunePolicy {
@@ -156,24 +167,27 @@ pub trait MemoryBackend: Send + Sync {
 
     /// Search hits for a caller that picks among them itself (a prompt-context builder, for
     /// example): the hits [`search`](MemoryBackend::search) would return, in the same order
-    /// and with the same scores, each paired with the cosine similarity of the query's and the
-    /// entry's embeddings (in [-1, 1]; 0 when either is all-zero; `None` when the backend
-    /// cannot tell) — and **without** recording a recall. Call
+    /// and with the same scores, each with the cosine similarity of the query's and the
+    /// entry's embeddings ([`Candidate`]) — and **without** recording a recall. Call
     /// [`record_access`](MemoryBackend::record_access) for the entries actually used.
     ///
     /// The default calls `search`, so it records a recall of every hit and reports no
     /// similarity; the default `record_access` then records nothing more. Backends override
     /// both methods or neither.
-    // A pair rather than a new struct keeps this addition to the trait self-contained.
-    #[allow(clippy::type_complexity)]
     fn search_candidates<'a>(
         &'a self,
         query: &'a str,
         k: usize,
-    ) -> BoxFuture<'a, Result<Vec<(ScoredMemory, Option<f32>)>, MemoryError>> {
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, MemoryError>> {
         Box::pin(async move {
             let hits = self.search(query, k).await?;
-            Ok(hits.into_iter().map(|hit| (hit, None)).collect())
+            Ok(hits
+                .into_iter()
+                .map(|hit| Candidate {
+                    hit,
+                    similarity: None,
+                })
+                .collect())
         })
     }
 

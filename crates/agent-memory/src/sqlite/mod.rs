@@ -13,8 +13,8 @@ use std::sync::{Arc, OnceLock, RwLock};
 use std::time::Duration;
 
 use agent_op::{
-    BoxFuture, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError, MemoryId, NewMemory,
-    PrunePolicy, PruneReport, ScoredMemory, Tag,
+    BoxFuture, Candidate, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
+    NewMemory, PrunePolicy, PruneReport, ScoredMemory, Tag,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
@@ -27,8 +27,8 @@ use self::cache::{VectorCache, read_cache};
 use self::retry::{Backoff, DbError, read_tx, write_tx};
 use crate::clock::{Clock, SystemClock, age_cutoff, from_micros, now_micros};
 use crate::common::{
-    Candidate, check_embedder, cpu, embed_batch_checked, embed_checked, format_id, normalize_tags,
-    parse_id, validate_new, validate_query,
+    check_embedder, cpu, embed_batch_checked, embed_checked, format_id, normalize_tags, parse_id,
+    validate_new, validate_query,
 };
 use crate::embed::HashingEmbedder;
 use crate::prune::{MergeGroup, validate};
@@ -594,7 +594,10 @@ impl SqliteBackend {
             .filter_map(|(id, score)| {
                 let entry = by_id.remove(&format_id(id))?;
                 let similarity = cache.similarity(&ranking.query_unit, id);
-                Some((ScoredMemory { entry, score }, similarity))
+                Some(Candidate {
+                    hit: ScoredMemory { entry, score },
+                    similarity,
+                })
             })
             .collect())
     }
