@@ -2,7 +2,7 @@
 //! sequential interpreter would report them, losers are dropped, budgets are shared.
 
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -456,6 +456,49 @@ async fn tools_in_branches_run_concurrently() {
     run(&Config::new().tool(wait), (), program).await.unwrap();
     assert_eq!(start.elapsed(), Duration::from_secs(1));
     assert_eq!(peak.load(Ordering::SeqCst), 8);
+}
+
+#[tokio::test]
+async fn a_long_pure_loop_in_a_branch_starves_neither_its_siblings_nor_other_tasks() {
+    // Branch 0 spins until both its sibling (a tool call) and a task spawned on this
+    // single-threaded runtime have run; without yields it would spin to its cap and fail.
+    const CAP: u64 = 2_000_000;
+    let sibling = Arc::new(AtomicBool::new(false));
+    let task = Arc::new(AtomicBool::new(false));
+    let s = sibling.clone();
+    let mark = FnTool::new("mark", "sets a flag", json!({}), move |_args: Value| {
+        let s = s.clone();
+        async move {
+            s.store(true, Ordering::SeqCst);
+            Ok(Value::Null)
+        }
+    });
+    let (s, t) = (sibling.clone(), task.clone());
+    let steps = Arc::new(AtomicU64::new(0));
+    let counted = steps.clone();
+    let spin: Op<(), Value> = op::loop_fn((), move |()| {
+        let (s, t, counted) = (s.clone(), t.clone(), counted.clone());
+        op::pure(()).and_then(move |()| {
+            let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+            if s.load(Ordering::SeqCst) && t.load(Ordering::SeqCst) {
+                op::pure(std::ops::ControlFlow::Break(json!(n)))
+            } else if n >= CAP {
+                op::fail("spun to the cap: a sibling or another task never ran")
+            } else {
+                op::pure(std::ops::ControlFlow::Continue(()))
+            }
+        })
+    });
+    let t = task.clone();
+    tokio::spawn(async move { t.store(true, Ordering::SeqCst) });
+    let mark_call = op::tool("mark", json!({})).map(|r| r.unwrap_or(Value::Null));
+    let program = op::par(vec![spin, mark_call]);
+    let outcome = run(&Config::new().tool(mark), (), program).await.unwrap();
+    let spun = outcome.value[0].as_u64().unwrap();
+    assert!(
+        spun < 100_000,
+        "the loop ran {spun} steps before the others got a turn"
+    );
 }
 
 // ----------------------------------------------------------------------------------------

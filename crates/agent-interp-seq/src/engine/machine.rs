@@ -33,6 +33,10 @@ use crate::error::ErrorKind;
 /// yields to the tokio scheduler).
 const CHECK_EVERY: u32 = 64;
 
+/// How many nodes a machine runs at most between yields to the tokio scheduler, whatever
+/// the task's coop budget says (a multiple of [`CHECK_EVERY`]).
+const YIELD_EVERY: u32 = CHECK_EVERY * 128;
+
 /// How deeply forks may nest. Each level of nesting adds a few frames to the Rust stack of the
 /// task polling the run, so the depth is bounded (with a clear error) rather than left to
 /// overflow a small worker stack.
@@ -324,8 +328,14 @@ where
                 return Err(unwind);
             }
         }
-        // Long pure loops must not starve other tasks (or sibling branches).
+        // Long pure loops must not starve other tasks (or sibling branches). Tokio's task
+        // budget makes the machine yield when its task has done enough; a concurrent
+        // scheduler may poll branches outside that budget (see `Scheduler`), so a machine
+        // also yields on its own every `YIELD_EVERY` nodes.
         tokio::task::coop::consume_budget().await;
+        if self.ticks % YIELD_EVERY == 0 {
+            tokio::task::yield_now().await;
+        }
         Ok(())
     }
 
