@@ -14,10 +14,27 @@ use agent_op::{Candidate, MemoryBackend, MemoryEntry, MemoryError, MemoryId, Tim
 ///   [`search_candidates`](agent_op::MemoryBackend::search_candidates) — for both backends
 ///   of this crate. It is a property of the pair, not of the ranking: on
 ///   [`SqliteBackend`](crate::SqliteBackend) an entry found only by keyword gets its true
-///   (possibly low) similarity, not its fused rank score. A backend that reports no
-///   similarity (the trait's default) is ranked by its search score instead;
+///   (possibly low) similarity, not its fused rank score;
 /// - `recency` is `0.5 ^ (age / recency_half_life)`, where `age` is the time since the entry
 ///   was *created*. 1 for a new entry, 0.5 after one half-life.
+///
+/// **Candidates without a similarity** (`Candidate::similarity` is `None`) cannot be checked
+/// against the threshold, and their search score is never taken for a similarity (it is on
+/// the backend's own scale; on `SqliteBackend` a fused *rank* in (0, 1] that any keyword hit
+/// can top). So such a candidate is
+/// - dropped when `similarity_threshold` is positive;
+/// - kept when it is ≤ 0 (the default 0 included: such a threshold only asks to drop
+///   entries pointing away from the query), and ranked with its search score standing in
+///   for the similarity in the blend and in [`ContextEntry::similarity`].
+///
+/// Who reports no similarity: a backend that keeps the trait's default `search_candidates`
+/// reports none for any candidate. With such a backend a window with a positive threshold
+/// therefore builds an empty context, and a threshold ≤ 0 keeps every candidate, ranked by
+/// recency and the backend's search score. [`InMemoryBackend`](crate::InMemoryBackend)
+/// always reports one; [`SqliteBackend`](crate::SqliteBackend) reports one for every entry
+/// with a usable stored vector — only an entry whose vector is damaged
+/// ([`SqliteBackend::corrupt_embeddings`](crate::SqliteBackend::corrupt_embeddings)) has
+/// none.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContextWindow {
     /// The token budget ([`estimate_tokens`] of the rendered lines).
@@ -26,7 +43,9 @@ pub struct ContextWindow {
     pub recency_weight: f32,
     /// Weight of similarity in the score (≥ 0).
     pub semantic_weight: f32,
-    /// Candidates whose similarity (cosine, see above) is below this are dropped.
+    /// Candidates whose similarity (cosine, see above) is below this are dropped; so are
+    /// candidates without a similarity when this is positive (see above). Any finite value;
+    /// at -1 or below no candidate with a similarity is dropped.
     pub similarity_threshold: f32,
     /// The age at which recency is 0.5 (must be positive).
     pub recency_half_life: Duration,
@@ -82,7 +101,9 @@ impl ContextWindow {
 pub struct ContextEntry {
     /// The memory, with its access stats as updated by this recall.
     pub entry: MemoryEntry,
-    /// Its similarity to the query (cosine; see [`ContextWindow`]).
+    /// Its similarity to the query (cosine; see [`ContextWindow`]) — or, for a candidate
+    /// the backend reported no similarity for (kept only under a threshold ≤ 0), its
+    /// `search_score`, which stood in for the similarity when it was ranked.
     pub similarity: f32,
     /// Its score in the backend's search ranking ([`agent_op::ScoredMemory::score`]: cosine
     /// similarity for [`InMemoryBackend`](crate::InMemoryBackend), the normalized fused rank
@@ -135,8 +156,9 @@ pub fn estimate_tokens(text: &str) -> usize {
 /// The memories to put in a prompt about `query`: asks `backend` for
 /// [`window.candidates`](ContextWindow::candidates) search hits with their similarity to the
 /// query ([`MemoryBackend::search_candidates`]), drops those below the similarity
-/// threshold, ranks the rest by the blended score of [`ContextWindow`] (ties: more similar,
-/// then better search score, then newer, first), and fills
+/// threshold (and those without a similarity if the threshold is positive: see
+/// [`ContextWindow`]), ranks the rest by the blended score of [`ContextWindow`] (ties: more
+/// similar, then better search score, then newer, first), and fills
 /// [`max_tokens`](ContextWindow::max_tokens) greedily in that order — an entry that does not
 /// fit is skipped and smaller ones after it may still fit.
 ///
@@ -188,10 +210,16 @@ pub async fn build_context_at(
     let mut ranked: Vec<ContextEntry> = candidates
         .into_iter()
         .filter_map(|Candidate { hit, similarity }| {
-            let similarity = similarity.unwrap_or(hit.score);
-            if similarity < window.similarity_threshold {
-                return None;
-            }
+            let similarity = match similarity {
+                Some(similarity) if similarity < window.similarity_threshold => return None,
+                Some(similarity) => similarity,
+                // Unknown: it cannot be shown to meet a positive threshold, and the search
+                // score is no similarity (on SQLite a fused rank that any keyword hit can
+                // top), so it never stands in for the threshold test. Under a threshold
+                // ≤ 0 it is kept and only ranks by its search score.
+                None if window.similarity_threshold > 0.0 => return None,
+                None => hit.score,
+            };
             let age = (now - hit.entry.created_at)
                 .to_std()
                 .map_or(0.0, |d| d.as_secs_f64());

@@ -15,7 +15,7 @@ use crate::common::{
     validate_new, validate_query,
 };
 use crate::embed::HashingEmbedder;
-use crate::prune::{MergeGroup, MergeSet, validate};
+use crate::prune::{COPY_CHUNK, MergeGroup, MergeSet, plan_work, validate};
 use crate::vector::{Hit, VectorIndex};
 
 /// Memories held in the process's memory; gone when the last clone is dropped.
@@ -26,7 +26,8 @@ use crate::vector::{Hit, VectorIndex};
 /// similarity ≤ 0 are not returned). Vectors take `5 × dimensions + ~50` bytes each.
 ///
 /// Prune holds the store's lock only to apply its rules: merge planning (O(n²)) works on a
-/// copy of the vectors (`4 × dimensions` bytes per entry while it runs), on Tokio's blocking
+/// copy of the vectors (`4 × dimensions` bytes per entry while it runs, taken a chunk at a
+/// time under the read lock), and both the copy and the planning run on Tokio's blocking
 /// pool when large, so the executor and the other operations go on meanwhile; entries
 /// deleted in the meantime are skipped when the merges are applied. Clones share the same
 /// store. All operations are safe to call from many tasks at once.
@@ -166,16 +167,13 @@ impl State {
         merged
     }
 
-    /// A copy of every entry's id, creation time and vector, for merge planning, oldest
-    /// first (the order planning visits them in, so it reads the copy front to back).
-    fn merge_set(&self, dimensions: usize) -> MergeSet {
-        let mut set = MergeSet::with_capacity(dimensions, self.entries.len());
-        for &(created_at, id) in &self.by_time {
-            if let Some(vector) = self.index.get(id) {
-                set.push(id, created_at, vector);
-            }
-        }
-        set
+    /// Every entry's id and creation time, oldest first (the order merge planning visits
+    /// them in).
+    fn merge_entries(&self) -> Vec<(i64, i64)> {
+        self.by_time
+            .iter()
+            .map(|&(created, id)| (id, created))
+            .collect()
     }
 }
 
@@ -248,6 +246,25 @@ impl InMemoryBackend {
             .state
             .read()
             .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// A copy of the vectors of every entry, for merge planning, oldest first (so planning
+    /// reads the copy front to back). Takes the read lock for [`COPY_CHUNK`] entries at a
+    /// time, so writers wait for one chunk, not the whole O(n · dimensions) copy; entries
+    /// deleted between chunks are left out, entries stored meanwhile are not considered.
+    /// Run it off the async executor when large.
+    fn merge_set(&self) -> MergeSet {
+        let entries = self.read().merge_entries();
+        let mut set = MergeSet::with_capacity(self.shared.dimensions, entries.len());
+        for chunk in entries.chunks(COPY_CHUNK) {
+            let state = self.read();
+            for &(id, created_at) in chunk {
+                if let Some(vector) = state.index.get(id) {
+                    set.push(id, created_at, vector);
+                }
+            }
+        }
+        set
     }
 
     fn write(&self) -> RwLockWriteGuard<'_, State> {
@@ -393,9 +410,11 @@ impl InMemoryBackend {
             }
         }
         if let Some(threshold) = policy.merge_similarity {
-            // Planned on a copy, outside the lock (and off the executor when large).
-            let set = self.read().merge_set(self.shared.dimensions);
-            let groups = cpu(set.work(), move || set.plan(threshold)).await?;
+            // Copied and planned off the executor when large (the copy alone is 150 MB at
+            // 100,000 × 384), and planned outside the lock.
+            let work = plan_work(self.read().entries.len(), self.shared.dimensions);
+            let this = self.clone();
+            let groups = cpu(work, move || this.merge_set().plan(threshold)).await?;
             report.merged += self.write().apply_merges(groups);
         }
         if let Some(max) = policy.max_entries {
@@ -536,6 +555,35 @@ mod tests {
     use super::*;
 
     #[tokio::test]
+    async fn the_merge_copy_spans_its_chunks_whole() {
+        let backend = InMemoryBackend::new();
+        let kinds = ["alpha rays", "beta decay", "gamma bursts"];
+        let n = 2 * COPY_CHUNK + 500;
+        let memories = (0..n)
+            .map(|i| NewMemory {
+                content: kinds[i % 3].to_owned(),
+                context: String::new(),
+                tags: vec![],
+            })
+            .collect();
+        backend.store_batch(memories).await.expect("store");
+        let set = backend.merge_set();
+        assert_eq!(set.len(), n);
+        // Every entry copied once, oldest first, across the chunk boundaries.
+        let plan = set.plan(1.0);
+        let sizes: Vec<(i64, usize)> = plan.iter().map(|g| (g.keeper, g.absorbed.len())).collect();
+        let per_kind = |k: usize| (n - k).div_ceil(3) - 1;
+        assert_eq!(
+            sizes,
+            [(1, per_kind(0)), (2, per_kind(1)), (3, per_kind(2))]
+        );
+        assert!(
+            plan.iter()
+                .all(|g| g.absorbed.windows(2).all(|w| w[0] < w[1]))
+        );
+    }
+
+    #[tokio::test]
     async fn merges_skip_entries_deleted_after_planning() {
         let backend = InMemoryBackend::new();
         let memory = |content: &str| NewMemory {
@@ -553,7 +601,7 @@ mod tests {
             ])
             .await
             .expect("store");
-        let set = backend.read().merge_set(backend.shared.dimensions);
+        let set = backend.merge_set();
         let plan = set.plan(1.0);
         assert_eq!(plan.len(), 2);
         // Deleted while the plan was made: the keeper of one group, an absorbed entry of

@@ -40,6 +40,18 @@ const PARALLEL_MIN_FLOATS: usize = 1_000_000;
 /// neighbour lists waiting to be applied to `WINDOW × n` indices.
 const WINDOW: usize = 64;
 
+/// Entries whose vectors are copied into a [`MergeSet`] per hold of the store's read lock.
+/// The whole copy is O(n · dimensions) (150 MB for 100,000 × 384): taken in one hold, it
+/// would keep writers (and, on SQLite, the sync before every search) waiting for its whole
+/// duration; 1,024 rows of 384 values take well under a millisecond.
+pub(crate) const COPY_CHUNK: usize = 1024;
+
+/// Upper bound of the floats compared when planning `entries` vectors of `dimensions` (for
+/// [`crate::common::cpu`], before the set is built).
+pub(crate) fn plan_work(entries: usize, dimensions: usize) -> usize {
+    entries.saturating_mul(entries).saturating_mul(dimensions) / 2
+}
+
 /// The entries considered for merging, copied out of the store so planning runs without
 /// holding any lock: ids, creation times and vectors (one flat row-major matrix, normalized
 /// to unit length on the way in).
@@ -91,10 +103,7 @@ impl MergeSet {
 
     /// Upper bound of the floats compared when planning (for [`crate::common::cpu`]).
     pub(crate) fn work(&self) -> usize {
-        self.len()
-            .saturating_mul(self.len())
-            .saturating_mul(self.dimensions)
-            / 2
+        plan_work(self.len(), self.dimensions)
     }
 
     fn row(&self, i: usize) -> &[f32] {

@@ -27,11 +27,15 @@ pub(crate) const MAX_QUERY_TERMS: usize = 64;
 /// one of its tokens: a term spanning several tokens is a phrase of them, which matches the
 /// same text. `unicode61` tokens are runs of letters, digits (and private-use characters),
 /// continuing through combining diacritics (`e` + U+0301 in NFD text, folded away by
-/// `remove_diacritics`). So terms are runs of grapheme clusters that start with a letter,
+/// `remove_diacritics`). So terms are runs of grapheme clusters that contain a letter,
 /// digit or private-use character — a cluster keeps its combining marks — and are split at
 /// every other cluster. (Splitting at the marks, as a plain test of each character would,
 /// turned the NFD `re\u{301}sume\u{301}` into `re` and `sume`, which match nothing;
 /// [`tokenize`]'s word boundaries would instead cut `東京`, one `unicode61` token, in two.)
+/// Any character of the cluster counts, not just its first: a cluster can start with a
+/// Prepend character such as U+0600 (a `unicode61` separator) before a digit, and dropping
+/// it whole would cut into the token it starts (`\u{600}123` gave `23`, which does not
+/// match `123`). The separator kept in the term is harmless: FTS5 splits it off again.
 pub(crate) fn fts_terms(query: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
     let mut run = String::new();
@@ -39,7 +43,7 @@ pub(crate) fn fts_terms(query: &str) -> Vec<String> {
     loop {
         let cluster = clusters.next();
         if let Some(c) = cluster {
-            if c.chars().next().is_some_and(starts_token) {
+            if c.chars().any(is_token_char) {
                 run.push_str(c);
                 continue;
             }
@@ -61,10 +65,10 @@ pub(crate) fn fts_terms(query: &str) -> Vec<String> {
     terms
 }
 
-/// Whether `c` can start an FTS5 `unicode61` token: a letter or digit (Rust's alphanumeric,
+/// Whether `c` is part of an FTS5 `unicode61` token: a letter or digit (Rust's alphanumeric,
 /// a superset of the tokenizer's `L*` and `N*` categories) or a private-use character
 /// (`Co`).
-fn starts_token(c: char) -> bool {
+fn is_token_char(c: char) -> bool {
     c.is_alphanumeric()
         || matches!(c, '\u{e000}'..='\u{f8ff}' | '\u{f0000}'..='\u{ffffd}' | '\u{100000}'..='\u{10fffd}')
 }
@@ -141,6 +145,12 @@ mod tests {
         // A mark after a separator does not start a term.
         assert_eq!(fts_terms("\"\u{301}x"), ["x"]);
         assert_eq!(fts_terms("\u{e000}\u{e001}"), ["\u{e000}\u{e001}"]);
+        // A cluster that starts with a Prepend character (U+0600, a separator to FTS5)
+        // before a digit: the digit's token is kept whole, not cut to `23`.
+        assert_eq!(fts_terms("\u{600}123"), ["\u{600}123"]);
+        assert_eq!(fts_terms("x \u{600}123 y"), ["x", "\u{600}123", "y"]);
+        // A Prepend character before a separator is a separator.
+        assert_eq!(fts_terms("a\u{600} b"), ["a", "b"]);
     }
 
     #[test]

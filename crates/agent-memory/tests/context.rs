@@ -7,7 +7,10 @@ use agent_memory::{
     Clock, ContextWindow, InMemoryBackend, ManualClock, SqliteBackend, build_context,
     build_context_at, estimate_tokens,
 };
-use agent_op::{MemoryBackend, MemoryError, NewMemory};
+use agent_op::{
+    BoxFuture, MemoryBackend, MemoryEntry, MemoryError, MemoryId, NewMemory, PrunePolicy,
+    PruneReport, ScoredMemory, Tag,
+};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
 
@@ -377,4 +380,149 @@ async fn only_the_chosen_entries_count_as_recalled() {
             }
         }
     }
+}
+
+#[tokio::test]
+async fn entries_without_a_usable_vector_never_pass_a_positive_threshold() {
+    use sqlx::Connection;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let sqlite = SqliteBackend::open(&path).await.expect("open");
+    let damaged = sqlite
+        .store(memory("alpha particles decay quickly"))
+        .await
+        .expect("store");
+    store(&sqlite, "gamma rays pass through walls").await;
+    sqlite.close().await;
+    // Damage from outside: a vector of the wrong size.
+    let mut conn = sqlx::SqliteConnection::connect_with(
+        &sqlx::sqlite::SqliteConnectOptions::new().filename(&path),
+    )
+    .await
+    .expect("raw connection");
+    sqlx::query("UPDATE embeddings SET vector = x'0000' WHERE entry_id = ?1")
+        .bind(damaged.0.parse::<i64>().expect("id"))
+        .execute(&mut conn)
+        .await
+        .expect("damage");
+    conn.close().await.expect("close");
+    let sqlite = SqliteBackend::open(&path).await.expect("open");
+    let query = "alpha particles decay quickly";
+    // Found by keyword only: a fused rank score of 0.5, which used to stand in for the
+    // similarity and pass the threshold.
+    let candidates = sqlite
+        .search_candidates(query, 10)
+        .await
+        .expect("candidates");
+    assert_eq!(candidates[0].hit.entry.id, damaged);
+    assert_eq!(candidates[0].similarity, None);
+    assert!(candidates[0].hit.score >= 0.3, "{candidates:?}");
+    let strict = ContextWindow {
+        similarity_threshold: 0.3,
+        ..ContextWindow::new(200)
+    };
+    let built = build_context(&sqlite, &strict, query)
+        .await
+        .expect("context");
+    assert!(
+        built.entries.iter().all(|e| e.entry.id != damaged),
+        "{:?}",
+        built.entries
+    );
+    // A threshold ≤ 0 keeps it, ranked with its search score in place of the similarity.
+    let built = build_context(&sqlite, &ContextWindow::new(200), query)
+        .await
+        .expect("context");
+    let kept = built
+        .entries
+        .iter()
+        .find(|e| e.entry.id == damaged)
+        .expect("kept under the default threshold");
+    assert_eq!(kept.similarity, kept.search_score);
+}
+
+/// A backend that keeps the trait's default `search_candidates` and `record_access`: it
+/// reports no similarity for any candidate.
+struct DefaultCandidates(InMemoryBackend);
+
+impl MemoryBackend for DefaultCandidates {
+    fn store(&self, memory: NewMemory) -> BoxFuture<'_, Result<MemoryId, MemoryError>> {
+        self.0.store(memory)
+    }
+    fn search<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+    ) -> BoxFuture<'a, Result<Vec<ScoredMemory>, MemoryError>> {
+        self.0.search(query, k)
+    }
+    fn recent(&self, n: usize) -> BoxFuture<'_, Result<Vec<MemoryEntry>, MemoryError>> {
+        self.0.recent(n)
+    }
+    fn by_tags<'a>(
+        &'a self,
+        tags: &'a [Tag],
+    ) -> BoxFuture<'a, Result<Vec<MemoryEntry>, MemoryError>> {
+        self.0.by_tags(tags)
+    }
+    fn prune<'a>(
+        &'a self,
+        policy: &'a PrunePolicy,
+    ) -> BoxFuture<'a, Result<PruneReport, MemoryError>> {
+        self.0.prune(policy)
+    }
+    fn delete<'a>(&'a self, id: &'a MemoryId) -> BoxFuture<'a, Result<bool, MemoryError>> {
+        self.0.delete(id)
+    }
+    fn get<'a>(
+        &'a self,
+        id: &'a MemoryId,
+    ) -> BoxFuture<'a, Result<Option<MemoryEntry>, MemoryError>> {
+        self.0.get(id)
+    }
+    fn count(&self) -> BoxFuture<'_, Result<u64, MemoryError>> {
+        self.0.count()
+    }
+}
+
+#[tokio::test]
+async fn a_backend_without_similarities_works_with_a_threshold_of_at_most_zero() {
+    let clock = ManualClock::at_unix_seconds(1_700_000_000);
+    let memory = DefaultCandidates(backend(&clock));
+    for fact in [
+        "The staging deploy needs the VPN",
+        "Deploy windows are Tuesday and Thursday",
+        "Bananas are rich in potassium",
+    ] {
+        store(&memory, fact).await;
+    }
+    let query = "staging deploy VPN";
+    // The default window (threshold 0): every hit, ranked with its search score in place
+    // of the similarity.
+    let window = ContextWindow {
+        recency_weight: 0.0,
+        ..ContextWindow::new(1000)
+    };
+    let built = build_context_at(&memory, &window, query, clock.now())
+        .await
+        .expect("context");
+    assert_eq!(built.entries.len(), 2, "{:?}", built.entries);
+    assert_eq!(
+        built.entries[0].entry.content,
+        "The staging deploy needs the VPN"
+    );
+    for e in &built.entries {
+        assert_eq!(e.similarity, e.search_score);
+        assert!((e.score - 0.7 * e.search_score).abs() < 1e-6);
+    }
+    // A positive threshold cannot be checked without similarities: nothing passes, and
+    // nothing more is recalled than the default search already recorded.
+    let strict = ContextWindow {
+        similarity_threshold: 0.1,
+        ..window
+    };
+    let built = build_context_at(&memory, &strict, query, clock.now())
+        .await
+        .expect("context");
+    assert!(built.entries.is_empty(), "{:?}", built.entries);
 }

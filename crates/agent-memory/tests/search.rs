@@ -238,4 +238,17 @@ async fn keyword_search_matches_decomposed_text() {
         found(store.search("東京タワー", 5).await.expect("search")),
         [tokyo]
     );
+    // U+0600 (a Prepend character) joins the grapheme cluster of the digit after it; the
+    // term must still hold the whole token `123`, not `23`.
+    let invoice = store
+        .store(memory("invoice 123 was paid"))
+        .await
+        .expect("store");
+    for query in ["\u{600}123", "paid \u{600}123"] {
+        assert_eq!(
+            found(store.search(query, 5).await.expect("search")),
+            std::slice::from_ref(&invoice),
+            "{query:?}"
+        );
+    }
 }

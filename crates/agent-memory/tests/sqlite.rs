@@ -730,3 +730,28 @@ async fn ids_are_never_reused() {
         "a refused batch stores nothing"
     );
 }
+
+#[tokio::test]
+async fn record_access_takes_long_id_lists_in_linear_time() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteBackend::open(dir.path().join("m.db"))
+        .await
+        .expect("open");
+    let a = store.store(memory("first", &[])).await.expect("store");
+    let b = store.store(memory("second", &[])).await.expect("store");
+    // 200,000 distinct ids (almost all unknown), each real one listed twice. Deduplicating
+    // with `Vec::contains` took quadratic time: minutes for this list.
+    let mut ids: Vec<MemoryId> = vec![b.clone(), a.clone()];
+    ids.extend((1_000..201_000).map(|n| MemoryId(n.to_string())));
+    ids.extend([a.clone(), b.clone()]);
+    let started = std::time::Instant::now();
+    let recalled = store.record_access(&ids).await.expect("record");
+    let took = started.elapsed();
+    let got: Vec<(&MemoryId, u64)> = recalled.iter().map(|e| (&e.id, e.access_count)).collect();
+    assert_eq!(
+        got,
+        [(&b, 1), (&a, 1)],
+        "in the order of the list, each once"
+    );
+    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+}

@@ -19,7 +19,7 @@ use sqlx::SqliteConnection;
 
 use super::META_CHANGES_FLOOR;
 use super::retry::DbError;
-use crate::prune::MergeSet;
+use crate::prune::{COPY_CHUNK, MergeSet};
 use crate::vector::{Hit, VectorIndex, cosine, from_blob};
 
 /// Unit vectors of every entry, as of change-log position `cursor`.
@@ -59,18 +59,25 @@ impl VectorCache {
     pub(crate) fn corrupt(&self) -> Vec<i64> {
         self.corrupt.iter().copied().collect()
     }
+}
 
-    /// A copy of the vectors of `entries` (id, creation time) that have one, for merge
-    /// planning.
-    pub(crate) fn merge_set(&self, entries: &[(i64, i64)]) -> MergeSet {
-        let mut set = MergeSet::with_capacity(self.dimensions, entries.len());
-        for (id, created_at) in entries {
-            if let Some(vector) = self.index.get(*id) {
+/// A copy of the vectors `cache` holds for `entries` (id, creation time), in that order, for
+/// merge planning. Takes the read lock for [`COPY_CHUNK`] entries at a time, so a sync
+/// waiting to update the copy is held up for one chunk, not the whole copy; an entry removed
+/// between chunks (deleted) is left out. Run it off the async executor when large: it is
+/// O(entries × dimensions).
+pub(crate) fn merge_set(cache: &RwLock<VectorCache>, entries: &[(i64, i64)]) -> MergeSet {
+    let dimensions = read_cache(cache).dimensions;
+    let mut set = MergeSet::with_capacity(dimensions, entries.len());
+    for chunk in entries.chunks(COPY_CHUNK) {
+        let copy = read_cache(cache);
+        for (id, created_at) in chunk {
+            if let Some(vector) = copy.index.get(*id) {
                 set.push(*id, *created_at, vector);
             }
         }
-        set
     }
+    set
 }
 
 pub(crate) fn read_cache(cache: &RwLock<VectorCache>) -> RwLockReadGuard<'_, VectorCache> {

@@ -6,7 +6,7 @@
 mod cache;
 pub(crate) mod retry;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -31,10 +31,10 @@ use crate::common::{
     validate_new, validate_query,
 };
 use crate::embed::HashingEmbedder;
-use crate::prune::{MergeGroup, validate};
+use crate::prune::{MergeGroup, plan_work, validate};
 use crate::rank::fuse;
 use crate::text::{fts_match, fts_terms};
-use crate::vector::{to_blob, unit};
+use crate::vector::{cosine, to_blob, unit};
 
 /// The schema migrations, embedded from `crates/agent-memory/migrations`.
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
@@ -575,7 +575,9 @@ impl SqliteBackend {
             return Ok(Vec::new());
         }
         let ids_json = json_ids(&ranking.fused.iter().map(|(id, _)| *id).collect::<Vec<_>>());
-        let found = read_tx!(self, "reading search candidates", |conn| {
+        let (cache, dimensions) = (&self.inner.cache, self.inner.dimensions);
+        let query_unit = &ranking.query_unit;
+        let (found, mut similarities) = read_tx!(self, "reading search candidates", |conn| {
             let rows: Vec<EntryRow> = sqlx::query_as(
                 "SELECT id, content, context, created_at, accessed_at, access_count \
                  FROM entries WHERE id IN (SELECT value FROM json_each(?1))",
@@ -583,20 +585,21 @@ impl SqliteBackend {
             .bind(&ids_json)
             .fetch_all(&mut *conn)
             .await?;
-            with_tags(&mut *conn, rows).await?
+            let ids: Vec<i64> = rows.iter().map(|row| row.0).collect();
+            let similarities =
+                candidate_similarities(&mut *conn, cache, dimensions, query_unit, &ids).await?;
+            (with_tags(&mut *conn, rows).await?, similarities)
         })?;
         let mut by_id: HashMap<MemoryId, MemoryEntry> =
             found.into_iter().map(|e| (e.id.clone(), e)).collect();
-        let cache = read_cache(&self.inner.cache);
         Ok(ranking
             .fused
             .into_iter()
             .filter_map(|(id, score)| {
                 let entry = by_id.remove(&format_id(id))?;
-                let similarity = cache.similarity(&ranking.query_unit, id);
                 Some(Candidate {
                     hit: ScoredMemory { entry, score },
-                    similarity,
+                    similarity: similarities.remove(&id),
                 })
             })
             .collect())
@@ -629,12 +632,13 @@ impl SqliteBackend {
     }
 
     async fn record_access_inner(&self, ids: &[MemoryId]) -> Result<Vec<MemoryEntry>, MemoryError> {
-        let mut rows: Vec<i64> = Vec::with_capacity(ids.len());
-        for n in ids.iter().filter_map(parse_id) {
-            if !rows.contains(&n) {
-                rows.push(n);
-            }
-        }
+        // A set, not `Vec::contains`: the list is the caller's, of any length.
+        let mut seen = HashSet::with_capacity(ids.len());
+        let rows: Vec<i64> = ids
+            .iter()
+            .filter_map(parse_id)
+            .filter(|n| seen.insert(*n))
+            .collect();
         if rows.is_empty() {
             return Ok(Vec::new());
         }
@@ -771,14 +775,16 @@ impl SqliteBackend {
 
     /// Plans the merge rule on a read snapshot: the entries the age rule (`cutoff`) keeps,
     /// with the vectors of this handle's copy (brought up to date in the same snapshot).
-    /// Holds no lock while comparing; runs on the blocking pool when large.
+    /// Copying the vectors (O(n · dimensions)) and comparing them (O(n²)) both run on the
+    /// blocking pool when large, holding the copy's lock only a chunk at a time while copying
+    /// and no lock while comparing.
     async fn plan_merges(
         &self,
         threshold: f32,
         cutoff: Option<i64>,
     ) -> Result<Vec<MergeGroup>, MemoryError> {
         let cache = &self.inner.cache;
-        let set = read_tx!(self, "planning merges", |conn| {
+        let entries = read_tx!(self, "planning merges", |conn| {
             cache::sync(&mut *conn, cache).await?;
             let rows: Vec<(i64, i64)> =
                 // Oldest first: the order planning visits them in.
@@ -789,9 +795,20 @@ impl SqliteBackend {
                     .bind(cutoff.unwrap_or(i64::MIN))
                     .fetch_all(&mut *conn)
                     .await?;
-            read_cache(cache).merge_set(&rows)
+            rows
         })?;
-        cpu(set.work(), move || set.plan(threshold)).await
+        // The copy is read after the transaction, and other tasks may sync it meanwhile;
+        // it still holds the snapshot's vector of every entry listed that was not deleted
+        // since. The copy was synced in the snapshot, so it had them all; later syncs only
+        // add entries (not listed, so ignored), drop deleted ones (planning without them is
+        // what applying the plan would do anyway: it skips merges of deleted entries), or
+        // reload the same vectors — a stored vector never changes and ids are never reused.
+        let cache = Arc::clone(cache);
+        let work = plan_work(entries.len(), self.inner.dimensions);
+        cpu(work, move || {
+            cache::merge_set(&cache, &entries).plan(threshold)
+        })
+        .await
     }
 }
 
@@ -858,9 +875,10 @@ impl MemoryBackend for SqliteBackend {
     }
 
     /// The hits of [`search`](MemoryBackend::search) (same order, same fused scores),
-    /// unrecorded, each with the cosine similarity of the query's vector and the entry's
-    /// (`None` for an entry whose stored vector is unusable, see
-    /// [`SqliteBackend::corrupt_embeddings`]).
+    /// unrecorded, each with the cosine similarity of the query's vector and the entry's:
+    /// from the vector copy, or read from the file for an entry the copy does not hold yet
+    /// (stored by another handle while the search ran). `None` only for an entry whose
+    /// stored vector is unusable (see [`SqliteBackend::corrupt_embeddings`]).
     fn search_candidates<'a>(
         &'a self,
         query: &'a str,
@@ -1084,6 +1102,55 @@ async fn with_tags(
             },
         )
         .collect())
+}
+
+/// The cosine similarity of the unit vector `query` and the vector of each of `ids` that has
+/// a usable one. `conn` must be in the read transaction the ids were read in.
+///
+/// Most come from the vector copy. An id the copy lacks — stored by another handle after the
+/// copy was last synced (the keyword search reads a newer snapshot than the sync), or
+/// removed from it by a later sync — has its vector read from `conn`'s snapshot and decoded
+/// here, so a usable vector is never missed. Taking some from the copy and some from the
+/// file is consistent because a stored vector never changes and ids are never reused. Ids
+/// left out have no usable vector (damaged, see [`cache::decode`]).
+async fn candidate_similarities(
+    conn: &mut SqliteConnection,
+    cache: &RwLock<VectorCache>,
+    dimensions: usize,
+    query: &[f32],
+    ids: &[i64],
+) -> Result<HashMap<i64, f32>, DbError> {
+    let mut found = HashMap::with_capacity(ids.len());
+    let mut missing = Vec::new();
+    {
+        // A few dot products: cheap enough to do under the lock on the executor.
+        let copy = read_cache(cache);
+        for &id in ids {
+            match copy.similarity(query, id) {
+                Some(similarity) => {
+                    found.insert(id, similarity);
+                }
+                None => missing.push(id),
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(found);
+    }
+    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT entry_id, CAST(vector AS BLOB) FROM embeddings \
+         WHERE entry_id IN (SELECT value FROM json_each(?1))",
+    )
+    .bind(json_ids(&missing))
+    .fetch_all(&mut *conn)
+    .await?;
+    for (id, blob) in rows {
+        if let Ok(vector) = cache::decode(&blob, dimensions) {
+            // As the copy holds it: scaled to unit length.
+            found.insert(id, cosine(query, &unit(&vector)));
+        }
+    }
+    Ok(found)
 }
 
 /// Applies planned merges inside the prune transaction; returns how many entries were
@@ -1395,6 +1462,89 @@ mod tests {
             context: String::new(),
             tags: vec![Tag::from(content)],
         }
+    }
+
+    #[tokio::test]
+    async fn similarities_of_entries_the_copy_lacks_are_read_from_the_snapshot() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("m.db");
+        let store = SqliteBackend::open(&path).await.expect("open");
+        let other = SqliteBackend::open(&path).await.expect("open");
+        let old = store
+            .store(memory("the deploy key is in the vault"))
+            .await
+            .expect("store");
+        store.sync().await.expect("sync");
+        // Stored by another handle after this handle's copy was synced: the copy lacks it,
+        // as it did when the keyword search (a newer snapshot) found such an entry.
+        let new = other
+            .store(memory("the deploy needs the VPN"))
+            .await
+            .expect("store");
+        let dimensions = store.inner.dimensions;
+        let query = unit(&store.inner.embedder.embed("deploy").await.expect("embed"));
+        let ids = [parse_id(&old).expect("id"), parse_id(&new).expect("id")];
+        assert!(
+            read_cache(&store.inner.cache)
+                .similarity(&query, ids[1])
+                .is_none()
+        );
+        let cache = &store.inner.cache;
+        let read = read_tx!(store, "test", |conn| {
+            candidate_similarities(&mut *conn, cache, dimensions, &query, &ids).await?
+        })
+        .expect("similarities");
+        // The same values the copy gives once it has both.
+        store.sync().await.expect("sync");
+        for id in ids {
+            let want = read_cache(cache)
+                .similarity(&query, id)
+                .expect("in the copy");
+            assert!(want > 0.0);
+            assert_eq!(read.get(&id), Some(&want), "entry {id}");
+        }
+
+        // A damaged vector has no similarity. (An empty copy: both are read from the file.)
+        sqlx::query("UPDATE embeddings SET vector = x'00' WHERE entry_id = ?1")
+            .bind(ids[1])
+            .execute(&mut *store.inner.writer.lock().await.as_mut().expect("open"))
+            .await
+            .expect("damage");
+        let empty = RwLock::new(VectorCache::new(dimensions));
+        let read = read_tx!(store, "test", |conn| {
+            candidate_similarities(&mut *conn, &empty, dimensions, &query, &ids).await?
+        })
+        .expect("similarities");
+        assert!(
+            read.contains_key(&ids[0]) && !read.contains_key(&ids[1]),
+            "{read:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_merge_copy_spans_its_chunks_whole() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let store = SqliteBackend::open(dir.path().join("m.db"))
+            .await
+            .expect("open");
+        let n = 2 * crate::prune::COPY_CHUNK + 500;
+        let ids = store
+            .store_batch((0..n).map(|i| memory(&format!("fact {}", i % 2))).collect())
+            .await
+            .expect("store");
+        store.sync().await.expect("sync");
+        let mut entries: Vec<(i64, i64)> = ids
+            .iter()
+            .map(|id| (parse_id(id).expect("id"), 0))
+            .collect();
+        // An id the copy does not hold (deleted, say), at a chunk boundary, is left out.
+        entries.insert(crate::prune::COPY_CHUNK, (i64::MAX, 0));
+        let set = cache::merge_set(&store.inner.cache, &entries);
+        assert_eq!(set.len(), n);
+        let plan = set.plan(1.0);
+        let n0 = |i: usize| parse_id(&ids[i]).expect("id");
+        let sizes: Vec<(i64, usize)> = plan.iter().map(|g| (g.keeper, g.absorbed.len())).collect();
+        assert_eq!(sizes, [(n0(0), n.div_ceil(2) - 1), (n0(1), n / 2 - 1)]);
     }
 
     #[tokio::test]
