@@ -400,7 +400,7 @@ struct PlanCost {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::vector::unit;
+    use crate::vector::{pseudo_random, unit};
 
     fn set(rows: &[(i64, i64, &[f32])]) -> MergeSet {
         let d = rows.first().map_or(0, |r| r.2.len());
@@ -409,18 +409,6 @@ mod tests {
             set.push(*id, *created, &unit(v));
         }
         set
-    }
-
-    fn pseudo_random(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
     }
 
     #[test]

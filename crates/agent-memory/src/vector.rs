@@ -459,6 +459,20 @@ impl VectorIndex {
     }
 }
 
+/// A deterministic vector of `n` values in [-0.5, 0.5) (xorshift from `seed`), for tests.
+#[cfg(test)]
+pub(crate) fn pseudo_random(seed: u64, n: usize) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,18 +490,6 @@ mod tests {
         all.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
         all.truncate(k);
         all
-    }
-
-    fn pseudo_random(seed: u64, n: usize) -> Vec<f32> {
-        let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                ((s >> 40) as f32 / (1u64 << 24) as f32) - 0.5
-            })
-            .collect()
     }
 
     #[test]
