@@ -24,7 +24,8 @@
 //! Internals: `http` (one configured `reqwest` client per provider: connect and request
 //! timeouts on by default, bounded bodies), `error` (the HTTP → [`ProviderError`] mapping both
 //! clients share; see `docs/PROVIDERS.md` for the table), `secret` (API keys never appear in
-//! `Debug` output, errors or cassettes), `json` (shared wire helpers).
+//! `Debug` output, errors or cassettes), `json` (shared wire helpers), `assemble` (running either stream assembler over a body
+//! in memory).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -48,6 +49,7 @@
 //!
 //! [`ProviderError`]: agent_op::ProviderError
 
+mod assemble;
 pub mod cassette;
 mod error;
 mod http;

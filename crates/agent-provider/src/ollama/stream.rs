@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use agent_op::{Delta, FinishReason, ProviderError, Response, ToolCall, Usage};
 use bytes::Buf;
-use futures_util::{FutureExt, Stream, StreamExt};
+use futures_util::{Stream, StreamExt};
 use serde_json::json;
 
 use super::wire::ChatChunk;
@@ -277,15 +277,7 @@ pub fn assemble_bytes<'a>(
     chunks: impl IntoIterator<Item = &'a [u8]>,
     on_delta: impl FnMut(Delta),
 ) -> Result<Response, ProviderError> {
-    let body = futures_util::stream::iter(chunks.into_iter().map(Ok::<_, ProviderError>));
-    // An in-memory stream is always ready, so the future completes on its first poll.
-    assemble_stream(body, on_delta)
-        .now_or_never()
-        .unwrap_or_else(|| {
-            Err(ProviderError::Other(
-                "an in-memory stream unexpectedly waited".to_owned(),
-            ))
-        })
+    crate::assemble::in_memory(assemble_stream(crate::assemble::body(chunks), on_delta))
 }
 
 /// Feeds `body` to `assembler` until the final object arrived or the body ends.

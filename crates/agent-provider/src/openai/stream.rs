@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_op::{Delta, FinishReason, ProviderError, Response, ToolCall, Usage};
 use bytes::Buf;
-use futures_util::{FutureExt, Stream, StreamExt};
+use futures_util::{Stream, StreamExt};
 use serde::Deserialize;
 use serde_json::Value;
 use sse_stream::SseByteStream;
@@ -366,15 +366,7 @@ pub fn assemble_bytes<'a>(
     chunks: impl IntoIterator<Item = &'a [u8]>,
     on_delta: impl FnMut(Delta),
 ) -> Result<Response, ProviderError> {
-    let body = futures_util::stream::iter(chunks.into_iter().map(Ok::<_, ProviderError>));
-    // An in-memory stream is always ready, so the future completes on its first poll.
-    assemble_stream(body, on_delta)
-        .now_or_never()
-        .unwrap_or_else(|| {
-            Err(ProviderError::Other(
-                "an in-memory stream unexpectedly waited".to_owned(),
-            ))
-        })
+    crate::assemble::in_memory(assemble_stream(crate::assemble::body(chunks), on_delta))
 }
 
 /// Feeds every event of `body` to `assembler`, stopping after `[DONE]`.
@@ -475,6 +467,7 @@ fn sse_failure(err: sse_stream::Error, redactor: &Redactor) -> ProviderError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use futures_util::FutureExt;
     use serde_json::json;
 
     fn push_all(data: &[&str]) -> (Result<Response, ProviderError>, Vec<Delta>) {
