@@ -1,6 +1,8 @@
 //! Input checks and conversions both backends share, so they accept and refuse the same
 //! things.
 
+use std::collections::HashSet;
+
 use agent_op::{
     EmbeddingError, EmbeddingProvider, MemoryError, MemoryId, NewMemory, Tag, check_embedding,
 };
@@ -105,6 +107,16 @@ pub(crate) fn parse_id(id: &MemoryId) -> Option<i64> {
         return None;
     }
     s.parse::<i64>().ok().filter(|n| *n > 0)
+}
+
+/// The row ids of `ids` in order, each once, unknown or malformed ids left out (for
+/// `record_access`). A set, not `Vec::contains`: the list is the caller's, of any length.
+pub(crate) fn distinct_ids(ids: &[MemoryId]) -> Vec<i64> {
+    let mut seen = HashSet::with_capacity(ids.len());
+    ids.iter()
+        .filter_map(parse_id)
+        .filter(|n| seen.insert(*n))
+        .collect()
 }
 
 /// Rows × dimensions above which a scan moves off the async executor.

@@ -11,8 +11,8 @@ use agent_op::{
 
 use crate::clock::{Clock, SystemClock, age_cutoff, from_micros, now_micros};
 use crate::common::{
-    check_embedder, cpu, embed_batch_checked, embed_checked, format_id, normalize_tags, parse_id,
-    validate_new, validate_query,
+    check_embedder, cpu, distinct_ids, embed_batch_checked, embed_checked, format_id,
+    normalize_tags, parse_id, validate_new, validate_query,
 };
 use crate::embed::HashingEmbedder;
 use crate::prune::{COPY_CHUNK, MergeGroup, MergeSet, plan_work, validate};
@@ -377,14 +377,10 @@ impl InMemoryBackend {
 
     fn record_access_now(&self, ids: &[MemoryId]) -> Vec<MemoryEntry> {
         let now = now_micros(self.shared.clock.as_ref());
-        let mut seen = HashSet::with_capacity(ids.len());
+        let rows = distinct_ids(ids);
         let mut state = self.write();
-        ids.iter()
-            .filter_map(|id| {
-                let n = parse_id(id)?;
-                if !seen.insert(n) {
-                    return None;
-                }
+        rows.into_iter()
+            .filter_map(|n| {
                 let stored = state.entries.get_mut(&n)?;
                 stored.record_access(now);
                 Some(stored.entry(n))

@@ -6,7 +6,7 @@
 mod cache;
 pub(crate) mod retry;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -27,8 +27,8 @@ use self::cache::{VectorCache, read_cache};
 use self::retry::{Backoff, DbError, read_tx, write_tx};
 use crate::clock::{Clock, SystemClock, age_cutoff, from_micros, now_micros};
 use crate::common::{
-    check_embedder, cpu, embed_batch_checked, embed_checked, format_id, normalize_tags, parse_id,
-    validate_new, validate_query,
+    check_embedder, cpu, distinct_ids, embed_batch_checked, embed_checked, format_id,
+    normalize_tags, parse_id, validate_new, validate_query,
 };
 use crate::embed::HashingEmbedder;
 use crate::prune::{MergeGroup, plan_work, validate};
@@ -632,13 +632,7 @@ impl SqliteBackend {
     }
 
     async fn record_access_inner(&self, ids: &[MemoryId]) -> Result<Vec<MemoryEntry>, MemoryError> {
-        // A set, not `Vec::contains`: the list is the caller's, of any length.
-        let mut seen = HashSet::with_capacity(ids.len());
-        let rows: Vec<i64> = ids
-            .iter()
-            .filter_map(parse_id)
-            .filter(|n| seen.insert(*n))
-            .collect();
+        let rows = distinct_ids(ids);
         if rows.is_empty() {
             return Ok(Vec::new());
         }
