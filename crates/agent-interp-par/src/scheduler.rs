@@ -1,14 +1,13 @@
 //! [`Concurrent`]: runs the branches of a fork at the same time.
 
-use std::num::NonZeroUsize;
-
-use agent_interp_seq::{BranchFuture, BranchOutcome, Scheduler};
-use agent_op::BoxFuture;
 use std::cell::Cell;
 use std::future::Future;
+use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use agent_interp_seq::{BranchFuture, BranchOutcome, Scheduler};
+use agent_op::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::task::coop::{consume_budget, unconstrained};
 

@@ -330,7 +330,7 @@ where
         }
         // Long pure loops must not starve other tasks (or sibling branches). Tokio's task
         // budget makes the machine yield when its task has done enough; a concurrent
-        // scheduler may poll branches outside that budget (see `Scheduler`), so a machine
+        // scheduler may poll branches outside that budget (agent-interp-par's does), so a machine
         // also yields on its own every `YIELD_EVERY` nodes.
         tokio::task::coop::consume_budget().await;
         if self.ticks % YIELD_EVERY == 0 {
