@@ -9,23 +9,42 @@ mod in_memory {
             .embedder(embedder)
             .clock(clock)
             .build()?;
-        Ok(Fixture::new(backend))
+        // A clone shares the store: the in-memory backend's "second handle".
+        Ok(Fixture::new(backend.clone()).with_second_handle(backend))
     });
 }
 
 mod sqlite {
-    use agent_memory::SqliteBackend;
-    use agent_memory::conformance::Fixture;
-    use agent_op::MemoryError;
+    use std::sync::Arc;
 
-    agent_memory::memory_conformance_tests!(|embedder, clock| async move {
-        let dir = tempfile::tempdir()
-            .map_err(|e| MemoryError::Storage(format!("creating a temp dir: {e}")))?;
-        let backend = SqliteBackend::builder(dir.path().join("memory.db"))
-            .embedder(embedder)
-            .clock(clock)
-            .open()
-            .await?;
-        Ok(Fixture::new(backend).with_guard(dir))
-    });
+    use agent_memory::conformance::Fixture;
+    use agent_memory::{Clock, SqliteBackend};
+    use agent_op::{EmbeddingProvider, MemoryError};
+
+    agent_memory::memory_conformance_tests!(
+        |embedder: Arc<dyn EmbeddingProvider>, clock: Arc<dyn Clock>| async move {
+            let dir = tempfile::tempdir()
+                .map_err(|e| MemoryError::Storage(format!("creating a temp dir: {e}")))?;
+            let path = dir.path().join("memory.db");
+            let backend = SqliteBackend::builder(&path)
+                .embedder(embedder.clone())
+                .clock(clock.clone())
+                .open()
+                .await?;
+            // Its own connections and its own pool: what another process would see.
+            let second = SqliteBackend::builder(&path)
+                .embedder(embedder)
+                .clock(clock)
+                .open()
+                .await?;
+            let checked = backend.clone();
+            Ok(Fixture::new(backend)
+                .with_second_handle(second)
+                .with_integrity_check(move || {
+                    let checked = checked.clone();
+                    async move { checked.integrity_check().await }
+                })
+                .with_guard(dir))
+        }
+    );
 }

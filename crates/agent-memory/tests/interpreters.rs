@@ -155,3 +155,148 @@ async fn backend_errors_fail_the_run_with_the_memory_error() {
         "{err}"
     );
 }
+
+/// Runs `program` under the interpreter named `which` ("seq" or "par").
+async fn run_with<A: Send + 'static>(
+    which: &str,
+    config: &Config,
+    program: Op<(), A>,
+) -> Result<A, agent_interp_seq::RunError> {
+    let outcome = match which {
+        "seq" => agent_interp_seq::run(config, (), program).await?,
+        _ => agent_interp_par::run(config, (), program).await?,
+    };
+    Ok(outcome.value)
+}
+
+/// A `recall` cut off by a short `timeout`, then a `remember`, over and over: each cut-off
+/// recall is dropped part-way, and the store must carry on. (Before `begin_immediate`, the
+/// second iteration's `remember` failed with "non-zero transaction depth", and every later
+/// one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn timed_out_recalls_leave_sqlite_usable_in_both_interpreters() {
+    for which in ["seq", "par"] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("m.db");
+        let backend = SqliteBackend::open(&path).await.expect("open");
+        let config = Config::new().memory(backend.clone());
+        for i in 0..20 {
+            for micros in [1, 100, 400] {
+                let program = op::timeout(
+                    std::time::Duration::from_micros(micros),
+                    op::recall(format!("Fact {i} parser"), 3),
+                )
+                .and_then(move |_| op::remember(long_fact(i), "after a timed-out recall", vec![]));
+                run_with(which, &config, program)
+                    .await
+                    .unwrap_or_else(|e| panic!("{which}: iteration {i} ({micros} µs): {e}"));
+            }
+        }
+        assert_eq!(backend.count().await.expect("count"), 60, "{which}");
+        let other = SqliteBackend::open(&path).await.expect("second handle");
+        other
+            .store(agent_op::NewMemory {
+                content: "from another handle".to_owned(),
+                context: String::new(),
+                tags: vec![],
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{which}: a second handle cannot write: {e}"));
+        assert_eq!(
+            backend.integrity_check().await.expect("integrity check"),
+            "ok"
+        );
+    }
+}
+
+/// A tool that sleeps for `{"micros": n}`: a race opponent that touches no store.
+struct Sleep;
+
+impl agent_op::Tool for Sleep {
+    fn name(&self) -> &str {
+        "sleep"
+    }
+
+    fn description(&self) -> &str {
+        "sleeps"
+    }
+
+    fn parameters(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object"})
+    }
+
+    fn call(
+        &self,
+        args: serde_json::Value,
+    ) -> agent_op::BoxFuture<'_, Result<serde_json::Value, agent_op::ToolError>> {
+        Box::pin(async move {
+            // Yields instead of `tokio::time::sleep`, whose timer rounds up to milliseconds.
+            let until = std::time::Duration::from_micros(args["micros"].as_u64().unwrap_or(0));
+            let started = std::time::Instant::now();
+            while started.elapsed() < until {
+                tokio::task::yield_now().await;
+            }
+            Ok(serde_json::Value::Null)
+        })
+    }
+}
+
+/// A large `remember` racing a sleep that ends at fractions of the remember's own duration:
+/// under the parallel interpreter the remember loses and is dropped at every stage of its
+/// write. The store must take it whole or not at all and stay usable. (The window the sqlx
+/// bug needed is a few microseconds wide, so this rarely met it; the conformance check and
+/// the timeout test above are the ones that failed before the fix.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remember_that_loses_a_race_leaves_sqlite_usable_in_both_interpreters() {
+    let big = "A large memory that takes a while to embed and write. ".repeat(1_000);
+    for which in ["seq", "par"] {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let backend = SqliteBackend::open(dir.path().join("m.db"))
+            .await
+            .expect("open");
+        // How long an uncontested remember of this size takes, once warm.
+        let mut full = 0;
+        for i in 0..3 {
+            let started = std::time::Instant::now();
+            backend
+                .store(agent_op::NewMemory {
+                    content: format!("timing {i} {big}"),
+                    context: String::new(),
+                    tags: vec![],
+                })
+                .await
+                .expect("store");
+            full = started.elapsed().as_micros() as u64;
+        }
+        let config = Config::new().memory(backend.clone()).tool(Sleep);
+        let rounds = 40;
+        for round in 0..rounds {
+            let micros = full * round / rounds;
+            let program = op::race(vec![
+                op::remember(format!("{round} {big}"), "raced", vec![]).map(|_| "remembered"),
+                op::tool("sleep", serde_json::json!({"micros": micros})).map(|_| "slept"),
+            ])
+            .and_then(move |_| op::remember(format!("after race {round}"), "after", vec![]));
+            run_with(which, &config, program)
+                .await
+                .unwrap_or_else(|e| panic!("{which}: round {round} ({micros} µs): {e}"));
+        }
+        let all = backend.recent(usize::MAX).await.expect("recent");
+        let after = all
+            .iter()
+            .filter(|e| e.content.starts_with("after race"))
+            .count();
+        assert_eq!(
+            after, rounds as usize,
+            "{which}: a remember after a race failed"
+        );
+        for entry in &all {
+            let read = backend.get(&entry.id).await.expect("get").expect("listed");
+            assert_eq!(read.content, entry.content, "{which}: half-written entry");
+        }
+        assert_eq!(
+            backend.integrity_check().await.expect("integrity check"),
+            "ok"
+        );
+    }
+}

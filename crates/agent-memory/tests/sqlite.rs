@@ -755,3 +755,81 @@ async fn record_access_takes_long_id_lists_in_linear_time() {
     );
     assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
 }
+
+/// `store_batch`, which only this backend has, put through the conformance suite's
+/// cancellation treatment: dropped after each of its await points in turn and at arbitrary
+/// moments, it leaves the batch all stored or not at all, and both this handle and a second
+/// one working.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_store_batch_leaves_the_store_usable() {
+    use agent_memory::conformance::cancellation::{poll_spaced_then_drop, poll_then_drop};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let backend = SqliteBackend::open(&path).await.expect("open");
+    let second = SqliteBackend::open(&path).await.expect("second handle");
+    let batch = |round: usize| -> Vec<NewMemory> {
+        (0..50)
+            .map(|i| memory(&format!("batch {round} entry {i}"), &["batch"]))
+            .collect()
+    };
+    let check = |round: usize, how: String| {
+        let (backend, second) = (backend.clone(), second.clone());
+        async move {
+            for (name, b) in [("this", &backend), ("a second", &second)] {
+                b.store(memory(&format!("probe {round} {name}"), &[]))
+                    .await
+                    .unwrap_or_else(|e| panic!("{how}: store on {name} handle: {e}"));
+            }
+            let landed = backend
+                .search(&format!("batch {round} entry"), 100)
+                .await
+                .expect("search")
+                .iter()
+                .filter(|h| {
+                    h.entry
+                        .content
+                        .starts_with(&format!("batch {round} entry "))
+                })
+                .count();
+            assert!(
+                landed == 0 || landed == 50,
+                "{how}: {landed} of 50 batch entries landed"
+            );
+            assert_eq!(
+                backend.integrity_check().await.expect("check"),
+                "ok",
+                "{how}"
+            );
+        }
+    };
+    let mut round = 0;
+    for polls in 1.. {
+        round += 1;
+        let done = poll_then_drop(backend.store_batch(batch(round)), polls).await;
+        let check = check(round, format!("dropped after {polls} polls"));
+        tokio::time::timeout(Duration::from_secs(10), check)
+            .await
+            .expect("the store answers");
+        if let Some(result) = done {
+            result.expect("store_batch");
+            break;
+        }
+        assert!(polls < 5_000, "store_batch never completed");
+    }
+    for polls in [1, 2, 3, 5, 8] {
+        for gap in [10, 60, 250, 1_000] {
+            round += 1;
+            let gap = Duration::from_micros(gap);
+            let run = backend.store_batch(batch(round));
+            if let Some(result) = poll_spaced_then_drop(run, polls, gap).await {
+                result.expect("store_batch");
+            }
+            let check = check(round, format!("dropped after {polls} polls {gap:?} apart"));
+            tokio::time::timeout(Duration::from_secs(10), check)
+                .await
+                .expect("the store answers");
+        }
+    }
+}

@@ -126,6 +126,15 @@ pub struct PruneReport {
 }
 
 /// Storage for memories. Every backend passes the same conformance suite in `agent-memory`.
+///
+/// # Cancellation
+///
+/// Every operation is cancellation-safe: its future may be dropped at any await point (a
+/// `timeout`, a lost `race` and an abort all do that) and the store stays whole and usable.
+/// A dropped operation has either taken effect entirely or not at all; it leaves no lock
+/// held, no transaction open and no connection in a bad state, so the next operation on the
+/// same handle, or on another handle to the same store, proceeds normally. The conformance
+/// suite checks this for each operation, dropped after each of its await points in turn.
 pub trait MemoryBackend: Send + Sync {
     /// Stores a memory and returns its new id.
     fn store(&self, memory: NewMemory) -> BoxFuture<'_, Result<MemoryId, MemoryError>>;

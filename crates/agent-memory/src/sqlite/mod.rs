@@ -1377,7 +1377,7 @@ async fn check_recorded_embedder(
     let mut backoff = Backoff::new(lock_retry);
     let (stored_model, stored_dimensions) = loop {
         let attempt: Result<(String, String), DbError> = async {
-            let mut tx = writer.begin_with("BEGIN IMMEDIATE").await?;
+            let mut tx = retry::begin_immediate(writer).await?;
             for (key, value) in [
                 (META_MODEL, model.clone()),
                 (META_DIMENSIONS, dimensions.to_string()),

@@ -99,8 +99,32 @@ impl Backoff {
     }
 }
 
+/// Opens a write transaction on `connection` holding SQLite's write lock from the start, as
+/// `BEGIN IMMEDIATE` would: waiting for the lock happens here, under the busy timeout and
+/// [`Backoff`], never halfway through the caller's statements.
+///
+/// Why not `begin_with("BEGIN IMMEDIATE")`: in sqlx 0.8 a custom `BEGIN` is not
+/// cancellation-safe. Its future has an await point after the worker has counted the
+/// transaction open; dropped there, the connection is left at transaction depth 1 with the
+/// lock held, and every later `begin` on it fails ("attempted to call begin_with at non-zero
+/// transaction depth") while other connections see "database is locked". The plain
+/// [`Connection::begin`](sqlx::Connection::begin) is cancellation-safe (if its future is
+/// dropped before it returns, the worker rolls the transaction back), and so is the
+/// returned [`Transaction`](sqlx::Transaction) (dropped, it queues a rollback the worker
+/// runs before anything else on the connection). A statement that writes nothing then takes
+/// the write lock.
+pub(crate) async fn begin_immediate(
+    connection: &mut sqlx::SqliteConnection,
+) -> Result<sqlx::Transaction<'_, sqlx::Sqlite>, sqlx::Error> {
+    let mut tx = sqlx::Connection::begin(connection).await?;
+    sqlx::query("UPDATE store_meta SET value = value WHERE 0")
+        .execute(&mut *tx)
+        .await?;
+    Ok(tx)
+}
+
 /// Runs `$body` (an expression that may use `?` on [`DbError`]-convertible errors and
-/// `.await`) inside a `BEGIN IMMEDIATE` transaction on `$backend`'s writer connection, bound
+/// `.await`) inside a write transaction (see [`begin_immediate`]) on `$backend`'s writer connection, bound
 /// to `$conn: &mut SqliteConnection`. The whole transaction is retried with [`Backoff`] while
 /// SQLite reports busy; the result is `Result<_, MemoryError>` with `$what` as context.
 macro_rules! write_tx {
@@ -113,7 +137,7 @@ macro_rules! write_tx {
                 let connection = guard.as_mut().ok_or_else(|| {
                     $crate::sqlite::retry::DbError::Other("the store is closed".to_owned())
                 })?;
-                let mut tx = sqlx::Connection::begin_with(connection, "BEGIN IMMEDIATE").await?;
+                let mut tx = $crate::sqlite::retry::begin_immediate(connection).await?;
                 let out = {
                     let $conn: &mut sqlx::SqliteConnection = &mut *tx;
                     $body

@@ -29,7 +29,8 @@
 //! semantics as documented on [`PrunePolicy`] and in `docs/MEMORY.md` (identical content
 //! merging at `merge_similarity = 1.0` included), the input rules of this crate
 //! ([`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES), empty content refused, bad vectors refused),
-//! and concurrent writers all landing.
+//! concurrent writers all landing, and every operation being cancellation-safe (see
+//! [`cancellation`]).
 
 use std::any::Any;
 use std::future::Future;
@@ -44,18 +45,30 @@ use agent_op::{
 use crate::clock::{Clock, ManualClock};
 use crate::embed::HashingEmbedder;
 
+pub mod cancellation;
+
+pub use cancellation::cancelled_operations_leave_the_store_usable;
+
 /// A backend under test, with anything that must live as long as it (a temporary
 /// directory, a server handle).
 pub struct Fixture {
     backend: Arc<dyn MemoryBackend>,
+    second: Option<Arc<dyn MemoryBackend>>,
+    integrity: Option<IntegrityCheck>,
     _guard: Option<Box<dyn Any + Send + Sync>>,
 }
+
+/// A backend's own check of its storage: `Ok("ok")` when sound, else its findings.
+type IntegrityCheck =
+    Box<dyn Fn() -> BoxFuture<'static, Result<String, MemoryError>> + Send + Sync>;
 
 impl Fixture {
     /// A fixture owning `backend`.
     pub fn new(backend: impl MemoryBackend + 'static) -> Fixture {
         Fixture {
             backend: Arc::new(backend),
+            second: None,
+            integrity: None,
             _guard: None,
         }
     }
@@ -66,9 +79,42 @@ impl Fixture {
         self
     }
 
+    /// A second handle on the same store, opened independently of the first (another
+    /// connection, another process's view), for the checks that one handle's trouble does
+    /// not reach the other. Without one, those checks use the first handle again.
+    pub fn with_second_handle(mut self, other: impl MemoryBackend + 'static) -> Fixture {
+        self.second = Some(Arc::new(other));
+        self
+    }
+
+    /// The backend's own check of its storage (for SQLite,
+    /// [`SqliteBackend::integrity_check`](crate::SqliteBackend::integrity_check)), run after
+    /// every disruptive step of the checks that use it; it must answer `Ok("ok")`.
+    pub fn with_integrity_check<F, Fut>(mut self, check: F) -> Fixture
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<String, MemoryError>> + Send + 'static,
+    {
+        self.integrity = Some(Box::new(move || Box::pin(check())));
+        self
+    }
+
     /// The backend.
     pub fn backend(&self) -> &Arc<dyn MemoryBackend> {
         &self.backend
+    }
+
+    /// The second handle (the first one when the fixture has no other).
+    pub fn second_handle(&self) -> &Arc<dyn MemoryBackend> {
+        self.second.as_ref().unwrap_or(&self.backend)
+    }
+
+    /// Runs the backend's integrity check; `Ok("ok")` when the fixture has none.
+    pub async fn integrity_check(&self) -> Result<String, MemoryError> {
+        match &self.integrity {
+            Some(check) => check().await,
+            None => Ok("ok".to_owned()),
+        }
     }
 }
 
@@ -957,6 +1003,7 @@ pub async fn run_all(factory: &impl Factory) {
     bad_input_is_refused_or_harmless(factory).await;
     bad_vectors_are_refused(factory).await;
     concurrent_writers_all_land(factory).await;
+    cancelled_operations_leave_the_store_usable(factory).await;
 }
 
 /// Generates one `#[tokio::test]` per conformance check for the backends `$factory` builds
@@ -980,6 +1027,7 @@ macro_rules! memory_conformance_tests {
             bad_input_is_refused_or_harmless,
             bad_vectors_are_refused,
             concurrent_writers_all_land,
+            cancelled_operations_leave_the_store_usable,
         );
     };
     (@tests $factory:expr; $($check:ident),* $(,)?) => {
