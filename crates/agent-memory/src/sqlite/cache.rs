@@ -17,7 +17,7 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use sqlx::SqliteConnection;
 
-use super::META_CHANGES_FLOOR;
+use super::open::META_CHANGES_FLOOR;
 use super::retry::DbError;
 use crate::prune::{COPY_CHUNK, MergeSet};
 use crate::vector::{Hit, VectorIndex, cosine, from_blob};

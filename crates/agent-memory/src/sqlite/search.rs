@@ -1,0 +1,293 @@
+//! Search: the vector and keyword rankings, their fusion, and recording recalls.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use agent_op::{Candidate, MemoryEntry, MemoryError, MemoryId, ScoredMemory};
+use sqlx::sqlite::SqliteConnection;
+
+use super::cache::{VectorCache, read_cache};
+use super::read::with_tags;
+use super::retry::{DbError, read_tx, write_tx};
+use super::{EntryRow, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, SqliteBackend, cache, json_ids};
+use crate::clock::now_micros;
+use crate::common::{cpu, distinct_ids, embed_checked, format_id, parse_id, validate_query};
+use crate::rank::fuse;
+use crate::text::{fts_match, fts_terms};
+use crate::vector::{cosine, unit};
+
+/// A term must be in more entries than this (and in more than half of them) to be treated
+/// as a stop word by keyword search.
+pub(super) const STOP_WORD_MIN_DOCS: u64 = 50;
+
+impl SqliteBackend {
+    /// The fused ranking for `query`: the best `k` entry ids with their scores, best first,
+    /// and the query's unit vector. Records nothing.
+    pub(super) async fn rank(&self, query: &str, k: usize) -> Result<Ranking, MemoryError> {
+        validate_query(query)?;
+        if k == 0 {
+            return Ok(Ranking::default());
+        }
+        let vector =
+            embed_checked(self.inner.embedder.as_ref(), self.inner.dimensions, query).await?;
+        let query_unit = unit(&vector);
+        self.sync().await?;
+        let candidates = k.saturating_mul(2).max(MIN_CANDIDATES);
+
+        // The vector scan (CPU, off the executor when large) and the keyword search (on
+        // SQLite's connection thread) run at the same time.
+        let entries = read_cache(&self.inner.cache).len();
+        let cache = self.inner.cache.clone();
+        let vector_scan = cpu(entries * vector.len(), move || {
+            read_cache(&cache)
+                .search(&vector, candidates)
+                .into_iter()
+                .map(|hit| hit.id)
+                .collect::<Vec<i64>>()
+        });
+        let terms = fts_terms(query);
+        let keywords = async {
+            if terms.is_empty() {
+                return Ok(Vec::new());
+            }
+            let limit = i64::try_from(candidates).unwrap_or(i64::MAX);
+            read_tx!(self, "searching keywords", |conn| {
+                keyword_search(&mut *conn, &terms, entries as u64, limit).await?
+            })
+        };
+        let (vector_hits, keyword_hits) = tokio::join!(vector_scan, keywords);
+        let (vector_hits, keyword_hits) = (vector_hits?, keyword_hits?);
+
+        let fused = if terms.is_empty() {
+            fuse(&[&vector_hits], k)
+        } else {
+            fuse(&[&vector_hits, &keyword_hits], k)
+        };
+        Ok(Ranking { fused, query_unit })
+    }
+
+    pub(super) async fn search_inner(
+        &self,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<ScoredMemory>, MemoryError> {
+        let ranking = self.rank(query, k).await?;
+        if ranking.fused.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<i64> = ranking.fused.iter().map(|(id, _)| *id).collect();
+        let mut by_id = self.recall(&ids).await?;
+        Ok(ranking
+            .fused
+            .into_iter()
+            .filter_map(|(id, score)| {
+                // Deleted since it was ranked: not a result any more.
+                let entry = by_id.remove(&id)?;
+                Some(ScoredMemory { entry, score })
+            })
+            .collect())
+    }
+
+    pub(super) async fn search_candidates_inner(
+        &self,
+        query: &str,
+        k: usize,
+    ) -> Result<Vec<Candidate>, MemoryError> {
+        let ranking = self.rank(query, k).await?;
+        if ranking.fused.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids_json = json_ids(&ranking.fused.iter().map(|(id, _)| *id).collect::<Vec<_>>());
+        let (cache, dimensions) = (&self.inner.cache, self.inner.dimensions);
+        let query_unit = &ranking.query_unit;
+        let (found, mut similarities) = read_tx!(self, "reading search candidates", |conn| {
+            let rows: Vec<EntryRow> = sqlx::query_as(
+                "SELECT id, content, context, created_at, accessed_at, access_count \
+                 FROM entries WHERE id IN (SELECT value FROM json_each(?1))",
+            )
+            .bind(&ids_json)
+            .fetch_all(&mut *conn)
+            .await?;
+            let ids: Vec<i64> = rows.iter().map(|row| row.0).collect();
+            let similarities =
+                candidate_similarities(&mut *conn, cache, dimensions, query_unit, &ids).await?;
+            (with_tags(&mut *conn, rows).await?, similarities)
+        })?;
+        let mut by_id: HashMap<MemoryId, MemoryEntry> =
+            found.into_iter().map(|e| (e.id.clone(), e)).collect();
+        Ok(ranking
+            .fused
+            .into_iter()
+            .filter_map(|(id, score)| {
+                let entry = by_id.remove(&format_id(id))?;
+                Some(Candidate {
+                    hit: ScoredMemory { entry, score },
+                    similarity: similarities.remove(&id),
+                })
+            })
+            .collect())
+    }
+
+    /// Records a recall of the entries `ids` (access time now — never moved back — and count
+    /// + 1) in one write transaction; returns the updated entries that still exist.
+    pub(super) async fn recall(
+        &self,
+        ids: &[i64],
+    ) -> Result<HashMap<i64, MemoryEntry>, MemoryError> {
+        let ids_json = json_ids(ids);
+        let now = now_micros(self.inner.clock.as_ref());
+        let recalled = write_tx!(self, "recording a recall", |conn| {
+            // `max`: `now` was read before waiting for the lock, and other processes' clocks
+            // may be behind; an access time never moves back.
+            let rows: Vec<EntryRow> = sqlx::query_as(
+                "UPDATE entries SET accessed_at = max(accessed_at, ?1), \
+                     access_count = access_count + 1 \
+                 WHERE id IN (SELECT value FROM json_each(?2)) \
+                 RETURNING id, content, context, created_at, accessed_at, access_count",
+            )
+            .bind(now)
+            .bind(&ids_json)
+            .fetch_all(&mut *conn)
+            .await?;
+            with_tags(&mut *conn, rows).await?
+        })?;
+        Ok(recalled
+            .into_iter()
+            .filter_map(|e| Some((parse_id(&e.id)?, e)))
+            .collect())
+    }
+
+    pub(super) async fn record_access_inner(
+        &self,
+        ids: &[MemoryId],
+    ) -> Result<Vec<MemoryEntry>, MemoryError> {
+        let rows = distinct_ids(ids);
+        if rows.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut by_id = self.recall(&rows).await?;
+        Ok(rows.iter().filter_map(|n| by_id.remove(n)).collect())
+    }
+}
+
+/// A fused search ranking: entry ids with scores, best first, and the query's unit vector.
+#[derive(Default)]
+pub(super) struct Ranking {
+    fused: Vec<(i64, f32)>,
+    query_unit: Vec<f32>,
+}
+
+/// The keyword ranking: entry ids best first by BM25 (content weight 1, context 0.5), at
+/// most `limit`.
+///
+/// Which terms are searched: BM25 must score every entry a term occurs in, so each term's
+/// document count is probed first (counting stops at [`MAX_KEYWORD_POSTINGS`] + 1). Terms
+/// are then taken rarest first while their counts add up to at most
+/// [`MAX_KEYWORD_POSTINGS`]; a term in more than half of the `entries` (and more than
+/// [`STOP_WORD_MIN_DOCS`]) is a stop word and skipped — BM25 gives it no weight. In small
+/// stores every other term is used; in large ones, common words are left to vector search.
+pub(super) async fn keyword_search(
+    conn: &mut SqliteConnection,
+    terms: &[String],
+    entries: u64,
+    limit: i64,
+) -> Result<Vec<i64>, DbError> {
+    let cap = i64::try_from(MAX_KEYWORD_POSTINGS + 1).unwrap_or(i64::MAX);
+    let cap_param = terms.len() + 1;
+    let sql = (1..=terms.len())
+        .map(|i| {
+            format!(
+                "SELECT {i}, count(*) FROM (SELECT 1 FROM entries_fts \
+                 WHERE entries_fts MATCH ?{i} LIMIT ?{cap_param})"
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(" UNION ALL ");
+    let mut probe = sqlx::query_as::<_, (i64, i64)>(&sql);
+    for term in terms {
+        probe = probe.bind(fts_match(&[term.as_str()]));
+    }
+    let counts = probe.bind(cap).fetch_all(&mut *conn).await?;
+    let mut ranked: Vec<(u64, &str)> = counts
+        .into_iter()
+        .filter_map(|(i, docs)| {
+            let term = terms.get(usize::try_from(i - 1).ok()?)?;
+            Some((u64::try_from(docs).unwrap_or(0), term.as_str()))
+        })
+        .filter(|(docs, _)| *docs <= STOP_WORD_MIN_DOCS || docs.saturating_mul(2) <= entries)
+        .collect();
+    ranked.sort_by_key(|(docs, _)| *docs);
+    let mut budget = MAX_KEYWORD_POSTINGS;
+    let mut chosen = Vec::new();
+    for (docs, term) in ranked {
+        if docs == 0 {
+            continue;
+        }
+        if docs > budget {
+            break;
+        }
+        budget -= docs;
+        chosen.push(term);
+    }
+    let Some(expr) = fts_match(&chosen) else {
+        return Ok(Vec::new());
+    };
+    let rows: Vec<(i64,)> = sqlx::query_as(
+        "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ?1 \
+         ORDER BY bm25(entries_fts, 1.0, 0.5), rowid LIMIT ?2",
+    )
+    .bind(expr)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
+/// The cosine similarity of the unit vector `query` and the vector of each of `ids` that has
+/// a usable one. `conn` must be in the read transaction the ids were read in.
+///
+/// Most come from the vector copy. An id the copy lacks — stored by another handle after the
+/// copy was last synced (the keyword search reads a newer snapshot than the sync), or
+/// removed from it by a later sync — has its vector read from `conn`'s snapshot and decoded
+/// here, so a usable vector is never missed. Taking some from the copy and some from the
+/// file is consistent because a stored vector never changes and ids are never reused. Ids
+/// left out have no usable vector (damaged, see [`cache::decode`]).
+pub(super) async fn candidate_similarities(
+    conn: &mut SqliteConnection,
+    cache: &RwLock<VectorCache>,
+    dimensions: usize,
+    query: &[f32],
+    ids: &[i64],
+) -> Result<HashMap<i64, f32>, DbError> {
+    let mut found = HashMap::with_capacity(ids.len());
+    let mut missing = Vec::new();
+    {
+        // A few dot products: cheap enough to do under the lock on the executor.
+        let copy = read_cache(cache);
+        for &id in ids {
+            match copy.similarity(query, id) {
+                Some(similarity) => {
+                    found.insert(id, similarity);
+                }
+                None => missing.push(id),
+            }
+        }
+    }
+    if missing.is_empty() {
+        return Ok(found);
+    }
+    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT entry_id, CAST(vector AS BLOB) FROM embeddings \
+         WHERE entry_id IN (SELECT value FROM json_each(?1))",
+    )
+    .bind(json_ids(&missing))
+    .fetch_all(&mut *conn)
+    .await?;
+    for (id, blob) in rows {
+        if let Ok(vector) = cache::decode(&blob, dimensions) {
+            // As the copy holds it: scaled to unit length.
+            found.insert(id, cosine(query, &unit(&vector)));
+        }
+    }
+    Ok(found)
+}

@@ -1,0 +1,165 @@
+//! Unit tests of the SQLite backend's internals.
+
+use super::prune::apply_merges;
+use super::retry::write_tx;
+use super::search::candidate_similarities;
+use super::*;
+use crate::common::parse_id;
+use crate::prune::MergeGroup;
+use crate::vector::unit;
+
+fn memory(content: &str) -> NewMemory {
+    NewMemory {
+        content: content.to_owned(),
+        context: String::new(),
+        tags: vec![Tag::from(content)],
+    }
+}
+
+#[tokio::test]
+async fn similarities_of_entries_the_copy_lacks_are_read_from_the_snapshot() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let store = SqliteBackend::open(&path).await.expect("open");
+    let other = SqliteBackend::open(&path).await.expect("open");
+    let old = store
+        .store(memory("the deploy key is in the vault"))
+        .await
+        .expect("store");
+    store.sync().await.expect("sync");
+    // Stored by another handle after this handle's copy was synced: the copy lacks it,
+    // as it did when the keyword search (a newer snapshot) found such an entry.
+    let new = other
+        .store(memory("the deploy needs the VPN"))
+        .await
+        .expect("store");
+    let dimensions = store.inner.dimensions;
+    let query = unit(&store.inner.embedder.embed("deploy").await.expect("embed"));
+    let ids = [parse_id(&old).expect("id"), parse_id(&new).expect("id")];
+    assert!(
+        read_cache(&store.inner.cache)
+            .similarity(&query, ids[1])
+            .is_none()
+    );
+    let cache = &store.inner.cache;
+    let read = read_tx!(store, "test", |conn| {
+        candidate_similarities(&mut *conn, cache, dimensions, &query, &ids).await?
+    })
+    .expect("similarities");
+    // The same values the copy gives once it has both.
+    store.sync().await.expect("sync");
+    for id in ids {
+        let want = read_cache(cache)
+            .similarity(&query, id)
+            .expect("in the copy");
+        assert!(want > 0.0);
+        assert_eq!(read.get(&id), Some(&want), "entry {id}");
+    }
+
+    // A damaged vector has no similarity. (An empty copy: both are read from the file.)
+    sqlx::query("UPDATE embeddings SET vector = x'00' WHERE entry_id = ?1")
+        .bind(ids[1])
+        .execute(&mut *store.inner.writer.lock().await.as_mut().expect("open"))
+        .await
+        .expect("damage");
+    let empty = RwLock::new(VectorCache::new(dimensions));
+    let read = read_tx!(store, "test", |conn| {
+        candidate_similarities(&mut *conn, &empty, dimensions, &query, &ids).await?
+    })
+    .expect("similarities");
+    assert!(
+        read.contains_key(&ids[0]) && !read.contains_key(&ids[1]),
+        "{read:?}"
+    );
+}
+
+#[tokio::test]
+async fn the_merge_copy_spans_its_chunks_whole() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteBackend::open(dir.path().join("m.db"))
+        .await
+        .expect("open");
+    let n = 2 * crate::prune::COPY_CHUNK + 500;
+    let ids = store
+        .store_batch((0..n).map(|i| memory(&format!("fact {}", i % 2))).collect())
+        .await
+        .expect("store");
+    store.sync().await.expect("sync");
+    let mut entries: Vec<(i64, i64)> = ids
+        .iter()
+        .map(|id| (parse_id(id).expect("id"), 0))
+        .collect();
+    // An id the copy does not hold (deleted, say), at a chunk boundary, is left out.
+    entries.insert(crate::prune::COPY_CHUNK, (i64::MAX, 0));
+    let set = cache::merge_set(&store.inner.cache, &entries);
+    assert_eq!(set.len(), n);
+    let plan = set.plan(1.0);
+    let n0 = |i: usize| parse_id(&ids[i]).expect("id");
+    let sizes: Vec<(i64, usize)> = plan.iter().map(|g| (g.keeper, g.absorbed.len())).collect();
+    assert_eq!(sizes, [(n0(0), n.div_ceil(2) - 1), (n0(1), n / 2 - 1)]);
+}
+
+#[tokio::test]
+async fn merges_skip_entries_deleted_after_planning() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let store = SqliteBackend::open(&path).await.expect("open");
+    let other = SqliteBackend::open(&path).await.expect("open");
+    let ids = store
+        .store_batch(vec![
+            memory("the same fact"),
+            memory("the same fact"),
+            memory("the same fact"),
+            memory("another fact"),
+            memory("another fact"),
+            memory("a third fact"),
+            memory("a third fact"),
+        ])
+        .await
+        .expect("store");
+    let plan = store.plan_merges(1.0, None).await.expect("plan");
+    let n = |i: usize| parse_id(&ids[i]).expect("id");
+    assert_eq!(
+        plan,
+        [
+            MergeGroup {
+                keeper: n(0),
+                absorbed: vec![n(1), n(2)]
+            },
+            MergeGroup {
+                keeper: n(3),
+                absorbed: vec![n(4)]
+            },
+            MergeGroup {
+                keeper: n(5),
+                absorbed: vec![n(6)]
+            },
+        ]
+    );
+    // Meanwhile another handle deletes a keeper and an absorbed entry.
+    assert!(other.delete(&ids[0]).await.expect("delete"));
+    assert!(other.delete(&ids[4]).await.expect("delete"));
+    let merged = write_tx!(store, "applying", |conn| {
+        apply_merges(&mut *conn, &plan).await?
+    })
+    .expect("apply");
+    // Only the untouched group merged; nothing failed, nothing came back.
+    assert_eq!(merged, 1);
+    let left: Vec<MemoryId> = store
+        .recent(10)
+        .await
+        .expect("recent")
+        .into_iter()
+        .map(|e| e.id)
+        .collect();
+    assert_eq!(
+        left,
+        [
+            ids[5].clone(),
+            ids[3].clone(),
+            ids[2].clone(),
+            ids[1].clone()
+        ]
+    );
+    assert_eq!(store.integrity_check().await.expect("integrity"), "ok");
+}
