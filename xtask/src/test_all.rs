@@ -28,6 +28,17 @@ const STEPS: &[&[&str]] = &[
         "-D",
         "warnings",
     ],
+    // Crates with optional heavy dependencies must also build, lint-clean, without them.
+    &[
+        "clippy",
+        "-p",
+        "agent-memory",
+        "--no-default-features",
+        "--all-targets",
+        "--",
+        "-D",
+        "warnings",
+    ],
     &[
         "test",
         "--workspace",

@@ -39,6 +39,9 @@
 //! `None`/`false`. Tags are stored as a sorted set. Times are kept to the microsecond.
 //! `docs/MEMORY.md` describes schema, ranking, pruning and guarantees in full.
 //!
+//! Cargo features: `sqlite` (default) builds [`SqliteBackend`] and pulls in sqlx; without it the
+//! crate has the in-memory backend, the embedders, `build_context` and the conformance suite.
+//!
 //! ```
 //! use agent_memory::{ContextWindow, InMemoryBackend, build_context};
 //! use agent_op::{MemoryBackend, NewMemory};
@@ -63,6 +66,7 @@ mod embed;
 mod inmem;
 mod prune;
 mod rank;
+#[cfg(feature = "sqlite")]
 mod sqlite;
 mod text;
 mod vector;
@@ -75,5 +79,6 @@ pub use context::{
 pub use embed::{DEFAULT_DIMENSIONS, HashingEmbedder, ZeroEmbedder};
 pub use inmem::{InMemoryBackend, InMemoryBuilder};
 pub use rank::RRF_K;
+#[cfg(feature = "sqlite")]
 pub use sqlite::{Durability, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, SqliteBackend, SqliteBuilder};
 pub use text::tokenize;

@@ -13,6 +13,7 @@ pub const RRF_K: f32 = 60.0;
 /// so scores fall in (0, 1]. Ties go to the better best rank, then the lower id. `lists`
 /// counts every list consulted, empty ones included: a hit found only by one of two searches
 /// scores at most 0.5.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by the SQLite backend
 pub(crate) fn fuse(lists: &[&[i64]], limit: usize) -> Vec<(i64, f32)> {
     let mut scores: HashMap<i64, (f32, usize)> = HashMap::new();
     for list in lists {

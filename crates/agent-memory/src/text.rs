@@ -15,6 +15,7 @@ pub fn tokenize(text: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 /// The most distinct terms taken from one query for keyword search.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by the SQLite backend
 pub(crate) const MAX_QUERY_TERMS: usize = 64;
 
 /// Keyword-search terms of `query`: its runs of letters and digits with the combining marks
@@ -36,6 +37,7 @@ pub(crate) const MAX_QUERY_TERMS: usize = 64;
 /// Prepend character such as U+0600 (a `unicode61` separator) before a digit, and dropping
 /// it whole would cut into the token it starts (`\u{600}123` gave `23`, which does not
 /// match `123`). The separator kept in the term is harmless: FTS5 splits it off again.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by the SQLite backend
 pub(crate) fn fts_terms(query: &str) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
     let mut run = String::new();
@@ -68,6 +70,7 @@ pub(crate) fn fts_terms(query: &str) -> Vec<String> {
 /// Whether `c` is part of an FTS5 `unicode61` token: a letter or digit (Rust's alphanumeric,
 /// a superset of the tokenizer's `L*` and `N*` categories) or a private-use character
 /// (`Co`).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by the SQLite backend
 fn is_token_char(c: char) -> bool {
     c.is_alphanumeric()
         || matches!(c, '\u{e000}'..='\u{f8ff}' | '\u{f0000}'..='\u{ffffd}' | '\u{100000}'..='\u{10fffd}')
@@ -77,6 +80,7 @@ fn is_token_char(c: char) -> bool {
 /// [`fts_terms`] never contain one), joined with `OR`. Quoting makes every term a plain
 /// string to FTS5, so operator words (`NEAR`, `AND`, `OR`, `NOT`) are searched for as words.
 /// `None` for no terms.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by the SQLite backend
 pub(crate) fn fts_match(terms: &[&str]) -> Option<String> {
     if terms.is_empty() {
         return None;

@@ -73,6 +73,7 @@ pub(crate) fn unit(vector: &[f32]) -> Vec<f32> {
 }
 
 /// Little-endian f32 bytes of `vector` (how SQLite stores embeddings).
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by the SQLite backend
 pub(crate) fn to_blob(vector: &[f32]) -> Vec<u8> {
     let mut out = Vec::with_capacity(vector.len() * 4);
     for x in vector {
@@ -83,6 +84,7 @@ pub(crate) fn to_blob(vector: &[f32]) -> Vec<u8> {
 
 /// The vector in a blob made by [`to_blob`]; `None` unless it holds exactly `dimensions`
 /// values.
+#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by the SQLite backend
 pub(crate) fn from_blob(blob: &[u8], dimensions: usize) -> Option<Vec<f32>> {
     if blob.len() != dimensions.checked_mul(4)? {
         return None;
