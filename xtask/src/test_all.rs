@@ -33,6 +33,8 @@ const STEPS: &[&[&str]] = &[
         "clippy",
         "-p",
         "agent-memory",
+        "-p",
+        "effect-agents",
         "--no-default-features",
         "--all-targets",
         "--",

@@ -62,8 +62,3 @@ where
         .run(config, initial_state, program)
         .await
 }
-
-/// Compiles the code in the workspace README as a doc test, so it cannot drift from the API.
-#[doc = include_str!("../../../README.md")]
-#[cfg(doctest)]
-pub struct ReadmeDoctests;

@@ -38,6 +38,9 @@
 //! # let _ = program;
 //! ```
 
+// Lets `#[derive(Merge)]`, which names `::agent_op::Merge`, work inside this crate too.
+extern crate self as agent_op;
+
 pub mod agent;
 mod budget;
 mod cost;

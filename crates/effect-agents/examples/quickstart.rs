@@ -6,32 +6,23 @@
 //! cargo run --example quickstart
 //! ```
 
-use agent_interp_seq::{Config, run};
-use agent_op::op::{checkpoint, infer_raw, modify, pure, tool};
-use agent_op::trace::jsonl::write_trace_file;
-use agent_op::{FnTool, MicroUsd, Op, Prompt, Response, ToolError, op};
-use agent_provider::ScriptedProvider;
-use serde::Serialize;
-use serde_json::{Value, json};
+use effect_agents::MicroUsd;
+use effect_agents::prelude::*;
+use effect_agents::trace::jsonl::write_trace_file;
 
-/// What the agent has learned so far.
-#[derive(Clone, Debug, Default, Serialize)]
-struct Notes {
-    facts: Vec<String>,
-}
-
-/// Ask the model what to search, search, note the result, checkpoint, then write the answer.
-fn research(question: &str) -> Op<Notes, String> {
+/// Ask the model what to search, search, note the result (the state is the list of facts
+/// found), checkpoint, then write the answer.
+fn research(question: &str) -> Op<Vec<String>, String> {
     let question = question.to_owned();
     op! {
-        let plan <- infer_raw("planner", Prompt::new().system("Reply with a search query.").user(question.clone()));
-        let found <- tool("search", json!({ "query": plan.content }));
+        let plan <- op::infer_raw("planner", Prompt::new().system("Reply with a search query.").user(question.clone()));
+        let found <- op::tool("search", json!({ "query": plan.content }));
         let fact = found.unwrap_or_else(|e| Value::String(format!("search failed: {e}")));
-        modify(move |n: &mut Notes| n.facts.push(fact.to_string()));
-        checkpoint("searched");
-        let facts <- op::gets(|n: &Notes| n.facts.join("\n"));
-        let answer <- infer_raw("writer", Prompt::new().user(format!("{question}\nFacts:\n{facts}")));
-        pure(answer.content)
+        op::modify(move |facts: &mut Vec<String>| facts.push(fact.to_string()));
+        op::checkpoint("searched");
+        let facts <- op::gets(|facts: &Vec<String>| facts.join("\n"));
+        let answer <- op::infer_raw("writer", Prompt::new().user(format!("{question}\nFacts:\n{facts}")));
+        op::pure(answer.content)
     }
 }
 
@@ -69,12 +60,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ]);
     let config = Config::new().provider(model).tool(search_tool());
 
-    let outcome = run(
-        &config,
-        Notes::default(),
-        research("Why do otters hold hands?"),
-    )
-    .await?;
+    let outcome = run(&config, Vec::new(), research("Why do otters hold hands?")).await?;
 
     println!("answer: {}", outcome.value);
     let trace = &outcome.trace;

@@ -1,0 +1,102 @@
+//! # effect-agents: LLM agents as programs that are data
+//!
+//! An agent is a value of [`Op<S, A>`](Op): a program over state `S` returning `A`, built
+//! from inert operations (call a model, call a tool, read and write state, run branches in
+//! parallel or race them, checkpoint, budget, time out, remember and recall). Interpreters
+//! give programs meaning, and every run yields a structured [`Trace`].
+//!
+//! This crate is the front door: it re-exports the workspace's crates under short paths,
+//! each backend behind a cargo feature. Services that want fewer dependencies can depend on
+//! the underlying crates one by one instead (`agent-op`, `agent-interp-seq`,
+//! `agent-interp-par`, `agent-provider`, `agent-memory`); the types are the same.
+//!
+//! ```
+//! use effect_agents::prelude::*;
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap().block_on(async {
+//! let model = ScriptedProvider::new([Response::text("Lisbon")]);
+//! let program: Op<(), String> =
+//!     op::infer_raw("any-model", Prompt::new().user("Capital of Portugal?")).map(|r| r.content);
+//! let outcome = run(&Config::new().provider(model), (), program).await?;
+//! assert_eq!(outcome.value, "Lisbon");
+//! # Ok::<(), RunError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! ## What is where
+//!
+//! - The DSL: [`Op`], the [`op`](mod@op) module of constructors and the [`op!`] macro; [`Prompt`],
+//!   [`Message`], [`Response`] and the other message types; [`Budget`], [`Merge`] (trait and
+//!   `#[derive(Merge)]`) and the CRDT state types in [`crdt`]; the ready-made agent loop in
+//!   [`agent`].
+//! - Running: [`run`] (the sequential interpreter, the reference semantics), [`Config`],
+//!   [`Outcome`], [`RunError`]; [`par::run`] runs the same programs with `par` branches at
+//!   once and `race` really racing (feature `par`). [`seq`] and [`par`] hold the rest of each
+//!   interpreter (the engine, schedulers, subscribers).
+//! - Traces: [`Trace`] and the [`trace`] module (events, ids, checkpoints, JSONL).
+//! - Plug-in points, as traits: [`Provider`], [`Tool`], [`MemoryBackend`],
+//!   [`EmbeddingProvider`].
+//! - [`provider`]: model clients ([`provider::openai`], [`provider::ollama`]), layers (retry,
+//!   timeout, rate limit, fallback), cassettes, pricing, and [`ScriptedProvider`] for tests.
+//! - [`memory`]: memory backends ([`memory::InMemoryBackend`], [`memory::sqlite`]),
+//!   embedders, [`memory::build_context`] and the backend conformance suite.
+//! - [`prelude`]: what most programs need, in one `use`.
+//!
+//! ## Cargo features
+//!
+//! | feature | default | enables |
+//! |---|---|---|
+//! | `par` | yes | [`par`], the concurrent interpreter |
+//! | `ollama` | yes | [`provider::ollama`], the Ollama client and embedder |
+//! | `openai` | no | [`provider::openai`], the OpenAI-compatible client and embedder |
+//! | `sqlite` | yes | [`memory::sqlite`], the SQLite memory backend (pulls in sqlx) |
+//!
+//! `#[derive(Merge)]` and [`op!`] work through this crate alone: a crate depending only on
+//! `effect-agents` (not on `agent-op`) can use both.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+// Lets `#[derive(Merge)]` inside this crate's own tests and examples name `::effect_agents`.
+extern crate self as effect_agents;
+
+pub mod memory;
+pub mod prelude;
+pub mod provider;
+
+/// The sequential interpreter (`agent-interp-seq`): the reference semantics, and the engine
+/// every interpreter shares. Its `run` is re-exported as [`run`].
+pub mod seq {
+    pub use agent_interp_seq::*;
+}
+
+/// The concurrent interpreter (`agent-interp-par`): the same programs, with `par` branches
+/// run at once and `race` branches racing (losers cancelled).
+#[cfg(feature = "par")]
+#[cfg_attr(docsrs, doc(cfg(feature = "par")))]
+pub mod par {
+    pub use agent_interp_par::*;
+}
+
+pub use agent_op::{agent, crdt, message, op, trace};
+
+pub use agent_interp_seq::{
+    CancellationToken, Config, ErrorKind, JsonlSubscriber, Outcome, RunError, SteeringQueue,
+    Subscriber, run, run_agent,
+};
+pub use agent_op::{
+    BoxFuture, Budget, Candidate, Checkpoint, Delta, EmbeddingError, EmbeddingProvider, Event,
+    EventKind, EventType, Exhausted, FinishReason, FnTool, InferOptions, MemoryBackend,
+    MemoryEntry, MemoryError, MemoryId, Merge, Message, MicroUsd, NewMemory, Op, Prompt, Provider,
+    ProviderError, PrunePolicy, PruneReport, Resource, Response, ResponseFormat, ScoredMemory,
+    Steering, Tag, TimedOut, Timestamp, Tool, ToolCall, ToolChoice, ToolDefinition, ToolError,
+    ToolErrorKind, ToolSet, Trace, TraceEntry, TraceId, Usage,
+};
+pub use agent_provider::ScriptedProvider;
+
+/// The serialization crates this API speaks (states are `serde` types, tool arguments and
+/// schemas are `serde_json` values), re-exported so a crate can name them through this one.
+pub use {serde, serde_json};
+
+/// Compiles the code in the workspace README as doc tests, so it cannot drift from the API.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;

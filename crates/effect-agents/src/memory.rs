@@ -1,0 +1,35 @@
+//! Memory (`agent-memory`): backends for [`MemoryBackend`](crate::MemoryBackend), local
+//! embedders, prompt-context building, and the conformance suite every backend passes.
+//!
+//! ```
+//! use effect_agents::MemoryBackend;
+//! use effect_agents::memory::{ContextWindow, InMemoryBackend, build_context};
+//!
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+//! let memory = InMemoryBackend::new();
+//! memory.store(effect_agents::NewMemory {
+//!     content: "Ana prefers short answers".into(),
+//!     context: "chat".into(),
+//!     tags: vec![],
+//! }).await?;
+//! let context = build_context(&memory, &ContextWindow::new(50), "How should I answer Ana?").await?;
+//! assert_eq!(context.entries.len(), 1);
+//! # Ok::<(), effect_agents::MemoryError>(())
+//! # }).unwrap();
+//! ```
+
+pub use agent_memory::{
+    BuiltContext, Clock, ContextEntry, ContextWindow, DEFAULT_DIMENSIONS, HashingEmbedder,
+    InMemoryBackend, InMemoryBuilder, MAX_TEXT_BYTES, ManualClock, RRF_K, SystemClock,
+    ZeroEmbedder, build_context, build_context_at, conformance, estimate_tokens, tokenize,
+};
+
+/// The SQLite backend: memories in one file (WAL, FTS5 keyword search fused with exact
+/// vector search), safe for many tasks and processes.
+#[cfg(feature = "sqlite")]
+#[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
+pub mod sqlite {
+    pub use agent_memory::{
+        Durability, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, SqliteBackend, SqliteBuilder,
+    };
+}
