@@ -80,12 +80,10 @@ pub(crate) async fn embed_batch_checked(
 ) -> Result<Vec<Vec<f32>>, MemoryError> {
     let vectors = embedder.embed_batch(texts).await?;
     if vectors.len() != texts.len() {
-        return Err(EmbeddingError::Other(format!(
-            "embedder `{}` returned {} vectors for {} texts",
-            embedder.model(),
-            vectors.len(),
-            texts.len()
-        ))
+        return Err(EmbeddingError::CountMismatch {
+            expected: texts.len(),
+            got: vectors.len(),
+        }
         .into());
     }
     for vector in &vectors {
@@ -135,7 +133,7 @@ pub(crate) async fn cpu<T: Send + 'static>(
         Ok(handle) => handle
             .spawn_blocking(work)
             .await
-            .map_err(|e| MemoryError::Storage(format!("vector scan task failed: {e}"))),
+            .map_err(|e| MemoryError::storage("scanning vectors", None, e)),
         Err(_) => Ok(work()),
     }
 }

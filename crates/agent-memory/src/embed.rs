@@ -75,7 +75,7 @@ impl HashingEmbedder {
     /// Fails on zero.
     pub fn with_dimensions(dimensions: usize) -> Result<HashingEmbedder, EmbeddingError> {
         if dimensions == 0 {
-            return Err(EmbeddingError::Other(
+            return Err(EmbeddingError::InvalidConfig(
                 "a hashing embedder needs at least one dimension".to_owned(),
             ));
         }

@@ -11,7 +11,7 @@
 //!     search; safe for many tasks and processes; survives crashes. Opened with
 //!     [`SqliteBackend::open`] or configured with [`SqliteBackend::builder`]
 //!     ([`SqliteBuilder`]: embedder, clock, [`Durability`], busy timeout, lock retries);
-//!     also [`SqliteBackend::store_batch`], [`SqliteBackend::integrity_check`],
+//!     also [`SqliteBackend::store_batch`], [`SqliteBackend::integrity_check`] ([`IntegrityReport`]),
 //!     [`SqliteBackend::corrupt_embeddings`], [`SqliteBackend::close`]. Ranking constants:
 //!     [`RRF_K`], [`MIN_CANDIDATES`], [`MAX_KEYWORD_POSTINGS`].
 //!   - Both implement [`search_candidates`](agent_op::MemoryBackend::search_candidates)
@@ -80,5 +80,8 @@ pub use embed::{DEFAULT_DIMENSIONS, HashingEmbedder, ZeroEmbedder};
 pub use inmem::{InMemoryBackend, InMemoryBuilder};
 pub use rank::RRF_K;
 #[cfg(feature = "sqlite")]
-pub use sqlite::{Durability, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, SqliteBackend, SqliteBuilder};
+pub use sqlite::{
+    Durability, IntegrityProblem, IntegrityReport, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES,
+    SqliteBackend, SqliteBuilder,
+};
 pub use text::tokenize;

@@ -24,7 +24,7 @@ mod sqlite {
     agent_memory::memory_conformance_tests!(
         |embedder: Arc<dyn EmbeddingProvider>, clock: Arc<dyn Clock>| async move {
             let dir = tempfile::tempdir()
-                .map_err(|e| MemoryError::Storage(format!("creating a temp dir: {e}")))?;
+                .map_err(|e| MemoryError::storage("creating a temp dir", None, e))?;
             let path = dir.path().join("memory.db");
             let backend = SqliteBackend::builder(&path)
                 .embedder(embedder.clone())
@@ -42,7 +42,10 @@ mod sqlite {
                 .with_second_handle(second)
                 .with_integrity_check(move || {
                     let checked = checked.clone();
-                    async move { checked.integrity_check().await }
+                    async move {
+                        let report = checked.integrity_check().await?;
+                        Ok(report.problems.iter().map(ToString::to_string).collect())
+                    }
                 })
                 .with_guard(dir))
         }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use agent_memory::{Durability, HashingEmbedder, SqliteBackend, ZeroEmbedder};
+use agent_memory::{Durability, HashingEmbedder, IntegrityProblem, SqliteBackend, ZeroEmbedder};
 use agent_op::{MemoryBackend, MemoryError, MemoryId, NewMemory, PrunePolicy, Tag};
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
@@ -216,7 +216,7 @@ async fn everything_survives_closing_and_reopening() {
     assert_eq!(before.access_count, 1);
     store.close().await;
     assert!(
-        matches!(store.count().await, Err(MemoryError::Storage(_))),
+        matches!(store.count().await, Err(MemoryError::Closed { .. })),
         "a closed handle refuses work"
     );
 
@@ -237,7 +237,7 @@ async fn everything_survives_closing_and_reopening() {
             .len(),
         1
     );
-    assert_eq!(again.integrity_check().await.expect("integrity"), "ok");
+    assert!(again.integrity_check().await.expect("integrity").is_sound());
 
     let mut conn = raw(&path).await;
     let (mode,): (String,) = sqlx::query_as("PRAGMA journal_mode")
@@ -364,9 +364,20 @@ async fn files_that_are_not_memory_stores_are_clear_errors() {
         .await
         .expect_err("garbage opened");
     match &err {
-        MemoryError::Storage(message) => {
-            assert!(message.contains("garbage.db"), "{message}");
-            assert!(message.contains("not a database"), "{message}");
+        MemoryError::Storage {
+            location, cause, ..
+        } => {
+            assert!(
+                location
+                    .as_deref()
+                    .is_some_and(|l| l.ends_with("garbage.db")),
+                "{location:?}"
+            );
+            // The database's own error, typed, through `source()` as well.
+            assert!(cause.downcast_ref::<sqlx::Error>().is_some(), "{cause:?}");
+            let source = std::error::Error::source(&err).expect("a source");
+            let sql = source.downcast_ref::<sqlx::Error>().expect("an sqlx error");
+            assert!(sql.to_string().contains("not a database"), "{sql}");
         }
         other => panic!("expected a storage error, got {other:?}"),
     }
@@ -377,7 +388,7 @@ async fn files_that_are_not_memory_stores_are_clear_errors() {
         .open()
         .await
         .expect_err("a missing file opened");
-    assert!(matches!(err, MemoryError::Storage(_)), "{err:?}");
+    assert!(matches!(err, MemoryError::Storage { .. }), "{err:?}");
     assert!(!missing.exists());
 
     // A store migrated by a newer version of this crate is refused, not misread.
@@ -444,13 +455,20 @@ async fn corrupt_vectors_are_skipped_and_reported() {
         [short.clone(), nan.clone()]
     );
     let report = store.integrity_check().await.expect("integrity");
-    assert!(
-        report.contains(&format!(
-            "the embedding of entry {short} is unusable: 2 bytes"
-        )) && report.contains(&format!("the embedding of entry {nan} is unusable: NaN")),
+    assert_eq!(
+        report.problems,
+        [
+            IntegrityProblem::UnusableEmbedding {
+                id: short.clone(),
+                why: "2 bytes, expected 1536 (384 f32 values)".to_owned(),
+            },
+            IntegrityProblem::UnusableEmbedding {
+                id: nan.clone(),
+                why: "NaN or infinite values".to_owned(),
+            },
+        ],
         "{report}"
     );
-    assert!(!report.contains(&format!("entry {fine}")), "{report}");
     // Everything else about the entries is intact.
     let entry = store.get(&short).await.expect("get").expect("entry");
     assert_eq!(entry.content, "alpha particles decay quickly");
@@ -514,8 +532,15 @@ async fn corrupt_vectors_are_skipped_and_reported() {
         .expect("remove a vector");
     let report = store.integrity_check().await.expect("integrity");
     assert!(
-        report.contains(&format!("entry {nan} has no embedding")),
+        report
+            .problems
+            .contains(&IntegrityProblem::MissingEmbedding { id: nan.clone() }),
         "{report}"
+    );
+    assert!(
+        report
+            .to_string()
+            .contains(&format!("entry {nan} has no embedding"))
     );
 }
 
@@ -548,7 +573,7 @@ async fn another_programs_database_is_refused_untouched() {
         .expect_err("another program's database was opened");
     let message = err.to_string();
     assert!(
-        matches!(err, MemoryError::Storage(_))
+        matches!(err, MemoryError::UnexpectedData { .. })
             && message.contains("app.db")
             && message.contains("not an agent-memory store")
             && message.contains("entries, users"),
@@ -797,9 +822,8 @@ async fn a_dropped_store_batch_leaves_the_store_usable() {
                 landed == 0 || landed == 50,
                 "{how}: {landed} of 50 batch entries landed"
             );
-            assert_eq!(
-                backend.integrity_check().await.expect("check"),
-                "ok",
+            assert!(
+                backend.integrity_check().await.expect("check").is_sound(),
                 "{how}"
             );
         }

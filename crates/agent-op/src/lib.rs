@@ -43,6 +43,7 @@ extern crate self as agent_op;
 
 pub mod agent;
 mod budget;
+mod cause;
 mod cost;
 pub mod crdt;
 mod future;
@@ -63,6 +64,7 @@ pub mod trace;
 #[cfg(feature = "derive")]
 pub use agent_op_derive::Merge;
 pub use budget::{Budget, Exhausted, Resource, TimedOut};
+pub use cause::Cause;
 pub use cost::MicroUsd;
 pub use future::BoxFuture;
 pub use memory::{

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::cause::Cause;
 use crate::future::BoxFuture;
 use crate::provider::ProviderError;
 use crate::trace::Timestamp;
@@ -229,17 +230,17 @@ pub trait MemoryBackend: Send + Sync {
 }
 
 /// Why a memory operation failed.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+///
+/// [`Error::source`](std::error::Error::source) returns the underlying error where there is
+/// one: the [`EmbeddingError`] of [`Embedding`](MemoryError::Embedding), and the storage
+/// layer's own error (an `sqlx::Error`, an `std::io::Error`, a task's `JoinError`…) of
+/// [`Storage`](MemoryError::Storage), which `downcast_ref` turns back into its type.
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum MemoryError {
     /// The embedder failed or returned an unusable vector.
-    #[error("embedding failed: {0}")]
-    Embedding(#[from] EmbeddingError),
+    Embedding(EmbeddingError),
     /// The store was built with a different embedder; its vectors are not comparable.
-    #[error(
-        "memory store was built with embedder `{stored_model}` ({stored_dimensions} dimensions), \
-         but `{given_model}` ({given_dimensions} dimensions) was given"
-    )]
     EmbedderMismatch {
         /// The model recorded in the store.
         stored_model: String,
@@ -251,11 +252,115 @@ pub enum MemoryError {
         given_dimensions: usize,
     },
     /// The request itself was unusable.
-    #[error("invalid memory request: {0}")]
     InvalidInput(String),
-    /// The storage layer failed.
-    #[error("memory storage failed: {0}")]
-    Storage(String),
+    /// The storage layer failed (the database, the file system, a worker task).
+    Storage {
+        /// What the backend was doing, e.g. "storing a memory".
+        operation: String,
+        /// Which store: a file path or a server address, when the backend has one.
+        location: Option<String>,
+        /// The storage layer's error.
+        cause: Cause,
+    },
+    /// The store holds data this backend did not write: another program's database, damaged
+    /// metadata, or a schema from a newer version.
+    UnexpectedData {
+        /// What the backend was doing.
+        operation: String,
+        /// Which store, when the backend has a location.
+        location: Option<String>,
+        /// What was found.
+        found: String,
+    },
+    /// The handle was closed; open the store again.
+    Closed {
+        /// Which store, when the backend has a location.
+        location: Option<String>,
+    },
+}
+
+impl MemoryError {
+    /// A [`Storage`](MemoryError::Storage) error: `operation` on the store at `location`
+    /// failed with `cause`.
+    pub fn storage(
+        operation: impl Into<String>,
+        location: Option<String>,
+        cause: impl std::error::Error + Send + Sync + 'static,
+    ) -> MemoryError {
+        MemoryError::Storage {
+            operation: operation.into(),
+            location,
+            cause: Cause::new(cause),
+        }
+    }
+}
+
+/// ` (at LOCATION)` when there is one.
+struct At<'a>(&'a Option<String>);
+
+impl fmt::Display for At<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(location) => write!(f, " ({location})"),
+            None => Ok(()),
+        }
+    }
+}
+
+impl fmt::Display for MemoryError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemoryError::Embedding(e) => write!(f, "embedding failed: {e}"),
+            MemoryError::EmbedderMismatch {
+                stored_model,
+                stored_dimensions,
+                given_model,
+                given_dimensions,
+            } => write!(
+                f,
+                "memory store was built with embedder `{stored_model}` ({stored_dimensions} \
+                 dimensions), but `{given_model}` ({given_dimensions} dimensions) was given"
+            ),
+            MemoryError::InvalidInput(message) => write!(f, "invalid memory request: {message}"),
+            MemoryError::Storage {
+                operation,
+                location,
+                cause,
+            } => write!(
+                f,
+                "memory storage failed: {operation}{}: {cause}",
+                At(location)
+            ),
+            MemoryError::UnexpectedData {
+                operation,
+                location,
+                found,
+            } => write!(
+                f,
+                "memory store holds unexpected data: {operation}{}: {found}",
+                At(location)
+            ),
+            MemoryError::Closed { location } => {
+                write!(f, "memory store{} is closed", At(location))
+            }
+        }
+    }
+}
+
+impl std::error::Error for MemoryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            MemoryError::Embedding(e) => Some(e),
+            MemoryError::Storage { cause, .. } => Some(cause.get_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl From<EmbeddingError> for MemoryError {
+    fn from(e: EmbeddingError) -> MemoryError {
+        MemoryError::Embedding(e)
+    }
 }
 
 /// Turns text into vectors for semantic search.
@@ -285,14 +390,16 @@ pub trait EmbeddingProvider: Send + Sync {
 }
 
 /// Why embedding failed.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+///
+/// [`Error::source`](std::error::Error::source) returns the underlying error: the
+/// [`ProviderError`] of [`Provider`](EmbeddingError::Provider), the error kept in
+/// [`Request`](EmbeddingError::Request).
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum EmbeddingError {
     /// The embedding service failed.
-    #[error(transparent)]
-    Provider(#[from] ProviderError),
+    Provider(ProviderError),
     /// A vector had the wrong length.
-    #[error("embedding has {got} dimensions, expected {expected}")]
     DimensionMismatch {
         /// The embedder's declared dimension.
         expected: usize,
@@ -300,11 +407,59 @@ pub enum EmbeddingError {
         got: usize,
     },
     /// A vector held NaN or infinite values.
-    #[error("embedding contains non-finite values")]
     NonFinite,
-    /// Anything else.
-    #[error("{0}")]
+    /// The embedder returned another number of vectors than it was given texts.
+    CountMismatch {
+        /// Texts given.
+        expected: usize,
+        /// Vectors returned.
+        got: usize,
+    },
+    /// The request could not be built (encoding it failed).
+    Request(Cause),
+    /// The embedder's configuration cannot work (a dimension of zero, say).
+    InvalidConfig(String),
+    /// Anything else, described (for embedders outside this workspace).
     Other(String),
+}
+
+impl fmt::Display for EmbeddingError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EmbeddingError::Provider(e) => fmt::Display::fmt(e, f),
+            EmbeddingError::DimensionMismatch { expected, got } => {
+                write!(f, "embedding has {got} dimensions, expected {expected}")
+            }
+            EmbeddingError::NonFinite => f.write_str("embedding contains non-finite values"),
+            EmbeddingError::CountMismatch { expected, got } => {
+                write!(f, "embedder returned {got} vectors for {expected} texts")
+            }
+            EmbeddingError::Request(cause) => {
+                write!(f, "could not build the embedding request: {cause}")
+            }
+            EmbeddingError::InvalidConfig(message) => {
+                write!(f, "unusable embedder configuration: {message}")
+            }
+            EmbeddingError::Other(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for EmbeddingError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            // Transparent: the provider error's own source comes next.
+            EmbeddingError::Provider(e) => e.source(),
+            EmbeddingError::Request(cause) => Some(cause.get_ref()),
+            _ => None,
+        }
+    }
+}
+
+impl From<ProviderError> for EmbeddingError {
+    fn from(e: ProviderError) -> EmbeddingError {
+        EmbeddingError::Provider(e)
+    }
 }
 
 /// Checks that `vector` has `expected` finite components.

@@ -30,6 +30,7 @@ pub use agent_memory::{
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite {
     pub use agent_memory::{
-        Durability, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, SqliteBackend, SqliteBuilder,
+        Durability, IntegrityProblem, IntegrityReport, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES,
+        SqliteBackend, SqliteBuilder,
     };
 }

@@ -274,7 +274,7 @@ async fn check_usable(f: &Fixture, operation: Operation, when: &str, round: usiz
             .integrity_check()
             .await
             .unwrap_or_else(|e| panic!("{what}: the integrity check failed to run: {e}"));
-        assert_eq!(verdict, "ok", "{what}: integrity check");
+        assert!(verdict.is_empty(), "{what}: integrity check: {verdict:?}");
     };
     if tokio::time::timeout(PROMPT, checks).await.is_err() {
         panic!(

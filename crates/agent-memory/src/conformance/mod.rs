@@ -58,9 +58,9 @@ pub struct Fixture {
     _guard: Option<Box<dyn Any + Send + Sync>>,
 }
 
-/// A backend's own check of its storage: `Ok("ok")` when sound, else its findings.
+/// A backend's own check of its storage: the problems it found, none when sound.
 type IntegrityCheck =
-    Box<dyn Fn() -> BoxFuture<'static, Result<String, MemoryError>> + Send + Sync>;
+    Box<dyn Fn() -> BoxFuture<'static, Result<Vec<String>, MemoryError>> + Send + Sync>;
 
 impl Fixture {
     /// A fixture owning `backend`.
@@ -89,11 +89,12 @@ impl Fixture {
 
     /// The backend's own check of its storage (for SQLite,
     /// [`SqliteBackend::integrity_check`](crate::SqliteBackend::integrity_check)), run after
-    /// every disruptive step of the checks that use it; it must answer `Ok("ok")`.
+    /// every disruptive step of the checks that use it; it answers the problems it found,
+    /// and must find none.
     pub fn with_integrity_check<F, Fut>(mut self, check: F) -> Fixture
     where
         F: Fn() -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = Result<String, MemoryError>> + Send + 'static,
+        Fut: Future<Output = Result<Vec<String>, MemoryError>> + Send + 'static,
     {
         self.integrity = Some(Box::new(move || Box::pin(check())));
         self
@@ -109,11 +110,12 @@ impl Fixture {
         self.second.as_ref().unwrap_or(&self.backend)
     }
 
-    /// Runs the backend's integrity check; `Ok("ok")` when the fixture has none.
-    pub async fn integrity_check(&self) -> Result<String, MemoryError> {
+    /// Runs the backend's integrity check: the problems it found (none when the fixture has
+    /// no check).
+    pub async fn integrity_check(&self) -> Result<Vec<String>, MemoryError> {
         match &self.integrity {
             Some(check) => check().await,
-            None => Ok("ok".to_owned()),
+            None => Ok(Vec::new()),
         }
     }
 }

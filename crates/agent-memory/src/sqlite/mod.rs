@@ -18,6 +18,7 @@ pub(crate) mod retry;
 mod search;
 mod write;
 
+pub use self::check::{IntegrityProblem, IntegrityReport};
 pub use self::open::{Durability, SqliteBuilder};
 
 use std::fmt;
@@ -264,9 +265,21 @@ impl MemoryBackend for SqliteBackend {
     }
 }
 
-/// `MemoryError::Storage` naming the operation and the file.
+/// The [`MemoryError`] for `e`, met while doing `what` on the file at `path`: the sqlx,
+/// migration or JSON error itself is kept as the cause.
 pub(crate) fn storage(path: &Path, what: &str, e: DbError) -> MemoryError {
-    MemoryError::Storage(format!("{what} ({}): {e}", path.display()))
+    let location = Some(path.display().to_string());
+    match e {
+        DbError::Closed | DbError::Sql(sqlx::Error::PoolClosed) => MemoryError::Closed { location },
+        DbError::Sql(e) => MemoryError::storage(what, location, e),
+        DbError::Migrate(e) => MemoryError::storage(what, location, e),
+        DbError::Encode(e) => MemoryError::storage(what, location, e),
+        DbError::Corrupt(found) => MemoryError::UnexpectedData {
+            operation: what.to_owned(),
+            location,
+            found,
+        },
+    }
 }
 
 /// A JSON array of integers, for `json_each(?)` (the ids are ours, never user text).

@@ -279,7 +279,7 @@ pub(super) async fn check_ours(conn: &mut SqliteConnection) -> Result<(), DbErro
     if names.len() > SHOWN {
         shown.push_str(&format!(", … ({} tables)", names.len()));
     }
-    Err(DbError::Other(format!(
+    Err(DbError::Corrupt(format!(
         "this file is not an agent-memory store: it holds other tables ({shown}) and not this \
          crate's schema; refusing to modify it (nothing was changed)"
     )))

@@ -113,8 +113,7 @@ pub(super) async fn apply_merges(
     if pairs.is_empty() {
         return Ok(0);
     }
-    let pairs = serde_json::to_string(&pairs)
-        .map_err(|e| DbError::Other(format!("encoding the merge plan: {e}")))?;
+    let pairs = serde_json::to_string(&pairs).map_err(DbError::Encode)?;
     for sql in [
         "CREATE TEMP TABLE IF NOT EXISTS prune_merges \
              (absorbed INTEGER PRIMARY KEY, keeper INTEGER NOT NULL)",

@@ -19,10 +19,12 @@ pub(crate) enum DbError {
     Sql(sqlx::Error),
     /// From the migrator.
     Migrate(MigrateError),
-    /// Stored data that cannot be what this crate wrote.
+    /// Stored data that cannot be what this crate wrote (or another program's database).
     Corrupt(String),
-    /// Anything else, already described.
-    Other(String),
+    /// Encoding a bound JSON parameter failed.
+    Encode(serde_json::Error),
+    /// The handle was closed.
+    Closed,
 }
 
 impl From<sqlx::Error> for DbError {
@@ -46,7 +48,8 @@ impl std::fmt::Display for DbError {
             DbError::Sql(e) => write!(f, "{e}"),
             DbError::Migrate(e) => write!(f, "schema migration failed: {e}"),
             DbError::Corrupt(m) => write!(f, "the database holds unexpected data: {m}"),
-            DbError::Other(m) => f.write_str(m),
+            DbError::Encode(e) => write!(f, "encoding a parameter: {e}"),
+            DbError::Closed => f.write_str("the store is closed"),
         }
     }
 }
@@ -135,7 +138,7 @@ macro_rules! write_tx {
             let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
                 let mut guard = inner.writer.lock().await;
                 let connection = guard.as_mut().ok_or_else(|| {
-                    $crate::sqlite::retry::DbError::Other("the store is closed".to_owned())
+                    $crate::sqlite::retry::DbError::Closed
                 })?;
                 let mut tx = $crate::sqlite::retry::begin_immediate(connection).await?;
                 let out = {

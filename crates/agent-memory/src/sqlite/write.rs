@@ -90,7 +90,11 @@ impl SqliteBackend {
         ids.into_iter()
             .next()
             .map(format_id)
-            .ok_or_else(|| MemoryError::Storage("storing a memory: no id was assigned".to_owned()))
+            .ok_or_else(|| MemoryError::UnexpectedData {
+                operation: "storing a memory".to_owned(),
+                location: Some(self.inner.path.display().to_string()),
+                found: "no id was assigned".to_owned(),
+            })
     }
 
     pub(super) async fn delete_inner(&self, id: &MemoryId) -> Result<bool, MemoryError> {
@@ -153,8 +157,7 @@ pub(super) async fn insert(
     }
     if !tag_pairs.is_empty() {
         // Tags are user text: they travel as one bound JSON document, never as SQL.
-        let json = serde_json::to_string(&tag_pairs)
-            .map_err(|e| DbError::Other(format!("encoding tags: {e}")))?;
+        let json = serde_json::to_string(&tag_pairs).map_err(DbError::Encode)?;
         sqlx::query(
             "INSERT INTO entry_tags (entry_id, tag) SELECT value ->> 0, value ->> 1 FROM json_each(?1)",
         )

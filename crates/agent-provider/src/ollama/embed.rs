@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use agent_op::{BoxFuture, EmbeddingError, EmbeddingProvider, check_embedding};
+use agent_op::{BoxFuture, Cause, EmbeddingError, EmbeddingProvider, check_embedding};
 
 use super::client::OllamaClient;
 use super::wire::{EmbedRequest, EmbedResponse};
@@ -59,8 +59,8 @@ impl OllamaEmbedder {
             keep_alive: self.client.keep_alive(),
             dimensions: self.send_dimensions.then_some(self.dimensions),
         };
-        let body = serde_json::to_vec(&request)
-            .map_err(|e| EmbeddingError::Other(format!("could not encode the request: {e}")))?;
+        let body =
+            serde_json::to_vec(&request).map_err(|e| EmbeddingError::Request(Cause::new(e)))?;
         let transport = self.client.transport();
         let reply = transport
             .post_json(self.client.embed_url(), body, "application/json")
@@ -100,9 +100,10 @@ impl EmbeddingProvider for OllamaEmbedder {
     fn embed<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<Vec<f32>, EmbeddingError>> {
         Box::pin(async move {
             let mut vectors = self.embed_all(&[text.to_owned()]).await?;
-            vectors
-                .pop()
-                .ok_or_else(|| EmbeddingError::Other("no embedding returned".to_owned()))
+            vectors.pop().ok_or(EmbeddingError::CountMismatch {
+                expected: 1,
+                got: 0,
+            })
         })
     }
 

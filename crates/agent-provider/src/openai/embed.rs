@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use agent_op::{BoxFuture, EmbeddingError, EmbeddingProvider, check_embedding};
+use agent_op::{BoxFuture, Cause, EmbeddingError, EmbeddingProvider, check_embedding};
 
 use super::client::OpenAiClient;
 use super::wire::{EmbeddingsRequest, EmbeddingsResponse};
@@ -69,8 +69,8 @@ impl OpenAiEmbedder {
             encoding_format: "float",
             dimensions: self.send_dimensions.then_some(self.dimensions),
         };
-        let body = serde_json::to_vec(&request)
-            .map_err(|e| EmbeddingError::Other(format!("could not encode the request: {e}")))?;
+        let body =
+            serde_json::to_vec(&request).map_err(|e| EmbeddingError::Request(Cause::new(e)))?;
         let transport = self.client.transport();
         let reply = transport
             .post_json(self.client.embeddings_url(), body, "application/json")
@@ -116,9 +116,10 @@ impl EmbeddingProvider for OpenAiEmbedder {
     fn embed<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<Vec<f32>, EmbeddingError>> {
         Box::pin(async move {
             let mut vectors = self.embed_chunk(&[text.to_owned()]).await?;
-            vectors
-                .pop()
-                .ok_or_else(|| EmbeddingError::Other("no embedding returned".to_owned()))
+            vectors.pop().ok_or(EmbeddingError::CountMismatch {
+                expected: 1,
+                got: 0,
+            })
         })
     }
 
