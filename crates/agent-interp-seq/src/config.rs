@@ -82,6 +82,13 @@ impl Config {
         self
     }
 
+    /// Adds an event subscriber the caller keeps a handle on (to read what it gathered, or to
+    /// [`flush`](crate::JsonlSubscriber::flush) it).
+    pub fn shared_subscriber(mut self, subscriber: Arc<dyn Subscriber>) -> Config {
+        self.subscribers.push(subscriber);
+        self
+    }
+
     /// Uses `queue` for steering messages (share it with whoever steers the run).
     pub fn steering(mut self, queue: SteeringQueue) -> Config {
         self.steering = queue;

@@ -6,7 +6,9 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_interp_seq::{Config, ErrorKind, JsonlSubscriber, SteeringQueue, run, run_agent};
+use agent_interp_seq::{
+    Config, ErrorKind, JsonlSubscriber, SteeringQueue, Subscriber, run, run_agent,
+};
 use agent_op::agent::{AgentState, react};
 use agent_op::trace::jsonl::read_trace_file;
 use agent_op::{
@@ -416,6 +418,42 @@ async fn the_jsonl_subscriber_streams_a_readable_trace() {
     assert_eq!(read.trace.events, outcome.trace.events);
     assert_eq!(read.trace.id, TraceId::from("bold-fox-0004"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[tokio::test]
+async fn the_jsonl_subscriber_loses_nothing_when_dropped_or_when_the_run_fails() {
+    let dir = tempfile::tempdir().unwrap();
+
+    // Dropped without a flush: the writer finishes the queue before the drop returns.
+    let path = dir.path().join("dropped.jsonl");
+    let (subscriber, _) = JsonlSubscriber::open(&path).unwrap();
+    let id = TraceId::from("calm-heron-0001");
+    for i in 0..2_000 {
+        subscriber.on_event(&id, &Event::now(EventKind::custom("line", json!(i))));
+    }
+    drop(subscriber);
+    let read = read_trace_file(&path).unwrap();
+    assert_eq!(read.trace.events.len(), 2_000);
+    assert!(read.torn.is_none());
+
+    // A run that fails (here: a program that panics) still has every event on disk when
+    // `run` returns, the error's included.
+    let path = dir.path().join("failed.jsonl");
+    let (subscriber, _) = JsonlSubscriber::open(&path).unwrap();
+    let subscriber = Arc::new(subscriber);
+    let config = Config::new()
+        .shared_subscriber(subscriber.clone() as Arc<dyn Subscriber>)
+        .tool(add_tool());
+    let program: Op<(), ()> = op::for_each(0..200, |i| {
+        op::tool("add", json!({"a": i, "b": 1})).map(|_| ())
+    })
+    .and_then(|_| op::modify(|_: &mut ()| panic!("a bug in the program")));
+    let err = run(&config, (), program)
+        .await
+        .expect_err("the program panicked");
+    let read = read_trace_file(&path).unwrap();
+    assert_eq!(read.trace.events, err.trace.events);
+    assert!(subscriber.errors().is_empty(), "{:?}", subscriber.errors());
 }
 
 #[tokio::test]

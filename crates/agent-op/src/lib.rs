@@ -6,7 +6,10 @@
 //! (`agent-interp-seq`, `agent-interp-par`) give programs meaning and record every run as a
 //! structured [`Trace`].
 //!
-//! This crate holds only data and traits, no I/O:
+//! This crate holds data and traits: no network, no async runtime, no threads. Its only I/O
+//! is the JSONL file helpers of [`trace::jsonl`] (writing, reading and appending trace
+//! files), so every crate that records or reads traces shares one implementation of the
+//! format.
 //!
 //! - [`op`](mod@op): the DSL ([`Op`], its constructors, loops) and the [`op!`] do-notation macro;
 //! - [`agent`]: a ready-made conversational agent loop ([`agent::react`]);

@@ -149,6 +149,12 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         let result = machine.run_caught(program.into_node()).await;
         machine.finish();
         let trace = root.take();
+        for subscriber in &config.subscribers {
+            // A panicking observer must not take the run down with it.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                subscriber.on_run_end(&trace);
+            }));
+        }
         let checkpoints = settle_checkpoints(&trace, runtime.take_checkpoints());
         let kind = match result {
             Ok(mut value) => {

@@ -368,6 +368,14 @@ impl JsonlAppender {
         self.file.flush()?;
         Ok(())
     }
+
+    /// Flushes, then asks the operating system to put the lines on the disk (`fsync` of the
+    /// data), so they survive a power loss too.
+    pub fn sync(&mut self) -> Result<(), JsonlError> {
+        self.file.flush()?;
+        self.file.get_ref().sync_data()?;
+        Ok(())
+    }
 }
 
 /// Appends one event of trace `trace_id` to the file at `path` (creating it), flushing it.
