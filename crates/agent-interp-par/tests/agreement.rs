@@ -26,7 +26,7 @@ use agent_op::crdt::{AppendLog, GCounter, LwwRegister, MaxRegister, ORSet};
 use agent_op::{
     BoxFuture, Budget, Checkpoint, EventKind, FnTool, MemoryBackend, MemoryEntry, MemoryError,
     MemoryId, Merge, NewMemory, Op, Prompt, Provider, ProviderError, PrunePolicy, PruneReport,
-    Response, ScoredMemory, Tag, ToolError, TraceId, op,
+    Response, ScoredMemory, Tag, ToolError, Trace, TraceId, op,
 };
 use proptest::prelude::*;
 use serde_json::{Value, json};
@@ -474,7 +474,8 @@ fn config() -> Config {
 /// A trace reduced to what both interpreters must agree on.
 type Canonical = std::collections::BTreeMap<TraceId, Vec<EventKind>>;
 
-/// A checkpoint reduced likewise: name, branch, state, and its events.
+/// A checkpoint reduced likewise: name, branch, state, and its events (taken from the final
+/// trace, as a user would).
 type CheckpointSummary = (String, TraceId, Value, Canonical);
 
 /// What both interpreters must agree on.
@@ -496,7 +497,7 @@ enum Summary {
 /// Checkpoints in the order the run reports them (trace order), without those of cancelled
 /// branches (the concurrent interpreter may have started branches the sequential one never
 /// did).
-fn checkpoints(cps: &[Checkpoint]) -> Vec<CheckpointSummary> {
+fn checkpoints(cps: &[Checkpoint], trace: &Trace) -> Vec<CheckpointSummary> {
     cps.iter()
         .filter(|cp| !cp.cancelled)
         .map(|cp| {
@@ -504,7 +505,11 @@ fn checkpoints(cps: &[Checkpoint]) -> Vec<CheckpointSummary> {
                 cp.name.clone(),
                 cp.trace_id.clone(),
                 cp.state.clone(),
-                cp.trace.canonical(),
+                Trace {
+                    events: cp.events_in(trace).to_vec(),
+                    ..trace.clone()
+                }
+                .canonical(),
             )
         })
         .collect()
@@ -514,12 +519,12 @@ fn summarize(result: Result<Outcome<St, i64>, RunError>) -> Summary {
     match result {
         Ok(o) => Summary::Ok {
             value: o.value,
-            checkpoints: checkpoints(&o.checkpoints),
+            checkpoints: checkpoints(&o.checkpoints, &o.trace),
             trace: o.trace.canonical(),
             state: o.state,
         },
         Err(e) => Summary::Err {
-            checkpoints: checkpoints(&e.checkpoints),
+            checkpoints: checkpoints(&e.checkpoints, &e.trace),
             trace: e.trace.canonical(),
             kind: e.kind,
         },

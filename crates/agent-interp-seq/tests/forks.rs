@@ -273,3 +273,45 @@ async fn sequential_forks_in_one_parent_get_distinct_branch_ids() {
         "a branch knows its own id"
     );
 }
+
+#[tokio::test]
+async fn checkpoints_in_branches_point_at_their_branch_block_of_the_final_trace() {
+    let branch = |i: u64| {
+        op::emit(EventKind::custom("work", json!(i)))
+            .then(op::checkpoint("branch"))
+            .then(op::emit(EventKind::custom("after", json!(i))))
+    };
+    let program: Op<(), Vec<()>> = op::par(vec![branch(0), branch(1)])
+        .and_then(|done| op::checkpoint("joined").map(move |_| done));
+    let outcome = run(&Config::new().trace_id("calm-crab-0001"), (), program)
+        .await
+        .unwrap();
+    let trace = &outcome.trace;
+    let names: Vec<(&str, &str)> = outcome
+        .checkpoints
+        .iter()
+        .map(|c| (c.name.as_str(), c.trace_id.as_str()))
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("branch", "calm-crab-0001.0"),
+            ("branch", "calm-crab-0001.1"),
+            ("joined", "calm-crab-0001"),
+        ]
+    );
+    for cp in &outcome.checkpoints[..2] {
+        let events = cp.events_in(trace);
+        assert_eq!(events.len(), 2, "{cp:?}");
+        assert!(events.iter().all(|e| e.trace_id == cp.trace_id));
+        assert_eq!(events[1].event.event_type(), EventType::Checkpoint);
+    }
+    // The root's checkpoint comes after the join: it sees both branches whole.
+    let joined = &outcome.checkpoints[2];
+    let events = joined.events_in(trace);
+    assert_eq!(events.len(), trace.events.len());
+    assert_eq!(
+        events.last().map(|e| e.event.event_type()),
+        Some(EventType::Checkpoint)
+    );
+}

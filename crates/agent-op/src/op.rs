@@ -362,8 +362,11 @@ where
 }
 
 /// Takes a checkpoint named `name`: records a `Checkpoint` event and a
-/// [`Checkpoint`](crate::Checkpoint) holding the events so far and the state serialized to
-/// JSON. A state that fails to serialize fails the run.
+/// [`Checkpoint`](crate::Checkpoint) holding the state serialized to JSON and how many events
+/// the run (or branch) had recorded, so [`Checkpoint::events_in`](crate::Checkpoint::events_in)
+/// finds them in the final trace. It costs what serializing the state costs, not a copy of
+/// the trace. A state that fails to serialize fails the run. Checkpoints are for inspecting a
+/// run; resuming from one is not implemented yet.
 pub fn checkpoint<S: Serialize>(name: impl Into<String>) -> Op<S, ()> {
     fn snapshot<S: Serialize>(s: &S) -> Result<Value, String> {
         serde_json::to_value(s).map_err(|e| e.to_string())

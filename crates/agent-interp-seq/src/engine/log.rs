@@ -20,6 +20,11 @@ pub(crate) struct BranchLog {
 #[derive(Default)]
 struct LogInner {
     items: Vec<Item>,
+    /// Events in `items`, counting the branch groups of `items` whose branches have all
+    /// finished (they cannot grow any more).
+    counted: usize,
+    /// Indices in `items` of branch groups some branch of which may still add events.
+    open_groups: Vec<usize>,
     finished: bool,
     cancelled: bool,
     end: Option<Timestamp>,
@@ -50,11 +55,16 @@ impl BranchLog {
     }
 
     pub(crate) fn push(&self, event: Event) {
-        self.lock().items.push(Item::Event(event));
+        let mut inner = self.lock();
+        inner.items.push(Item::Event(event));
+        inner.counted += 1;
     }
 
     pub(crate) fn push_branches(&self, branches: Vec<Arc<BranchLog>>) {
-        self.lock().items.push(Item::Branches(branches));
+        let mut inner = self.lock();
+        let at = inner.items.len();
+        inner.items.push(Item::Branches(branches));
+        inner.open_groups.push(at);
     }
 
     /// The branch ran to its end (successfully or not).
@@ -102,16 +112,29 @@ impl BranchLog {
     }
 
     /// How many events this log and its branches hold.
-    fn count(&self) -> usize {
-        let inner = self.lock();
-        inner
-            .items
-            .iter()
-            .map(|item| match item {
-                Item::Event(_) => 1,
-                Item::Branches(branches) => branches.iter().map(|b| b.count()).sum(),
-            })
-            .sum()
+    /// The number of events in this log, its branches' included. Amortized O(1) per call
+    /// for a log whose branch groups have finished (which is every group once a fork has
+    /// joined): each group is counted once, when it can no longer grow, and its count kept.
+    pub(crate) fn count(&self) -> usize {
+        let mut inner = self.lock();
+        let inner = &mut *inner;
+        let mut open = 0;
+        let mut i = 0;
+        while i < inner.open_groups.len() {
+            let Item::Branches(group) = &inner.items[inner.open_groups[i]] else {
+                inner.open_groups.swap_remove(i);
+                continue;
+            };
+            let events: usize = group.iter().map(|b| b.count()).sum();
+            if group.iter().all(|b| b.is_finished()) {
+                inner.counted += events;
+                inner.open_groups.swap_remove(i);
+            } else {
+                open += events;
+                i += 1;
+            }
+        }
+        inner.counted + open
     }
 
     fn collect(
@@ -145,6 +168,8 @@ impl BranchLog {
     fn drain(&self, cancelled_above: bool, out: &mut Vec<TraceEntry>) {
         let (items, cancelled) = {
             let mut inner = self.lock();
+            inner.counted = 0;
+            inner.open_groups.clear();
             (
                 std::mem::take(&mut inner.items),
                 cancelled_above || inner.cancelled,

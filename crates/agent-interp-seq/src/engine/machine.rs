@@ -299,7 +299,10 @@ where
     // ------------------------------------------------------------------------------------
 
     fn record(&mut self, kind: EventKind) {
-        let event = Event::now(kind);
+        self.record_event(Event::now(kind));
+    }
+
+    fn record_event(&mut self, event: Event) {
         for subscriber in &self.rt.config.subscribers {
             // A panicking observer must not take the run down with it.
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -730,17 +733,11 @@ where
             Ok(state) => state,
             Err(message) => return Err(self.fail(ErrorKind::Checkpoint { name, message })),
         };
-        self.record(EventKind::Checkpoint(CheckpointReached {
-            name: name.clone(),
-        }));
-        let checkpoint = Checkpoint {
-            name,
-            trace_id: self.id.clone(),
-            trace: self.log.snapshot(),
-            state,
-            at: Utc::now(),
-            cancelled: false,
-        };
+        // One clock read for the event and the checkpoint: they are the same moment.
+        let at = Utc::now();
+        let reached = CheckpointReached { name: name.clone() };
+        self.record_event(Event::at(at, EventKind::Checkpoint(reached)));
+        let checkpoint = Checkpoint::new(name, self.id.clone(), self.log.count(), state, at);
         for subscriber in &self.rt.config.subscribers {
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 subscriber.on_checkpoint(&checkpoint);

@@ -73,42 +73,72 @@ impl<Sch> Runtime<Sch> {
 /// Orders checkpoints as their `Checkpoint` events appear in the final trace (concurrent
 /// branches take them in whatever order they run; the trace order is the deterministic one)
 /// and marks those taken by cancelled branches.
+///
+/// A checkpoint's event sits at the start of its branch's block of the trace plus its
+/// `events` count, so one pass over the trace (finding where each block starts) places them
+/// all, without copying ids or names.
 fn settle_checkpoints(trace: &Trace, checkpoints: Vec<Checkpoint>) -> Vec<Checkpoint> {
-    use std::collections::{BTreeMap, BTreeSet};
+    use std::collections::HashMap;
 
-    let mut cancelled: BTreeSet<&TraceId> = BTreeSet::new();
-    let mut positions: BTreeMap<(&TraceId, &str), Vec<usize>> = BTreeMap::new();
-    for (position, entry) in trace.events.iter().enumerate() {
-        if entry.cancelled {
-            cancelled.insert(&entry.trace_id);
-        }
-        if let agent_op::EventKind::Checkpoint(c) = &entry.event.kind {
-            positions
-                .entry((&entry.trace_id, c.name.as_str()))
-                .or_default()
-                .push(position);
+    if checkpoints.is_empty() {
+        return checkpoints;
+    }
+    let mut starts: HashMap<&str, usize> = HashMap::new();
+    let mut last = None;
+    for cp in &checkpoints {
+        // Runs of checkpoints of one branch are the common case: one insert per run.
+        let id = cp.trace_id.as_str();
+        if last != Some(id) {
+            starts.insert(id, usize::MAX);
+            last = Some(id);
         }
     }
-    // Within one branch, checkpoints of the same name were recorded in trace order.
-    let mut seen: BTreeMap<(TraceId, String), usize> = BTreeMap::new();
-    let mut keyed: Vec<(usize, Checkpoint)> = checkpoints
-        .into_iter()
-        .map(|mut cp| {
-            let k = seen
-                .entry((cp.trace_id.clone(), cp.name.clone()))
-                .or_default();
-            let position = positions
-                .get(&(&cp.trace_id, cp.name.as_str()))
-                .and_then(|p| p.get(*k))
-                .copied()
-                .unwrap_or(usize::MAX);
-            *k += 1;
-            cp.cancelled = cancelled.contains(&cp.trace_id);
-            (position, cp)
+    let mut unplaced = starts.len();
+    for (position, entry) in trace.events.iter().enumerate() {
+        // The entry starts the block of its own branch and of every ancestor not seen yet.
+        let mut id = entry.trace_id.as_str();
+        loop {
+            if let Some(start) = starts.get_mut(id) {
+                if *start != usize::MAX {
+                    // Its ancestors' blocks started no later.
+                    break;
+                }
+                *start = position;
+                unplaced -= 1;
+            }
+            match id.rfind('.') {
+                Some(dot) => id = &id[..dot],
+                None => break,
+            }
+        }
+        if unplaced == 0 {
+            break;
+        }
+    }
+    let positions: Vec<usize> = checkpoints
+        .iter()
+        .map(|cp| {
+            starts
+                .get(cp.trace_id.as_str())
+                .and_then(|start| start.checked_add(cp.events.checked_sub(1)?))
+                .unwrap_or(usize::MAX)
         })
         .collect();
-    keyed.sort_by_key(|(position, _)| *position);
-    keyed.into_iter().map(|(_, cp)| cp).collect()
+    let cancelled = |position: usize| trace.events.get(position).is_some_and(|e| e.cancelled);
+    if positions.is_sorted() {
+        // Taken in trace order (always, sequentially): no need to move them.
+        let mut checkpoints = checkpoints;
+        for (cp, position) in checkpoints.iter_mut().zip(positions) {
+            cp.cancelled = cancelled(position);
+        }
+        return checkpoints;
+    }
+    let mut placed: Vec<(usize, Checkpoint)> = positions.into_iter().zip(checkpoints).collect();
+    for (position, cp) in &mut placed {
+        cp.cancelled = cancelled(*position);
+    }
+    placed.sort_by_key(|(position, _)| *position);
+    placed.into_iter().map(|(_, cp)| cp).collect()
 }
 
 /// Runs programs with a given branch [`Scheduler`]. The sequential interpreter is
