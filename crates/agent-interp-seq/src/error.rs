@@ -113,4 +113,10 @@ impl RunError {
     pub fn kind(&self) -> &ErrorKind {
         &self.kind
     }
+
+    /// What the run's model calls used before it failed, discarded branches apart. See
+    /// [`Trace::spend`](agent_op::Trace::spend).
+    pub fn spend(&self) -> agent_op::Spend {
+        self.trace.spend()
+    }
 }

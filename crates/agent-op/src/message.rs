@@ -6,6 +6,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::cost::MicroUsd;
+
+/// Tokens a chat template may add per message (role markers, separators), beyond its text.
+/// Part of [`Prompt::max_input_tokens`].
+pub const MESSAGE_OVERHEAD_TOKENS: u64 = 8;
+/// Tokens a chat template may add per tool definition, beyond its name, description and
+/// schema. Part of [`Prompt::max_input_tokens`].
+pub const TOOL_OVERHEAD_TOKENS: u64 = 32;
+/// Tokens a chat template may add once per prompt (reply priming). Part of
+/// [`Prompt::max_input_tokens`].
+pub const PROMPT_OVERHEAD_TOKENS: u64 = 16;
 use crate::tool::ToolDefinition;
 
 /// One message of a conversation.
@@ -239,30 +249,47 @@ impl Prompt {
         self
     }
 
-    /// The number of bytes of text in the prompt: messages, tool-call arguments and tool
-    /// definitions. An upper bound on its input tokens for the tokenizers in use (a token covers
-    /// at least one byte), so budgets can reserve a worst case before a call.
-    pub fn text_bytes(&self) -> u64 {
-        let messages: usize = self
-            .messages
-            .iter()
-            .map(|m| {
-                let calls = match m {
-                    Message::Assistant { tool_calls, .. } => tool_calls
-                        .iter()
-                        .map(|c| c.name.len() + c.arguments.to_string().len())
-                        .sum(),
-                    _ => 0,
-                };
-                m.content().len() + calls
-            })
-            .sum();
-        let tools: usize = self
-            .tools
-            .iter()
-            .map(|t| t.name.len() + t.description.len() + t.parameters.to_string().len())
-            .sum();
-        (messages + tools) as u64
+    /// An upper bound on the input tokens this prompt costs, the worst case budgets reserve
+    /// before a call (see [`op::limit`](crate::op::limit)): every byte of the prompt as it is
+    /// sent — messages, tool-call arguments, tool definitions and the `response_format` schema
+    /// (its JSON encoding, which is at least as long as the text) — plus what chat templates
+    /// add: [`PROMPT_OVERHEAD_TOKENS`] once, [`MESSAGE_OVERHEAD_TOKENS`] per message and
+    /// [`TOOL_OVERHEAD_TOKENS`] per tool.
+    ///
+    /// A bound for byte-level tokenizers (every token covers at least one byte), which the
+    /// models in use have. Counting serializes the prompt into a counter, without allocating.
+    pub fn max_input_tokens(&self) -> u64 {
+        /// Counts what is written, keeping nothing.
+        struct Counter(u64);
+        impl std::io::Write for Counter {
+            fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+                self.0 = self.0.saturating_add(buf.len() as u64);
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut counter = Counter(0);
+        // Serializing plain data into a writer that cannot fail does not fail; were it to,
+        // nothing could be bounded, and the budget must then treat the call as unbounded.
+        if serde_json::to_writer(&mut counter, self).is_err() {
+            return u64::MAX;
+        }
+        let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        counter
+            .0
+            .saturating_add(PROMPT_OVERHEAD_TOKENS)
+            .saturating_add(MESSAGE_OVERHEAD_TOKENS.saturating_mul(count(self.messages.len())))
+            .saturating_add(TOOL_OVERHEAD_TOKENS.saturating_mul(count(self.tools.len())))
+    }
+
+    /// The most tokens one call with this prompt can use, input and output:
+    /// [`max_input_tokens`](Prompt::max_input_tokens) plus `max_tokens`. `None` without
+    /// `max_tokens` (the reply's length is then unbounded).
+    pub fn max_total_tokens(&self) -> Option<u64> {
+        let output = self.options.max_tokens?;
+        Some(self.max_input_tokens().saturating_add(u64::from(output)))
     }
 }
 

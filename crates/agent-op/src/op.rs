@@ -443,17 +443,34 @@ fn feed_err<S, A: Send + 'static, E: Send + 'static>(error: E, next: &mut dyn Fe
 ///
 /// - **calls**: a call starts only if `calls made + calls in flight + 1 <= limit`, so a budget
 ///   of N calls never admits more than N calls, however many branches race for it;
-/// - **tokens** and **cost**: a call starts only if `spent + the worst case of the calls in
-///   flight < limit`. A call's worst case is `prompt bytes + max_tokens` tokens (a token covers
-///   at least one byte) and [`Provider::max_cost`](crate::Provider::max_cost) dollars; when it
-///   is unknown (no `max_tokens`, no prices), the call counts as taking everything that is
-///   left, so it runs alone. Calls that cannot start yet wait for calls in flight to settle;
+/// - **tokens** and **cost**: a call starts alone only if `spent < limit`, and alongside calls
+///   in flight only if `spent + their worst cases + its worst case <= limit`. A call's worst
+///   case is [`Prompt::max_total_tokens`](crate::Prompt::max_total_tokens) tokens — every byte
+///   sent (messages, tools, the `response_format` schema) plus chat-template overhead plus
+///   `max_tokens` — and [`Provider::max_cost`](crate::Provider::max_cost) dollars, worked out
+///   from the same estimate; when it is unknown (no `max_tokens`, no prices), the call counts
+///   as taking everything that is left, so it runs alone. Calls that cannot start yet wait for
+///   calls in flight to settle;
 /// - **time**: the body is stopped when the time is up, like a [`timeout`], but the result is
 ///   `Err(Exhausted { resource: Time, .. })`.
 ///
 /// After a call settles, spending above a limit stops the body. A single call can overshoot a
 /// tokens or cost limit (nobody knows a reply's length in advance), but no call *starts* once a
 /// limit is reached. A call cut short by a timeout still counts as a call, with unknown usage.
+///
+/// Put as a formula: when every call uses at most its worst case (true for byte-level
+/// tokenizers, and for `max_cost` from real prices), then under either interpreter, for every
+/// program,
+///
+/// ```text
+/// spent  <=  limit - 1 + largest single call
+/// ```
+///
+/// for tokens and for cost alike (each call counted whole, including calls that were cut
+/// short after they started, which a provider may still bill). Accounting saturates at
+/// `u64::MAX` and never wraps. A provider reporting *more* than the worst case loosens the
+/// bound only by that excess. The property tests of `agent-interp-par` check the formula on
+/// generated `par` programs under both interpreters.
 /// Cost counts only calls whose cost is known: pair a cost budget with a calls or tokens budget
 /// when the provider reports no prices.
 ///
@@ -514,6 +531,19 @@ pub fn par<S: Merge + 'static, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op
 
 /// Runs the branches from the current state; the first to succeed wins, and its result and end
 /// state are kept. Fails with the first branch's error if all fail, and on an empty race.
+///
+/// # Losers and budgets
+///
+/// The sequential interpreter runs the branches one after another and stops at the first
+/// success, so later branches never start. The concurrent interpreter starts them all and
+/// cancels the losers when one wins — after they may already have called models. Those calls
+/// really happened: they count against every enclosing [`limit`] (a budget counts real
+/// spend, whichever interpreter runs), their events stay in the trace marked
+/// [`cancelled`](crate::TraceEntry::cancelled), and
+/// [`Trace::spend`](crate::Trace::spend) reports them as `discarded`, apart from the spend
+/// whose work was kept. So a race whose losers call models can leave less budget after it
+/// under the concurrent interpreter than under the sequential one: a program that spends
+/// the last of a budget after such a race may succeed sequentially and run out concurrently.
 pub fn race<S, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op<S, B> {
     Op::from_node(Node::Fork(Box::new(Fork::Race {
         branches: branches.into_iter().map(Op::into_node).collect(),

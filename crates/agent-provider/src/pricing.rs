@@ -9,13 +9,6 @@ use std::collections::BTreeMap;
 use agent_op::{MicroUsd, Prompt, Usage};
 use serde::{Deserialize, Serialize};
 
-/// Tokens a chat template may add per message (role markers, separators), beyond its text.
-const MESSAGE_OVERHEAD_TOKENS: u64 = 8;
-/// Tokens a template may add per tool definition, beyond its name, description and schema.
-const TOOL_OVERHEAD_TOKENS: u64 = 32;
-/// Tokens a template may add once per prompt (reply priming).
-const PROMPT_OVERHEAD_TOKENS: u64 = 16;
-
 /// The price of one model, per million tokens.
 ///
 /// ```
@@ -161,11 +154,8 @@ impl Pricing {
     pub fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
         let price = self.get(model)?;
         let max_output = u64::from(prompt.options.max_tokens?);
-        let overhead = PROMPT_OVERHEAD_TOKENS
-            .saturating_add(MESSAGE_OVERHEAD_TOKENS.saturating_mul(prompt.messages.len() as u64))
-            .saturating_add(TOOL_OVERHEAD_TOKENS.saturating_mul(prompt.tools.len() as u64));
         let usage = Usage {
-            input_tokens: prompt_bytes(prompt)?.saturating_add(overhead),
+            input_tokens: prompt.max_input_tokens(),
             output_tokens: max_output,
         };
         Some(price.cost(usage))
@@ -175,26 +165,6 @@ impl Pricing {
     pub fn models(&self) -> impl Iterator<Item = &str> {
         self.models.keys().map(String::as_str)
     }
-}
-
-/// The size of `prompt` as compact JSON: at least every byte of text it puts before the
-/// model (JSON only adds quotes, escapes and field names), whatever the wire format. `None`
-/// if it cannot be encoded (it always can).
-fn prompt_bytes(prompt: &Prompt) -> Option<u64> {
-    /// Counts what is written, keeping nothing.
-    struct Counter(u64);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 = self.0.saturating_add(buf.len() as u64);
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut counter = Counter(0);
-    serde_json::to_writer(&mut counter, prompt).ok()?;
-    Some(counter.0)
 }
 
 #[cfg(test)]
@@ -301,7 +271,8 @@ mod tests {
         .max_tokens(1);
         let bound = pricing.max_cost("m", &prompt).unwrap();
         assert!(bound.0 >= 2 * long_id.len() as u64, "{bound:?}");
-        assert!(bound.0 >= prompt.text_bytes());
+        // $1 per million input tokens, output free: the bound is the input estimate itself.
+        assert_eq!(bound.0, prompt.max_input_tokens());
     }
 
     #[test]

@@ -550,18 +550,16 @@ where
         let Some(provider) = self.rt.config.provider.clone() else {
             return Err(self.fail(ErrorKind::NoProvider));
         };
-        let worst = WorstCase {
-            tokens: prompt
-                .options
-                .max_tokens
-                .map(|max| prompt.text_bytes().saturating_add(u64::from(max))),
-            cost: provider.max_cost(&model, &prompt),
-        };
         let budgeted = self.stack.all_scopes().any(|s| s.budget.is_some());
         let reservation = if budgeted {
+            // Worked out only under a budget: it serializes the prompt (into a counter).
+            let worst = WorstCase {
+                tokens: prompt.max_total_tokens(),
+                cost: provider.max_cost(&model, &prompt),
+            };
             Box::pin(self.reserve(worst)).await?
         } else {
-            Reservation::new(worst)
+            Reservation::new(WorstCase::default())
         };
         let iteration = self.iteration;
         self.record(EventKind::InferStart(InferStart {

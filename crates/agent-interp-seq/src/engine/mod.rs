@@ -43,6 +43,14 @@ pub struct Outcome<S, A> {
     pub checkpoints: Vec<Checkpoint>,
 }
 
+impl<S, A> Outcome<S, A> {
+    /// What the run's model calls used, with the calls of discarded branches (a `race`'s
+    /// losers) reported apart from those whose work the run kept. See [`Trace::spend`].
+    pub fn spend(&self) -> agent_op::Spend {
+        self.trace.spend()
+    }
+}
+
 /// What every machine of one run shares.
 pub(crate) struct Runtime<Sch> {
     pub(crate) config: Config,

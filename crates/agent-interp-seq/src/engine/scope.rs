@@ -3,6 +3,9 @@
 //! Budgets follow the reserve/settle rules documented on [`agent_op::op::limit`]: a call
 //! reserves its worst case on every enclosing budget before it starts and settles with its real
 //! usage after, so concurrent branches share one budget exactly.
+//!
+//! All accounting saturates: worst cases of `u64::MAX` (what pricing reports for a bound it
+//! cannot compute) and sums near it must never wrap, or a full budget would look empty.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -164,19 +167,22 @@ impl BudgetCell {
             let crowded = s.unbounded_cost > 0
                 || (s.in_flight > 0
                     && (worst.cost.is_none()
-                        || s.cost.0 + s.reserved_cost.0 + worst.cost.map_or(0, |c| c.0) > limit.0));
+                        || s.cost
+                            .saturating_add(s.reserved_cost)
+                            .saturating_add(worst.cost.unwrap_or_default())
+                            > limit));
             if crowded {
                 return Admission::Wait;
             }
         }
-        s.in_flight += 1;
+        s.in_flight = s.in_flight.saturating_add(1);
         match worst.tokens {
             Some(t) => s.reserved_tokens = s.reserved_tokens.saturating_add(t),
-            None => s.unbounded_tokens += 1,
+            None => s.unbounded_tokens = s.unbounded_tokens.saturating_add(1),
         }
         match worst.cost {
             Some(c) => s.reserved_cost = s.reserved_cost.saturating_add(c),
-            None => s.unbounded_cost += 1,
+            None => s.unbounded_cost = s.unbounded_cost.saturating_add(1),
         }
         Admission::Admitted
     }
@@ -197,7 +203,7 @@ impl BudgetCell {
                 s.tokens = s.tokens.saturating_add(usage.total());
             }
             if let Some(cost) = cost {
-                s.cost += cost;
+                s.cost = s.cost.saturating_add(cost);
             }
             self.exceeded(&s)
         };

@@ -68,6 +68,53 @@ impl CostSummary {
     }
 }
 
+/// What model calls used, split by whether the run kept their branches' work: see
+/// [`Trace::spend`].
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Spend {
+    /// Calls in the run and in branches whose outcome it kept.
+    pub kept: SpendPart,
+    /// Calls in branches that were cancelled or whose outcome was discarded — the losers of a
+    /// `race`, branches stopped by a failing sibling — marked
+    /// [`cancelled`](TraceEntry::cancelled) in the trace. They really happened and budgets
+    /// counted them, but no result reflects them.
+    pub discarded: SpendPart,
+}
+
+impl Spend {
+    /// Kept and discarded together: everything the run spent.
+    pub fn total(&self) -> SpendPart {
+        let (a, b) = (&self.kept, &self.discarded);
+        SpendPart {
+            calls: a.calls.saturating_add(b.calls),
+            tokens: Usage {
+                input_tokens: a.tokens.input_tokens.saturating_add(b.tokens.input_tokens),
+                output_tokens: a
+                    .tokens
+                    .output_tokens
+                    .saturating_add(b.tokens.output_tokens),
+            },
+            cost: CostSummary {
+                known: a.cost.known.saturating_add(b.cost.known),
+                unknown_calls: a.cost.unknown_calls.saturating_add(b.cost.unknown_calls),
+            },
+        }
+    }
+}
+
+/// Model calls and what they used: one side of a [`Spend`].
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SpendPart {
+    /// Calls started (each `InferStart`), finished or not.
+    pub calls: u64,
+    /// Tokens reported by the calls that finished.
+    pub tokens: Usage,
+    /// Their cost; a call cut short before it finished has an unknown cost.
+    pub cost: CostSummary,
+}
+
 /// One tool call found in a trace.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolCallRecord {
@@ -185,6 +232,38 @@ impl Trace {
             }
         }
         records
+    }
+
+    /// What the model calls used, kept and discarded apart: a `race`'s losing branches
+    /// really called models (and budgets counted those calls), which this reports separately
+    /// from the calls whose work the run kept.
+    pub fn spend(&self) -> Spend {
+        let mut spend = Spend::default();
+        for entry in &self.events {
+            let part = if entry.cancelled {
+                &mut spend.discarded
+            } else {
+                &mut spend.kept
+            };
+            match &entry.event.kind {
+                EventKind::InferStart(_) => {
+                    part.calls = part.calls.saturating_add(1);
+                    // Unknown until its end says otherwise.
+                    part.cost.unknown_calls = part.cost.unknown_calls.saturating_add(1);
+                }
+                EventKind::InferEnd(end) => {
+                    let tokens = &mut part.tokens;
+                    tokens.input_tokens = tokens.input_tokens.saturating_add(end.input_tokens);
+                    tokens.output_tokens = tokens.output_tokens.saturating_add(end.output_tokens);
+                    if let Some(cost) = end.cost {
+                        part.cost.known = part.cost.known.saturating_add(cost);
+                        part.cost.unknown_calls = part.cost.unknown_calls.saturating_sub(1);
+                    }
+                }
+                _ => {}
+            }
+        }
+        spend
     }
 
     /// How many model calls were started.

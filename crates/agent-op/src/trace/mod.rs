@@ -10,4 +10,4 @@ mod log;
 pub use checkpoint::Checkpoint;
 pub use event::{Event, EventKind, EventType, ForkKind, Timestamp};
 pub use id::TraceId;
-pub use log::{CostSummary, ToolCallRecord, Trace, TraceEntry};
+pub use log::{CostSummary, Spend, SpendPart, ToolCallRecord, Trace, TraceEntry};
