@@ -714,3 +714,42 @@ async fn huge_worst_cases_do_not_overflow_budget_arithmetic() {
         .unwrap();
     assert_eq!(outcome.value, Ok(vec!["ok".to_owned(), "ok".to_owned()]));
 }
+
+/// Forks nested past the limit fail with one short message naming the limit and the branch
+/// where it was reached (it was ~20 kB: a "branch … failed:" line per level), under both
+/// interpreters.
+#[test]
+fn forks_nested_too_deep_say_so_once() {
+    let thread = std::thread::Builder::new().stack_size(2 * 1024 * 1024);
+    let checked = thread.spawn(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let nest = |depth: usize| {
+            let mut p: Op<(), u32> = op::pure(0);
+            for _ in 0..depth {
+                p = op::par(vec![p]).map(|v| v[0]);
+            }
+            p
+        };
+        let config = Config::new().trace_id("deep-root-0001");
+        let errors = [
+            rt.block_on(run(&config, (), nest(300))).unwrap_err(),
+            rt.block_on(agent_interp_seq::run(&config, (), nest(300)))
+                .unwrap_err(),
+        ];
+        for err in errors {
+            let message = err.to_string();
+            assert!(message.len() < 600, "{} bytes: {message}", message.len());
+            assert!(message.contains("more than 128 deep"), "{message}");
+            let path = format!("deep-root-0001{}", ".0".repeat(128));
+            assert!(
+                message.starts_with(&format!("branch {path} failed")),
+                "{message}"
+            );
+            assert_eq!(message.matches("failed").count(), 1, "{message}");
+        }
+    });
+    checked.unwrap().join().unwrap();
+}

@@ -50,7 +50,10 @@ pub enum ErrorKind {
     Program(String),
     /// A branch of a `par` (or every branch of a `race`) failed; this is the error of the
     /// first failing branch in declaration order.
-    #[error("branch {id} failed: {error}")]
+    ///
+    /// Nested forks nest these; the message names only the innermost failing branch (whose
+    /// id is the whole path, `run.0.3`) and the [`root_cause`](ErrorKind::root_cause), once.
+    #[error("{}", branch_message(id, error))]
     Branch {
         /// The branch.
         id: TraceId,
@@ -74,6 +77,20 @@ pub enum ErrorKind {
     /// The interpreter broke one of its own invariants (a bug; please report it).
     #[error("internal interpreter error: {0}")]
     Internal(String),
+}
+
+/// `branch <innermost id> failed: <root cause>`, however deep the `Branch` wrappers go.
+fn branch_message(id: &TraceId, error: &ErrorKind) -> String {
+    let (mut id, mut error) = (id, error);
+    while let ErrorKind::Branch {
+        id: inner,
+        error: deeper,
+    } = error
+    {
+        id = inner;
+        error = deeper;
+    }
+    format!("branch {id} failed: {error}")
 }
 
 fn permitted_list(names: &[String]) -> String {

@@ -21,7 +21,7 @@ mod subscriber;
 pub use agent::run_agent;
 pub use config::{Config, SteeringQueue};
 pub use engine::scheduler::{BranchFuture, BranchOutcome, Scheduler, Sequential};
-pub use engine::{Engine, Outcome};
+pub use engine::{Engine, MAX_FORK_DEPTH, Outcome};
 pub use error::{ErrorKind, RunError};
 pub use subscriber::{JsonlSubscriber, Subscriber};
 pub use tokio_util::sync::CancellationToken;

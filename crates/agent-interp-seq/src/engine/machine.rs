@@ -37,10 +37,11 @@ const CHECK_EVERY: u32 = 64;
 /// the task's coop budget says (a multiple of [`CHECK_EVERY`]).
 const YIELD_EVERY: u32 = CHECK_EVERY * 128;
 
-/// How deeply forks may nest. Each level of nesting adds a few frames to the Rust stack of the
+/// How deeply forks (`par`, `race`) may nest: deeper forks fail the run with
+/// [`ErrorKind::ForksTooDeep`](crate::ErrorKind::ForksTooDeep). Each level of nesting adds a few frames to the Rust stack of the
 /// task polling the run, so the depth is bounded (with a clear error) rather than left to
 /// overflow a small worker stack.
-pub(crate) const MAX_FORK_DEPTH: usize = 128;
+pub const MAX_FORK_DEPTH: usize = 128;
 
 /// How deeply continuations may feed values straight into one another before the value is
 /// stored and fed from the main loop instead (bounds Rust stack use for long `map` chains).

@@ -5,6 +5,8 @@
 mod log;
 mod machine;
 pub mod scheduler;
+
+pub use machine::MAX_FORK_DEPTH;
 pub(crate) mod scope;
 
 use std::sync::atomic::{AtomicU64, Ordering};
