@@ -272,7 +272,7 @@ fn check_read_invariants(bytes: &[u8]) {
                 assert!(torn.bytes > 0 && torn.bytes <= bytes.len());
             }
         }
-        Err(JsonlError::Malformed { line, message }) => {
+        Err(JsonlError::Malformed { line, message, .. }) => {
             assert!((1..=lines).contains(&line), "line {line} of {lines}");
             assert!(!message.is_empty());
         }
@@ -316,7 +316,7 @@ fn malformed_line_in_the_middle_names_its_line() {
         let mut lines = sample_lines();
         lines[2] = bad.to_owned();
         match load(&join_lines(&lines)) {
-            Err(JsonlError::Malformed { line, message }) => {
+            Err(JsonlError::Malformed { line, message, .. }) => {
                 assert_eq!(line, 3, "{bad}");
                 assert!(!message.is_empty());
             }
@@ -327,7 +327,8 @@ fn malformed_line_in_the_middle_names_its_line() {
     let mut lines = sample_lines();
     lines[2] = r#"{"v":1,"trace_id":"x","event":{"at":"2026-11-22T10:00:00Z","type":"teleport","data":{}}}"#.into();
     let err = load(&join_lines(&lines)).unwrap_err().to_string();
-    assert!(err.starts_with("line 3: "), "{err}");
+    assert!(err.starts_with("line 3, column "), "{err}");
+    assert!(err.contains("unknown event type `teleport`"), "{err}");
     assert!(err.contains("unknown event type `teleport`"), "{err}");
     let mut lines = sample_lines();
     lines[2] = r#"{"v":1}"#.into();
@@ -464,7 +465,7 @@ fn repeated_headers_must_agree_on_the_id() {
     lines.push(r#"{"v":1,"trace":{"id":"other-run-0000","start":"2026-11-22T10:00:00Z"}}"#.into());
     let n = lines.len();
     match load(&join_lines(&lines)) {
-        Err(JsonlError::Malformed { line, message }) => {
+        Err(JsonlError::Malformed { line, message, .. }) => {
             assert_eq!(line, n);
             assert!(message.contains("other-run-0000"), "{message}");
         }
@@ -783,4 +784,44 @@ fn optional_members_accept_null_and_timestamps_accept_offsets() {
         load(text.as_bytes()),
         Err(JsonlError::Malformed { line: 1, .. })
     ));
+}
+
+/// A bad line in the middle of a file is reported by its line and column in the file, once:
+/// it read "line 17: EOF while parsing a string at line 1 column 49" (the parser's own
+/// position, counted from the start of the line's JSON). The parser's error stays reachable.
+#[test]
+fn malformed_lines_report_the_files_line_and_column_once() {
+    let mut lines = sample_lines();
+    let good = lines[1].clone();
+    // Indented by three spaces (readers skip surrounding whitespace), then cut inside a
+    // string, with more lines after it: malformed, not torn.
+    let cut = good.find("\"type\"").expect("an event line") + 4;
+    lines[1] = format!("   {}", &good[..cut]);
+    let err = load(&join_lines(&lines)).unwrap_err();
+    let text = err.to_string();
+    assert!(!text.contains(" at line "), "{text}");
+    match &err {
+        JsonlError::Malformed {
+            line,
+            column,
+            message,
+            source,
+        } => {
+            assert_eq!(*line, 2, "{text}");
+            let source = source.as_ref().expect("the parser's error");
+            assert!(source.is_eof(), "{source}");
+            // The parser saw the line without its indent.
+            assert_eq!(*column, Some(source.column() + 3), "{text}");
+            assert_eq!(message, "EOF while parsing a string", "{text}");
+            assert_eq!(
+                text,
+                format!(
+                    "line 2, column {}: EOF while parsing a string",
+                    source.column() + 3
+                )
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(std::error::Error::source(&err).is_some());
 }

@@ -34,12 +34,18 @@ pub enum JsonlError {
     #[error("trace file I/O failed: {0}")]
     Io(#[from] io::Error),
     /// A line (other than a torn last line) is not a valid trace line.
-    #[error("line {line}: {message}")]
+    #[error("line {line}{}: {message}", column_text(*column))]
     Malformed {
-        /// The 1-based line number.
+        /// The 1-based line number in the file.
         line: usize,
+        /// The 1-based column (byte) in that line where the problem was found, when known.
+        column: Option<usize>,
         /// What is wrong with it.
         message: String,
+        /// The JSON parser's error, when the line is not valid JSON or not a valid event
+        /// (its own position counts from the start of the line's JSON).
+        #[source]
+        source: Option<serde_json::Error>,
     },
     /// A line was written by an incompatible version of the format.
     #[error(
@@ -54,6 +60,11 @@ pub enum JsonlError {
     /// The input holds neither a header nor any event, so there is no trace to return.
     #[error("the input holds no trace")]
     Empty,
+}
+
+/// `, column N` when there is one.
+fn column_text(column: Option<usize>) -> String {
+    column.map(|c| format!(", column {c}")).unwrap_or_default()
 }
 
 /// A last line cut short by a crash.
@@ -184,7 +195,7 @@ fn parse_line(bytes: &[u8], last_id: &mut Option<TraceId>) -> Result<Parsed, Lin
         // report the version, not the mismatch.
         match serde_json::from_slice::<VersionOnly>(bytes) {
             Ok(VersionOnly { v }) if v != u64::from(FORMAT_VERSION) => LineError::Version(v),
-            _ => LineError::Malformed(e.to_string()),
+            _ => LineError::Json(e),
         }
     })?;
     if line.v != u64::from(FORMAT_VERSION) {
@@ -214,8 +225,41 @@ fn parse_line(bytes: &[u8], last_id: &mut Option<TraceId>) -> Result<Parsed, Lin
 }
 
 enum LineError {
+    /// Not valid JSON, or not the shape of a trace line.
+    Json(serde_json::Error),
+    /// Valid, but not a header or an event line.
     Malformed(String),
     Version(u64),
+}
+
+impl LineError {
+    /// The error for this line (`line` in the file, whose first `indent` bytes were
+    /// whitespace the parser did not see).
+    fn at(self, line: usize, indent: usize) -> JsonlError {
+        match self {
+            LineError::Json(e) => {
+                // The parser counts from the start of what it was given, one line; say where
+                // in the file instead, and keep its message without its own position.
+                let column = (e.line() == 1 && e.column() > 0).then(|| e.column() + indent);
+                let text = e.to_string();
+                let own_position = format!(" at line {} column {}", e.line(), e.column());
+                let message = text.strip_suffix(&own_position).unwrap_or(&text).to_owned();
+                JsonlError::Malformed {
+                    line,
+                    column,
+                    message,
+                    source: Some(e),
+                }
+            }
+            LineError::Malformed(message) => JsonlError::Malformed {
+                line,
+                column: None,
+                message,
+                source: None,
+            },
+            LineError::Version(version) => JsonlError::UnsupportedVersion { line, version },
+        }
+    }
 }
 
 /// Reads a JSONL trace. See the module docs for how torn and malformed lines are handled.
@@ -245,32 +289,26 @@ pub fn read_jsonl<R: BufRead>(mut reader: R) -> Result<ReadTrace, JsonlError> {
                 Some(existing) => {
                     return Err(JsonlError::Malformed {
                         line: line_no,
+                        column: None,
                         message: format!(
                             "header for trace `{}` in a file of trace `{}`",
                             h.id, existing.id
                         ),
+                        source: None,
                     });
                 }
             },
             // A complete line of another version is not torn, even without its newline.
-            Err(LineError::Malformed(_)) if !complete => {
+            Err(LineError::Malformed(_) | LineError::Json(_)) if !complete => {
                 torn = Some(TornLine {
                     line: line_no,
                     bytes: buf.len(),
                 });
                 break;
             }
-            Err(LineError::Version(version)) => {
-                return Err(JsonlError::UnsupportedVersion {
-                    line: line_no,
-                    version,
-                });
-            }
-            Err(LineError::Malformed(message)) => {
-                return Err(JsonlError::Malformed {
-                    line: line_no,
-                    message,
-                });
+            Err(e) => {
+                let indent = buf.len() - buf.trim_ascii_start().len();
+                return Err(e.at(line_no, indent));
             }
         }
     }
@@ -437,7 +475,7 @@ fn repair_tail(file: &mut File) -> Result<Option<TornLine>, JsonlError> {
             line: lines_before + 1,
             version,
         }),
-        Err(LineError::Malformed(_)) => {
+        Err(LineError::Malformed(_) | LineError::Json(_)) => {
             file.set_len(tail_start)?;
             Ok(Some(TornLine {
                 line: lines_before + 1,
