@@ -74,6 +74,12 @@ struct Stack<S> {
     frames: Vec<Frame<S>>,
     /// Scopes entered by this machine, innermost last.
     scopes: Vec<ActiveScope>,
+    /// For each of `scopes`, the earliest deadline of it and the scopes it is inside (of this
+    /// machine): entering or leaving a scope updates the nearest deadline in O(1), however
+    /// deeply scopes nest.
+    scope_deadlines: Vec<Option<Instant>>,
+    /// The earliest deadline of `inherited` (fixed for the machine's life).
+    inherited_deadline: Option<Instant>,
     /// Scopes of the enclosing machines, outermost first.
     inherited: Arc<[ActiveScope]>,
     /// The earliest deadline of `inherited` and `scopes`.
@@ -109,15 +115,17 @@ impl<S> Stack<S> {
         inherited: Arc<[ActiveScope]>,
         root: bool,
     ) -> Stack<S> {
-        let next_deadline = inherited.iter().filter_map(|s| s.deadline).min();
+        let inherited_deadline = inherited.iter().filter_map(|s| s.deadline).min();
         // Room for a few frames up front: most programs nest a handful deep.
         let mut frames = Vec::with_capacity(8);
         frames.push(Frame::Return(finish));
         Stack {
             frames,
             scopes: Vec::new(),
+            scope_deadlines: Vec::new(),
+            inherited_deadline,
             inherited,
-            next_deadline,
+            next_deadline: inherited_deadline,
             own_deadline: None,
             root,
             done: None,
@@ -129,30 +137,52 @@ impl<S> Stack<S> {
         self.inherited.iter().chain(self.scopes.iter())
     }
 
+    /// Enters `scope`, innermost.
+    fn push_scope(&mut self, scope: ActiveScope) {
+        let earliest = earliest(self.own_deadline, scope.deadline);
+        self.scopes.push(scope);
+        self.scope_deadlines.push(earliest);
+        self.refresh_deadline();
+    }
+
+    /// Leaves the scopes from the `len`-th on.
+    fn truncate_scopes(&mut self, len: usize) {
+        self.scopes.truncate(len);
+        self.scope_deadlines.truncate(len);
+        self.refresh_deadline();
+    }
+
     fn refresh_deadline(&mut self) {
-        self.own_deadline = self.scopes.iter().filter_map(|s| s.deadline).min();
-        let inherited = self.inherited.iter().filter_map(|s| s.deadline).min();
-        self.next_deadline = match (inherited, self.own_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+        self.own_deadline = self.scope_deadlines.last().copied().flatten();
+        self.next_deadline = earliest(self.inherited_deadline, self.own_deadline);
     }
 
     fn pop_scope(&mut self, id: ScopeId) {
         if let Some(pos) = self.scopes.iter().rposition(|s| s.id == id) {
-            self.scopes.truncate(pos);
+            self.truncate_scopes(pos);
         }
-        self.refresh_deadline();
     }
 
-    /// The outermost scope whose deadline has passed, as an unwind.
+    /// The outermost scope whose deadline has passed, as an unwind. Looks for it only once
+    /// the nearest deadline has passed, so checking costs O(1) while none has.
     fn expired(&self, now: Instant) -> Option<Unwind> {
+        if self.next_deadline.is_none_or(|d| d > now) {
+            return None;
+        }
         self.all_scopes()
             .find(|s| s.deadline.is_some_and(|d| d <= now))
             .map(|s| Unwind::Exit {
                 scope: s.id,
                 exit: s.deadline_exit(now),
             })
+    }
+}
+
+/// The earlier of two optional deadlines (`None` is no deadline).
+fn earliest(a: Option<Instant>, b: Option<Instant>) -> Option<Instant> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -421,8 +451,7 @@ where
                 (active, body, ok, EarlyExit::Timeout(timed_out))
             }
         };
-        self.stack.scopes.push(active);
-        self.stack.refresh_deadline();
+        self.stack.push_scope(active);
         self.stack.frames.push(Frame::Scope(Box::new(ScopeFrame {
             id,
             saved: self.state.clone(),
@@ -452,9 +481,8 @@ where
         };
         let frame = *frame;
         if let Some(spos) = self.stack.scopes.iter().position(|s| s.id == scope) {
-            self.stack.scopes.truncate(spos);
+            self.stack.truncate_scopes(spos);
         }
-        self.stack.refresh_deadline();
         self.stack.depth = 0;
         self.state = frame.saved;
         let next = match (frame.early, exit) {
