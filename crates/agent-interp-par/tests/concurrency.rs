@@ -804,3 +804,26 @@ fn nested_timeouts_cost_linear_time() {
         );
     }
 }
+
+/// A 2,000-branch fan-out appending to one `AppendLog` merges in declaration order under
+/// both interpreters: concurrent entries are ordered by writer id, and ids order by branch
+/// number (`run.2` before `run.10`; they compared as strings, giving 0, 1, 10, 100, …).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wide_fan_out_appends_in_declaration_order() {
+    use agent_op::crdt::AppendLog;
+    let program = || -> Op<AppendLog<usize>, Vec<()>> {
+        op::par(
+            (0..2_000)
+                .map(|i| op::modify_as(move |log: &mut AppendLog<usize>, me| log.append(i, me)))
+                .collect(),
+        )
+    };
+    let config = Config::new().trace_id("wide-fan-0001");
+    let par = run(&config, AppendLog::new(), program()).await.unwrap();
+    let seq = agent_interp_seq::run(&config, AppendLog::new(), program())
+        .await
+        .unwrap();
+    let expected: Vec<usize> = (0..2_000).collect();
+    assert_eq!(par.state.iter().copied().collect::<Vec<_>>(), expected);
+    assert_eq!(seq.state.iter().copied().collect::<Vec<_>>(), expected);
+}

@@ -798,3 +798,40 @@ fn content_hash_known_vectors() {
     );
     assert_ne!(content_hash("a"), content_hash("a "));
 }
+
+/// Trace ids order as paths, numbers by value, and consistently with `Eq`: a total order
+/// whatever the ids (it compared the strings, so `run.10` came before `run.2`).
+#[test]
+fn trace_ids_order_as_paths_consistently_with_equality() {
+    let run = TraceId::from("calm-owl-0001");
+    let mut ids: Vec<TraceId> = (0..12).rev().map(|i| run.child(i)).collect();
+    ids.push(run.clone());
+    ids.sort();
+    let expected: Vec<TraceId> = std::iter::once(run.clone())
+        .chain((0..12).map(|i| run.child(i)))
+        .collect();
+    assert_eq!(ids, expected);
+
+    let segment = prop_oneof![
+        "[0-9]{1,3}",
+        "0[0-9]{1,2}",
+        "[a-z]{1,3}",
+        Just(String::new()),
+    ];
+    let id = prop::collection::vec(segment, 1..4).prop_map(|s| TraceId::from(s.join(".")));
+    let mut runner = TestRunner::new(Config {
+        cases: 2_000,
+        ..Config::default()
+    });
+    runner
+        .run(&(id.clone(), id.clone(), id), |(a, b, c)| {
+            use std::cmp::Ordering;
+            prop_assert_eq!(a.cmp(&b) == Ordering::Equal, a == b);
+            prop_assert_eq!(a.cmp(&b), b.cmp(&a).reverse());
+            if a <= b && b <= c {
+                prop_assert!(a <= c, "{} <= {} <= {} but not {} <= {}", a, b, c, a, c);
+            }
+            Ok(())
+        })
+        .unwrap();
+}

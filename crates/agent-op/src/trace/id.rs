@@ -24,8 +24,65 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// assert_eq!(branch.parent(), Some(root.clone()));
 /// assert_eq!(branch.child(0).root(), "brave-otter-3f2a");
 /// ```
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+///
+/// Ids order by their path: a run before its branches, and sibling branches by number
+/// (`run.2` before `run.10`), so anything ordered by writer id — an
+/// [`AppendLog`](crate::crdt::AppendLog)'s concurrent entries — follows the branches'
+/// declaration order.
+///
+/// ```
+/// use agent_op::TraceId;
+/// let run = TraceId::from("brave-otter-3f2a");
+/// let mut ids = vec![run.child(10), run.child(2), run.child(2).child(0), run.clone()];
+/// ids.sort();
+/// assert_eq!(ids, [run.clone(), run.child(2), run.child(2).child(0), run.child(10)]);
+/// ```
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub struct TraceId(Arc<str>);
+
+impl Ord for TraceId {
+    /// Segment by segment (split at `.`): numbers by value, anything else by bytes, a prefix
+    /// first. Equal only for equal strings, as `Eq` says.
+    fn cmp(&self, other: &TraceId) -> std::cmp::Ordering {
+        use std::cmp::Ordering;
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return Ordering::Equal;
+        }
+        let (mut a, mut b) = (self.0.split('.'), other.0.split('.'));
+        loop {
+            match (a.next(), b.next()) {
+                (None, None) => return Ordering::Equal,
+                (None, Some(_)) => return Ordering::Less,
+                (Some(_), None) => return Ordering::Greater,
+                (Some(x), Some(y)) => match compare_segments(x, y) {
+                    Ordering::Equal => {}
+                    unequal => return unequal,
+                },
+            }
+        }
+    }
+}
+
+impl PartialOrd for TraceId {
+    fn partial_cmp(&self, other: &TraceId) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// Two path segments: by numeric value when both are numbers (without parsing, so any length
+/// works; leading zeros, which this crate never writes, break ties by bytes), else by bytes.
+fn compare_segments(x: &str, y: &str) -> std::cmp::Ordering {
+    let numeric = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    if numeric(x) && numeric(y) {
+        let (xs, ys) = (x.trim_start_matches('0'), y.trim_start_matches('0'));
+        xs.len()
+            .cmp(&ys.len())
+            .then_with(|| xs.cmp(ys))
+            .then_with(|| x.cmp(y))
+    } else {
+        x.cmp(y)
+    }
+}
 
 const ADJECTIVES: [&str; 64] = [
     "amber", "ancient", "bold", "brave", "bright", "brisk", "calm", "clever", "cosmic", "crisp",
