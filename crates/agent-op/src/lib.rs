@@ -13,7 +13,7 @@
 //!
 //! - [`op`](mod@op): the DSL ([`Op`], its constructors, loops) and the [`op!`] do-notation macro;
 //! - [`agent`]: a ready-made conversational agent loop ([`agent::react`]);
-//! - [`node`]: the erased program tree interpreters walk;
+//! - [`interp`]: for interpreter authors, the erased program tree interpreters walk;
 //! - [`message`]: messages, prompts and model responses;
 //! - [`trace`]: events, trace ids, traces and their queries, checkpoints, JSONL;
 //! - [`crdt`]: merge-able state types (counters, registers, sets, a log, a map) for `par`,
@@ -54,7 +54,7 @@ mod macros;
 mod memory;
 mod merge;
 pub mod message;
-pub mod node;
+pub mod interp;
 pub mod op;
 mod preview;
 mod provider;

@@ -25,9 +25,9 @@ use crate::budget::{Budget, Exhausted, TimedOut};
 use crate::memory::{MemoryEntry, MemoryId, NewMemory, Tag};
 use crate::merge::Merge;
 use crate::message::{Prompt, Response};
-use crate::node::{
+use crate::interp::{
     AnyValue, Bind, CheckpointNode, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, box_value,
-    rebox, take_value,
+    expect_value, rebox,
 };
 use crate::steering::Steering;
 use crate::tool::{ToolDefinition, ToolError};
@@ -147,7 +147,7 @@ where
 
     fn resume(mut self: Box<Self>, slot: &mut dyn Any, next: &mut dyn Feed<S>) -> Node<S> {
         match self.f.take() {
-            Some(f) => next.feed(&mut Some(f(take_value::<A>(slot)))),
+            Some(f) => next.feed(&mut Some(f(expect_value::<A>(slot)))),
             None => resumed_twice(),
         }
     }
@@ -175,7 +175,7 @@ where
 
     fn resume(mut self: Box<Self>, slot: &mut dyn Any, _next: &mut dyn Feed<S>) -> Node<S> {
         match self.f.take() {
-            Some(f) => f(take_value::<A>(slot)).into_node(),
+            Some(f) => f(expect_value::<A>(slot)).into_node(),
             None => resumed_twice(),
         }
     }
@@ -422,7 +422,7 @@ fn feed_ok<S, A: Send + 'static, E: Send + 'static>(
     slot: &mut dyn Any,
     next: &mut dyn Feed<S>,
 ) -> Node<S> {
-    let a = take_value::<A>(slot);
+    let a = expect_value::<A>(slot);
     next.feed(&mut Some(Ok::<A, E>(a)))
 }
 
@@ -517,7 +517,7 @@ pub fn par<S: Merge + 'static, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op
     fn collect<S, B: Send + 'static>(values: Vec<AnyValue>, next: &mut dyn Feed<S>) -> Node<S> {
         let values: Vec<B> = values
             .into_iter()
-            .map(|mut v| take_value::<B>(&mut *v))
+            .map(|mut v| expect_value::<B>(&mut *v))
             .collect();
         next.feed(&mut Some(values))
     }
@@ -602,7 +602,7 @@ where
     }
 
     fn resume(&mut self, slot: &mut dyn Any, next: &mut dyn Feed<S>) -> LoopStep<S> {
-        match take_value::<ControlFlow<B, Acc>>(slot) {
+        match expect_value::<ControlFlow<B, Acc>>(slot) {
             ControlFlow::Continue(acc) => LoopStep::Continue((self.body)(acc).into_node()),
             ControlFlow::Break(b) => LoopStep::Done(next.feed(&mut Some(b))),
         }

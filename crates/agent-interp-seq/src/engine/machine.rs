@@ -8,7 +8,7 @@ use std::any::Any;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
-use agent_op::node::{AnyValue, Bind, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, ScopeOk};
+use agent_op::interp::{AnyValue, Bind, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, ScopeOk};
 use agent_op::trace::event::{
     self, CheckpointReached, ForkKind, InferEnd, InferStart, LimitStart, TimeoutStart,
 };
@@ -1034,7 +1034,7 @@ mod tests {
         });
         let log = BranchLog::new(TraceId::from("x"), None);
         let mut m: Machine<(), crate::Sequential> =
-            Machine::root(rt, log, (), agent_op::node::rebox::<()>);
+            Machine::root(rt, log, (), agent_op::interp::rebox::<()>);
         let run = m.run(Node::Unit);
         assert!(
             std::mem::size_of_val(&run) <= 256,

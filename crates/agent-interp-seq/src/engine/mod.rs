@@ -12,7 +12,7 @@ pub(crate) mod scope;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agent_op::node::{rebox, take_value};
+use agent_op::interp::{rebox, take_value};
 use agent_op::{Checkpoint, Op, Trace, TraceId};
 
 use crate::config::Config;
@@ -196,15 +196,19 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
             }));
         }
         let checkpoints = settle_checkpoints(&trace, runtime.take_checkpoints());
-        let kind = match result {
-            Ok(mut value) => {
+        let kind = match result.map(|mut value| take_value::<A>(&mut *value)) {
+            Ok(Some(value)) => {
                 return Ok(Outcome {
-                    value: take_value::<A>(&mut *value),
+                    value,
                     trace,
                     state: machine.state,
                     checkpoints,
                 });
             }
+            Ok(None) => ErrorKind::Internal(format!(
+                "the program's value is not a `{}`",
+                std::any::type_name::<A>()
+            )),
             Err(Unwind::Fail(kind)) => kind,
             Err(Unwind::Aborted) => ErrorKind::Aborted,
             Err(Unwind::Exit { scope, exit }) => ErrorKind::Internal(format!(

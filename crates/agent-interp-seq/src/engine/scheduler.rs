@@ -10,7 +10,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use agent_op::BoxFuture;
-use agent_op::node::AnyValue;
+use agent_op::interp::AnyValue;
 
 use agent_op::Resource;
 

@@ -1,4 +1,10 @@
-//! The program tree that interpreters walk.
+//! For interpreter authors: the program tree interpreters walk.
+//!
+//! Programs are written with [`crate::op`](mod@crate::op) and run by the interpreters of
+//! `agent-interp-seq` and `agent-interp-par`; nothing here is needed for that. This module is
+//! the contract between the two sides, for whoever writes another interpreter or tool that
+//! walks programs. It may change between minor versions more readily than the rest of the
+//! crate.
 //!
 //! An [`Op<S, A>`](crate::Op) is a typed handle on a [`Node<S>`]: the same tree with the result
 //! type erased, so an interpreter can run it in a loop with an explicit stack of continuations
@@ -8,7 +14,8 @@
 //!
 //! A value travels from the node that produces it to the continuation that consumes it as
 //! `&mut dyn Any` pointing at an `Option<T>` (a *slot*, usually on the interpreter's stack):
-//! the consumer takes the value out with [`take_value`]. Nothing is boxed on the way, so a pure
+//! the consumer takes the value out with [`take_value`] (`None` if the slot does not hold a
+//! `T`, which well-typed programs never cause). Nothing is boxed on the way, so a pure
 //! step costs no allocation beyond the nodes the program itself builds. A value that must be
 //! stored (a finished branch, a `pure` node) is an [`AnyValue`]: a boxed slot.
 //!
@@ -16,10 +23,10 @@
 //! that compute a value directly (`map`, a loop's `break`) feed it on; the interpreter bounds
 //! how deep such feeding may nest (see [`Bind::box_input`]).
 //!
-//! The typed constructors in [`crate::op`](mod@crate::op) guarantee every continuation receives the type it
-//! expects, so a failed downcast is an interpreter bug, not bad input.
-//!
-//! This module is for interpreter authors. Programs are written with [`crate::op`](mod@crate::op).
+//! The typed constructors in [`crate::op`](mod@crate::op) guarantee every continuation receives
+//! the type it expects, so a failed downcast is an interpreter bug, not bad input. Nothing
+//! here panics on one: [`take_value`] answers `None`, and [`rebox`] boxes an empty slot, so
+//! an interpreter can report the bug as an error.
 
 use std::any::Any;
 use std::time::Duration;
@@ -40,13 +47,21 @@ pub fn box_value<T: Send + 'static>(value: T) -> AnyValue {
     Box::new(Some(value))
 }
 
-/// Takes the `T` out of a slot.
+/// Takes the `T` out of a slot; `None` if it holds no `T` (an interpreter fed the wrong slot:
+/// a bug, never caused by a well-typed program).
+pub fn take_value<T: 'static>(slot: &mut dyn Any) -> Option<T> {
+    slot.downcast_mut::<Option<T>>().and_then(Option::take)
+}
+
+/// Takes the `T` out of a slot inside the continuations [`crate::op`](mod@crate::op) builds,
+/// whose types the constructors guarantee.
 ///
 /// # Panics
-/// If the slot does not hold a `T`. Well-typed programs built with [`crate::op`](mod@crate::op) never trigger
-/// this; only an interpreter feeding a continuation the wrong slot can.
-pub fn take_value<T: 'static>(slot: &mut dyn Any) -> T {
-    match slot.downcast_mut::<Option<T>>().and_then(Option::take) {
+/// If the slot does not hold a `T`: only an interpreter feeding a continuation the wrong slot
+/// can cause that, and the interpreters of this workspace run continuations under
+/// `catch_unwind`, reporting it as a failed run.
+pub(crate) fn expect_value<T: 'static>(slot: &mut dyn Any) -> T {
+    match take_value(slot) {
         Some(value) => value,
         None => panic!(
             "agent-op: a continuation expected a value of type `{}`; the interpreter fed it \
@@ -56,9 +71,10 @@ pub fn take_value<T: 'static>(slot: &mut dyn Any) -> T {
     }
 }
 
-/// Boxes the `T` in `slot` (a helper for [`Bind::box_input`] and friends).
+/// Boxes the `T` in `slot` (a helper for [`Bind::box_input`] and friends). A slot holding no
+/// `T` becomes an empty slot, which [`take_value`] then answers `None` for.
 pub fn rebox<T: Send + 'static>(slot: &mut dyn Any) -> AnyValue {
-    box_value(take_value::<T>(slot))
+    Box::new(take_value::<T>(slot))
 }
 
 /// The interpreter's side of value passing: gives a value to whatever runs next and returns
