@@ -22,13 +22,13 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::budget::{Budget, Exhausted, TimedOut};
-use crate::memory::{MemoryEntry, MemoryId, NewMemory, Tag};
-use crate::merge::Merge;
-use crate::message::{Prompt, Response};
 use crate::interp::{
     AnyValue, Bind, CheckpointNode, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, box_value,
     expect_value, rebox,
 };
+use crate::memory::{MemoryEntry, MemoryId, NewMemory, Tag};
+use crate::merge::Merge;
+use crate::message::{Prompt, Response};
 use crate::steering::Steering;
 use crate::tool::{ToolDefinition, ToolError};
 use crate::trace::{EventKind, Trace, TraceId};
