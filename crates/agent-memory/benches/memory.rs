@@ -441,10 +441,7 @@ fn prune_merge(rt: &tokio::runtime::Runtime, path: &std::path::Path, data: &Data
         .expect("open");
     rt.block_on(backend.store_batch(data.memories[..N].to_vec()))
         .expect("store");
-    let policy = agent_op::PrunePolicy {
-        merge_similarity: Some(0.95),
-        ..agent_op::PrunePolicy::default()
-    };
+    let policy = agent_op::PrunePolicy::new().merge_similarity(0.95);
     let start = Instant::now();
     let report = rt.block_on(backend.prune(&policy)).expect("prune");
     let took = bench_kit::ms(start.elapsed());

@@ -553,16 +553,10 @@ mod tests {
         let z = [0.0f32, 0.0];
         assert!(set(&[(1, 1, &z), (2, 2, &z)]).plan(0.01).is_empty());
         for t in [0.0, -0.5, 1.5, f32::NAN, f32::INFINITY] {
-            let policy = PrunePolicy {
-                merge_similarity: Some(t),
-                ..PrunePolicy::default()
-            };
+            let policy = PrunePolicy::new().merge_similarity(t);
             assert!(validate(&policy).is_err(), "{t} accepted");
         }
-        let ok = PrunePolicy {
-            merge_similarity: Some(1.0),
-            ..PrunePolicy::default()
-        };
+        let ok = PrunePolicy::new().merge_similarity(1.0);
         assert!(validate(&ok).is_ok());
     }
 }

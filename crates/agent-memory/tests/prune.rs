@@ -37,11 +37,7 @@ fn embedder() -> Arc<dyn EmbeddingProvider> {
     Arc::new(HashingEmbedder::with_dimensions(32).expect("embedder"))
 }
 
-const MERGE: PrunePolicy = PrunePolicy {
-    max_entries: None,
-    max_age: None,
-    merge_similarity: Some(0.98),
-};
+const MERGE: PrunePolicy = PrunePolicy::new().merge_similarity(0.98);
 
 /// Runs `prune` while calling `probe` every 5 ms; returns how long the prune took and the
 /// slowest probe that started while it ran.

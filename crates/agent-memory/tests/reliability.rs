@@ -521,10 +521,7 @@ fn sigkill_mid_write_loses_nothing_committed() {
                 .await
                 .expect("search");
             store
-                .prune(&agent_op::PrunePolicy {
-                    max_entries: Some(10_000),
-                    ..agent_op::PrunePolicy::default()
-                })
+                .prune(&agent_op::PrunePolicy::new().max_entries(10_000))
                 .await
                 .expect("prune");
             store.close().await;

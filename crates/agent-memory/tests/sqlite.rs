@@ -303,10 +303,7 @@ async fn handles_see_each_others_writes() {
         .await
         .expect("store");
     let report = b
-        .prune(&PrunePolicy {
-            merge_similarity: Some(0.99),
-            ..PrunePolicy::default()
-        })
+        .prune(&PrunePolicy::new().merge_similarity(0.99))
         .await
         .expect("prune");
     assert_eq!(report.merged, 1);
@@ -500,10 +497,7 @@ async fn corrupt_vectors_are_skipped_and_reported() {
     assert!((hits[0].score - 1.0).abs() < 1e-6, "{hits:?}");
     // Prune works around them.
     store
-        .prune(&PrunePolicy {
-            merge_similarity: Some(0.5),
-            ..PrunePolicy::default()
-        })
+        .prune(&PrunePolicy::new().merge_similarity(0.5))
         .await
         .expect("prune");
     assert_eq!(store.count().await.expect("count"), 3);

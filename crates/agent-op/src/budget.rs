@@ -17,6 +17,7 @@ use crate::serde_util::{duration_ms, opt_duration_ms};
 /// assert_eq!(b.calls, Some(10));
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Budget {
     /// Most money the program may spend.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -70,6 +71,7 @@ impl Budget {
 /// A budgeted resource.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Resource {
     /// Money, in micro-dollars.
     Cost,

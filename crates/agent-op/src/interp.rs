@@ -88,6 +88,7 @@ pub trait Feed<S> {
 pub type ReadFn<S> = dyn FnOnce(&S, &mut dyn Feed<S>) -> Node<S> + Send;
 
 /// One node of a program over state `S`.
+#[non_exhaustive]
 pub enum Node<S> {
     /// A finished computation yielding `()` (needs no allocation).
     Unit,
@@ -167,6 +168,7 @@ pub trait Loop<S>: Send {
 
 /// Effects with fixed result types. The interpreter feeds exactly the type listed for each.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum Effect {
     /// Call a model. Yields [`Response`](crate::Response).
     InferRaw {
@@ -212,6 +214,7 @@ pub enum Effect {
 pub type ScopeOk<S> = fn(&mut dyn Any, &mut dyn Feed<S>) -> Node<S>;
 
 /// A budget or time limit around a body.
+#[non_exhaustive]
 pub enum Scope<S> {
     /// `limit(budget, body)`: yields `Result<A, Exhausted>`.
     Limit {
@@ -238,6 +241,7 @@ pub enum Scope<S> {
 }
 
 /// Branches that run from the same state.
+#[non_exhaustive]
 pub enum Fork<S> {
     /// All branches run; yields `Vec<B>` in declaration order; end states are merged.
     Par {

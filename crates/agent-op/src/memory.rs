@@ -107,6 +107,7 @@ pub struct Candidate {
 
 /// What [`MemoryBackend::prune`] removes. Every rule that is set applies.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PrunePolicy {
     /// Keep at most this many entries, evicting the least accessed first (fewest recalls, then
     /// the longest unused).
@@ -115,6 +116,35 @@ pub struct PrunePolicy {
     pub max_age: Option<Duration>,
     /// Merge entries whose embeddings have at least this cosine similarity into the older one.
     pub merge_similarity: Option<f32>,
+}
+
+impl PrunePolicy {
+    /// A policy with no rules (prunes nothing); add rules with the methods below.
+    pub const fn new() -> PrunePolicy {
+        PrunePolicy {
+            max_entries: None,
+            max_age: None,
+            merge_similarity: None,
+        }
+    }
+
+    /// Keep at most `n` entries, evicting the least accessed first.
+    pub const fn max_entries(mut self, n: u64) -> PrunePolicy {
+        self.max_entries = Some(n);
+        self
+    }
+
+    /// Remove entries not accessed for longer than `age`.
+    pub const fn max_age(mut self, age: Duration) -> PrunePolicy {
+        self.max_age = Some(age);
+        self
+    }
+
+    /// Merge entries whose embeddings have at least this cosine similarity.
+    pub const fn merge_similarity(mut self, threshold: f32) -> PrunePolicy {
+        self.merge_similarity = Some(threshold);
+        self
+    }
 }
 
 /// What a prune did.

@@ -296,6 +296,7 @@ impl Prompt {
 /// Why the model stopped.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum FinishReason {
     /// It finished its reply (or hit a stop sequence).
     #[default]

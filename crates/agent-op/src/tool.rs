@@ -67,6 +67,7 @@ pub struct ToolError {
 /// The kinds of [`ToolError`].
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolErrorKind {
     /// The tool ran and reported a failure.
     Failed,

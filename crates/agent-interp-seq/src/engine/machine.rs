@@ -297,11 +297,18 @@ where
                     Ok(()) => self.stack.feed(&mut Some(())),
                     Err(unwind) => self.unwind(unwind)?,
                 },
-                Node::Scope(scope) => self.enter_scope(*scope),
+                Node::Scope(scope) => match self.enter_scope(*scope) {
+                    Ok(body) => body,
+                    Err(unwind) => self.unwind(unwind)?,
+                },
                 Node::Fork(fork) => match self.fork(*fork).await {
                     Ok(next) => next,
                     Err(unwind) => self.unwind(unwind)?,
                 },
+                _ => {
+                    let unwind = self.unsupported("a kind of program node");
+                    self.unwind(unwind)?
+                }
             };
         }
     }
@@ -341,6 +348,15 @@ where
             }));
         }
         self.log.push(event);
+    }
+
+    /// Fails on a node, effect, scope or fork this engine does not know: the program was built
+    /// with a newer `agent-op` than the interpreter understands.
+    fn unsupported(&mut self, what: &str) -> Unwind {
+        self.fail(ErrorKind::Internal(format!(
+            "this interpreter cannot run {what} the program uses (is `agent-op` newer than \
+             the interpreter?)"
+        )))
     }
 
     /// Records the failure where it happened and starts unwinding.
@@ -411,7 +427,7 @@ where
     // Scopes
     // ------------------------------------------------------------------------------------
 
-    fn enter_scope(&mut self, scope: Scope<S>) -> Node<S> {
+    fn enter_scope(&mut self, scope: Scope<S>) -> Result<Node<S>, Unwind> {
         let id = self.rt.next_scope_id();
         let now = Instant::now();
         let (active, body, ok, early) = match scope {
@@ -450,6 +466,7 @@ where
                 };
                 (active, body, ok, EarlyExit::Timeout(timed_out))
             }
+            _ => return Err(self.unsupported("a kind of scope")),
         };
         self.stack.push_scope(active);
         self.stack.frames.push(Frame::Scope(Box::new(ScopeFrame {
@@ -458,7 +475,7 @@ where
             ok,
             early,
         })));
-        body
+        Ok(body)
     }
 
     /// Handles an unwind: if one of this machine's scopes is its target, ends that scope early
@@ -534,6 +551,7 @@ where
             Effect::Recall { query, limit } => Box::pin(self.recall(query, limit)).await,
             Effect::Forget(id) => Box::pin(self.forget(id)).await,
             Effect::Fail(message) => Err(self.fail(ErrorKind::Program(message))),
+            _ => Err(self.unsupported("an effect")),
         }
     }
 
@@ -811,6 +829,7 @@ where
                 collect,
             } => (ForkKind::Par, branches, finish, Some((merge, collect))),
             Fork::Race { branches, finish } => (ForkKind::Race, branches, finish, None),
+            _ => return Err(self.unsupported("a kind of fork")),
         };
         if kind == ForkKind::Race && branches.is_empty() {
             return Err(self.fail(ErrorKind::EmptyRace));
@@ -850,8 +869,9 @@ where
             })
             .collect();
         let scheduled = match kind {
-            ForkKind::Par => self.rt.scheduler.run_par(futures),
             ForkKind::Race => self.rt.scheduler.run_race(futures),
+            // `kind` is one of the two set above.
+            _ => self.rt.scheduler.run_par(futures),
         };
         let outcomes = match self.guarded(scheduled).await {
             Ok(outcomes) => outcomes,

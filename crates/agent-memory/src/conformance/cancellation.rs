@@ -140,12 +140,10 @@ impl Operation {
             ids: ids.to_vec(),
             victim,
             tags: vec![Tag::from("fact")],
-            policy: PrunePolicy {
-                // Evicts nothing the checks rely on (the seed stays), merges the duplicates.
-                max_entries: Some(10_000),
-                max_age: Some(Duration::from_secs(365 * 24 * 3600)),
-                merge_similarity: Some(0.999),
-            },
+            policy: PrunePolicy::new()
+                .max_entries(10_000)
+                .max_age(Duration::from_secs(365 * 24 * 3600))
+                .merge_similarity(0.999),
         }
     }
 

@@ -577,14 +577,7 @@ pub async fn prune_max_entries_evicts_least_used(factory: &impl Factory) {
         assert_eq!(hits.len(), 1);
         clock.advance(Duration::from_secs(1));
     }
-    let report = ok(
-        b.prune(&PrunePolicy {
-            max_entries: Some(3),
-            ..PrunePolicy::default()
-        })
-        .await,
-        "prune",
-    );
+    let report = ok(b.prune(&PrunePolicy::new().max_entries(3)).await, "prune");
     assert_eq!((report.removed, report.merged), (2, 0));
     // Never recalled: FACTS[1], [2], [4]; the two accessed longest ago ([1], [2]) go.
     let mut left: Vec<String> = ok(b.recent(10).await, "recent")
@@ -599,27 +592,13 @@ pub async fn prune_max_entries_evicts_least_used(factory: &impl Factory) {
     ];
     want.sort();
     assert_eq!(left, want);
-    let none = ok(
-        b.prune(&PrunePolicy {
-            max_entries: Some(3),
-            ..PrunePolicy::default()
-        })
-        .await,
-        "prune",
-    );
+    let none = ok(b.prune(&PrunePolicy::new().max_entries(3)).await, "prune");
     assert_eq!(
         (none.removed, none.merged),
         (0, 0),
         "already within the limit"
     );
-    let all = ok(
-        b.prune(&PrunePolicy {
-            max_entries: Some(0),
-            ..PrunePolicy::default()
-        })
-        .await,
-        "prune",
-    );
+    let all = ok(b.prune(&PrunePolicy::new().max_entries(0)).await, "prune");
     assert_eq!(all.removed, 3);
     assert_eq!(ok(b.count().await, "count"), 0);
 }
@@ -637,11 +616,8 @@ pub async fn prune_max_age_uses_access_time(factory: &impl Factory) {
     let new = store(b, FACTS[1], &[]).await;
     clock.advance(Duration::from_secs(1800));
     let report = ok(
-        b.prune(&PrunePolicy {
-            max_age: Some(Duration::from_secs(3600)),
-            ..PrunePolicy::default()
-        })
-        .await,
+        b.prune(&PrunePolicy::new().max_age(Duration::from_secs(3600)))
+            .await,
         "prune",
     );
     assert_eq!((report.removed, report.merged), (1, 0));
@@ -650,11 +626,7 @@ pub async fn prune_max_age_uses_access_time(factory: &impl Factory) {
     assert!(ok(b.get(&new).await, "get").is_some());
     // An age beyond any representable time removes nothing.
     let report = ok(
-        b.prune(&PrunePolicy {
-            max_age: Some(Duration::MAX),
-            ..PrunePolicy::default()
-        })
-        .await,
+        b.prune(&PrunePolicy::new().max_age(Duration::MAX)).await,
         "prune",
     );
     assert_eq!(report.removed, 0);
@@ -689,11 +661,7 @@ pub async fn prune_merges_near_duplicates(factory: &impl Factory) {
     let before_dup = get(b, &dup).await;
     clock.advance(Duration::from_secs(10));
     let report = ok(
-        b.prune(&PrunePolicy {
-            merge_similarity: Some(0.95),
-            ..PrunePolicy::default()
-        })
-        .await,
+        b.prune(&PrunePolicy::new().merge_similarity(0.95)).await,
         "prune",
     );
     assert_eq!((report.removed, report.merged), (0, 1));
@@ -725,12 +693,7 @@ pub async fn prune_merges_near_duplicates(factory: &impl Factory) {
         "a merged entry was recalled"
     );
     for bad in [0.0, -0.1, 1.5, f32::NAN] {
-        let result = b
-            .prune(&PrunePolicy {
-                merge_similarity: Some(bad),
-                ..PrunePolicy::default()
-            })
-            .await;
+        let result = b.prune(&PrunePolicy::new().merge_similarity(bad)).await;
         assert!(
             matches!(result, Err(MemoryError::InvalidInput(_))),
             "merge_similarity {bad} was not refused: {result:?}"
@@ -770,11 +733,7 @@ pub async fn prune_merges_identical_copies_at_one(factory: &impl Factory) {
         store(b, text, &[]).await;
     }
     let report = ok(
-        b.prune(&PrunePolicy {
-            merge_similarity: Some(1.0),
-            ..PrunePolicy::default()
-        })
-        .await,
+        b.prune(&PrunePolicy::new().merge_similarity(1.0)).await,
         "prune",
     );
     assert_eq!(

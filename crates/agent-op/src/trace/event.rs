@@ -60,12 +60,14 @@ macro_rules! event_kinds {
     ($( $(#[$doc:meta])* $variant:ident($payload:ty) = $name:literal, )*) => {
         /// What happened. Each variant holds a payload struct of the same name.
         #[derive(Clone, Debug, PartialEq)]
+        #[non_exhaustive]
         pub enum EventKind {
             $( $(#[$doc])* $variant($payload), )*
         }
 
         /// The type of an event, without its payload: for filtering and as the JSON `type` tag.
         #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[non_exhaustive]
         pub enum EventType {
             $( $(#[$doc])* $variant, )*
         }
@@ -222,6 +224,7 @@ pub struct StateAccess {
 /// Whether branches run as a `par` (all must succeed) or a `race` (first success wins).
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ForkKind {
     /// All branches run; all results are kept.
     Par,
