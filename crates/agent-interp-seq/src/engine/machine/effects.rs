@@ -1,0 +1,296 @@
+//! The effects a machine performs: model calls (with budget reservations), tool calls,
+//! memory operations and checkpoints.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use agent_op::interp::{Effect, Feed, Node};
+use agent_op::trace::event::{self, CheckpointReached, InferEnd, InferStart};
+use agent_op::{
+    Checkpoint, Event, EventKind, MemoryBackend, NewMemory, PREVIEW_CHARS, Prompt, Provider,
+    ToolError, content_hash, preview,
+};
+use chrono::Utc;
+use futures_util::FutureExt;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::{Machine, count, micros, panic_message, value_preview};
+use crate::engine::Unwind;
+use crate::engine::scheduler::Scheduler;
+use crate::engine::scope::{Admission, BudgetCell, Reservation, ScopeExit, ScopeId, WorstCase};
+use crate::error::ErrorKind;
+
+impl<S, Sch> Machine<S, Sch>
+where
+    S: Clone + Send + 'static,
+    Sch: Scheduler,
+{
+    /// Runs one effect and feeds its result to the next continuation. The I/O effects are boxed
+    /// one by one: the machine's own future (which every branch allocates) stays small, and each
+    /// call allocates only what it needs.
+    pub(super) async fn effect(&mut self, effect: Box<Effect>) -> Result<Node<S>, Unwind> {
+        match *effect {
+            Effect::InferRaw { model, prompt } => Box::pin(self.infer(model, prompt)).await,
+            Effect::Tool { name, args } => Box::pin(self.call_tool(name, args)).await,
+            Effect::ToolDefinitions => Ok(self
+                .stack
+                .feed(&mut Some(self.rt.config.tools.definitions()))),
+            Effect::Emit(kind) => {
+                self.record(kind);
+                Ok(self.stack.feed(&mut Some(())))
+            }
+            Effect::GetTrace => Ok(self.stack.feed(&mut Some(self.log.snapshot()))),
+            Effect::TraceId => Ok(self.stack.feed(&mut Some(self.id.clone()))),
+            Effect::Check => {
+                let steering = self.rt.config.steering.pop();
+                if let Some(s) = &steering {
+                    self.record(EventKind::Steering(s.clone()));
+                }
+                Ok(self.stack.feed(&mut Some(steering)))
+            }
+            Effect::Remember(memory) => Box::pin(self.remember(memory)).await,
+            Effect::Recall { query, limit } => Box::pin(self.recall(query, limit)).await,
+            Effect::Forget(id) => Box::pin(self.forget(id)).await,
+            Effect::Fail(message) => Err(self.fail(ErrorKind::Program(message))),
+            _ => Err(self.unsupported("an effect")),
+        }
+    }
+
+    /// Reserves one model call on every budget in force, waiting while concurrent calls may
+    /// still free room.
+    pub(super) async fn reserve(&mut self, worst: WorstCase) -> Result<Reservation, Unwind> {
+        let cells: Vec<(ScopeId, Arc<BudgetCell>)> = self
+            .stack
+            .all_scopes()
+            .filter_map(|s| s.budget.clone().map(|b| (s.id, b)))
+            .collect();
+        loop {
+            let mut reservation = Reservation::new(worst);
+            let mut blocked = None;
+            for (scope, cell) in &cells {
+                let settled = cell.settled();
+                match cell.try_reserve(worst) {
+                    Admission::Admitted => reservation.push(*scope, cell.clone()),
+                    Admission::Exhausted(exhausted) => {
+                        reservation.release();
+                        return Err(Unwind::Exit {
+                            scope: *scope,
+                            exit: ScopeExit::Exhausted(exhausted),
+                        });
+                    }
+                    Admission::Wait => {
+                        blocked = Some(settled);
+                        break;
+                    }
+                }
+            }
+            match blocked {
+                None => return Ok(reservation),
+                Some(settled) => {
+                    reservation.release();
+                    self.guarded(settled).await?;
+                }
+            }
+        }
+    }
+
+    pub(super) async fn infer(&mut self, model: String, prompt: Prompt) -> Result<Node<S>, Unwind> {
+        let Some(provider) = self.rt.config.provider.clone() else {
+            return Err(self.fail(ErrorKind::NoProvider));
+        };
+        let budgeted = self.stack.all_scopes().any(|s| s.budget.is_some());
+        let reservation = if budgeted {
+            // Worked out only under a budget: it serializes the prompt (into a counter).
+            let worst = WorstCase {
+                tokens: prompt.max_total_tokens(),
+                cost: provider.max_cost(&model, &prompt),
+            };
+            Box::pin(self.reserve(worst)).await?
+        } else {
+            Reservation::new(WorstCase::default())
+        };
+        let iteration = self.iteration;
+        self.record(EventKind::InferStart(InferStart {
+            model: model.clone(),
+            prompt_preview: prompt
+                .messages
+                .last()
+                .map(|m| preview(m.content(), PREVIEW_CHARS))
+                .unwrap_or_default(),
+            messages: count(prompt.messages.len()),
+            tools: count(prompt.tools.len()),
+            iteration,
+        }));
+        self.iteration = self.iteration.saturating_add(1);
+        let started = Instant::now();
+        // If this is interrupted, dropping `reservation` counts the call with unknown usage.
+        let result = if self.rt.stream {
+            let rt = self.rt.clone();
+            let id = self.id.clone();
+            let mut forward = move |delta: agent_op::Delta| {
+                for subscriber in &rt.config.subscribers {
+                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        subscriber.on_delta(&id, &delta);
+                    }));
+                }
+            };
+            self.guarded(provider.chat_stream(&model, &prompt, &mut forward))
+                .await?
+        } else {
+            self.guarded(provider.chat(&model, &prompt)).await?
+        };
+        let response = match result {
+            Ok(response) => response,
+            Err(error) => {
+                // The call counts; with no known usage it cannot exceed a limit.
+                let _ = reservation.settle(None, None);
+                return Err(self.fail(ErrorKind::Provider { model, error }));
+            }
+        };
+        let exceeded = reservation.settle(Some(response.usage), response.cost);
+        self.record(EventKind::InferEnd(InferEnd {
+            model,
+            response_preview: preview(&response.content, PREVIEW_CHARS),
+            tool_calls: count(response.tool_calls.len()),
+            finish_reason: response.finish_reason.clone(),
+            input_tokens: response.usage.input_tokens,
+            output_tokens: response.usage.output_tokens,
+            cost: response.cost,
+            duration_us: micros(started.elapsed()),
+            iteration,
+        }));
+        match exceeded {
+            Some((scope, exhausted)) => Err(Unwind::Exit {
+                scope,
+                exit: ScopeExit::Exhausted(exhausted),
+            }),
+            None => Ok(self.stack.feed(&mut Some(response))),
+        }
+    }
+
+    pub(super) async fn call_tool(&mut self, name: String, args: Value) -> Result<Node<S>, Unwind> {
+        let iteration = self.iteration;
+        self.record(EventKind::ToolCall(event::ToolCall {
+            name: name.clone(),
+            args: args.clone(),
+            iteration,
+        }));
+        let Some(tool) = self.rt.config.tools.get(&name).cloned() else {
+            let permitted = self.rt.config.tools.names().map(str::to_owned).collect();
+            return Err(self.fail(ErrorKind::UnknownTool { name, permitted }));
+        };
+        let started = Instant::now();
+        let result: Result<Value, ToolError> = if tool.is_blocking() {
+            // Blocking work runs on tokio's blocking pool so it cannot stall other branches.
+            // If the call is cancelled the thread finishes on its own; its result is dropped.
+            let handle = tokio::runtime::Handle::current();
+            let task = tokio::task::spawn_blocking(move || handle.block_on(tool.call(args)));
+            match self.guarded(task).await? {
+                Ok(result) => result,
+                Err(join_error) => Err(ToolError::panicked(match join_error.try_into_panic() {
+                    Ok(payload) => panic_message(payload.as_ref()),
+                    Err(e) => e.to_string(),
+                })),
+            }
+        } else {
+            let call = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(args)));
+            match call {
+                Ok(fut) => match self.guarded(AssertUnwindSafe(fut).catch_unwind()).await? {
+                    Ok(result) => result,
+                    Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
+                },
+                Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
+            }
+        };
+        let output = match &result {
+            Ok(value) => value_preview(value),
+            Err(error) => preview(&error.to_string(), PREVIEW_CHARS),
+        };
+        self.record(EventKind::ToolResult(event::ToolResult {
+            name,
+            success: result.is_ok(),
+            output_preview: output,
+            duration_us: micros(started.elapsed()),
+            iteration,
+        }));
+        Ok(self.stack.feed(&mut Some(result)))
+    }
+
+    pub(super) fn memory(&mut self) -> Result<Arc<dyn MemoryBackend>, Unwind> {
+        match self.rt.config.memory.clone() {
+            Some(backend) => Ok(backend),
+            None => Err(self.fail(ErrorKind::NoMemoryBackend)),
+        }
+    }
+
+    pub(super) async fn remember(&mut self, memory: NewMemory) -> Result<Node<S>, Unwind> {
+        let backend = self.memory()?;
+        let content_preview = preview(&memory.content, PREVIEW_CHARS);
+        let hash = content_hash(&memory.content);
+        let tags = memory.tags.clone();
+        match self.guarded(backend.store(memory)).await? {
+            Ok(id) => {
+                self.record(EventKind::Remember(event::Remember {
+                    id: id.clone(),
+                    content_preview,
+                    content_hash: hash,
+                    tags,
+                }));
+                Ok(self.stack.feed(&mut Some(id)))
+            }
+            Err(e) => Err(self.fail(ErrorKind::Memory(e))),
+        }
+    }
+
+    pub(super) async fn forget(&mut self, id: agent_op::MemoryId) -> Result<Node<S>, Unwind> {
+        let backend = self.memory()?;
+        match self.guarded(backend.delete(&id)).await? {
+            Ok(existed) => {
+                self.record(EventKind::Forget(event::Forget { id, existed }));
+                Ok(self.stack.feed(&mut Some(existed)))
+            }
+            Err(e) => Err(self.fail(ErrorKind::Memory(e))),
+        }
+    }
+
+    pub(super) async fn recall(&mut self, query: String, limit: usize) -> Result<Node<S>, Unwind> {
+        let backend = self.memory()?;
+        match self.guarded(backend.search(&query, limit)).await? {
+            Ok(hits) => {
+                let entries: Vec<_> = hits.into_iter().map(|hit| hit.entry).collect();
+                self.record(EventKind::Recall(event::Recall {
+                    query_preview: preview(&query, PREVIEW_CHARS),
+                    query_hash: content_hash(&query),
+                    results: count(entries.len()),
+                    ids: entries.iter().map(|e| e.id.clone()).collect(),
+                }));
+                Ok(self.stack.feed(&mut Some(entries)))
+            }
+            Err(e) => Err(self.fail(ErrorKind::Memory(e))),
+        }
+    }
+
+    pub(super) fn checkpoint(
+        &mut self,
+        name: String,
+        snapshot: fn(&S) -> Result<Value, String>,
+    ) -> Result<(), Unwind> {
+        let state = match snapshot(&self.state) {
+            Ok(state) => state,
+            Err(message) => return Err(self.fail(ErrorKind::Checkpoint { name, message })),
+        };
+        // One clock read for the event and the checkpoint: they are the same moment.
+        let at = Utc::now();
+        let reached = CheckpointReached { name: name.clone() };
+        self.record_event(Event::at(at, EventKind::Checkpoint(reached)));
+        let checkpoint = Checkpoint::new(name, self.id.clone(), self.log.count(), state, at);
+        for subscriber in &self.rt.config.subscribers {
+            let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                subscriber.on_checkpoint(&checkpoint);
+            }));
+        }
+        self.rt.push_checkpoint(checkpoint);
+        Ok(())
+    }
+}

@@ -1,0 +1,236 @@
+//! Forks: starting a `par` or `race`'s branches as child machines and joining them.
+
+use std::any::Any;
+use std::sync::Arc;
+
+use agent_op::interp::{AnyValue, Feed, Fork, Node};
+use agent_op::trace::event::{self, ForkKind};
+use agent_op::{BoxFuture, EventKind, TraceId};
+
+use super::{MAX_FORK_DEPTH, Machine, Stack, count};
+use crate::engine::Unwind;
+use crate::engine::log::BranchLog;
+use crate::engine::scheduler::{BranchFuture, BranchOutcome, Scheduler};
+use crate::engine::scope::ActiveScope;
+use crate::error::ErrorKind;
+
+impl<S, Sch> Machine<S, Sch>
+where
+    S: Clone + Send + 'static,
+    Sch: Scheduler,
+{
+    pub(super) fn branch(
+        &self,
+        log: Arc<BranchLog>,
+        inherited: Arc<[ActiveScope]>,
+        finish: fn(&mut dyn Any) -> AnyValue,
+    ) -> Self {
+        Machine {
+            rt: self.rt.clone(),
+            id: log.id().clone(),
+            log,
+            state: self.state.clone(),
+            stack: Stack::new(finish, inherited, false),
+            iteration: self.iteration,
+            forked: 0,
+            ticks: 0,
+        }
+    }
+
+    /// Boxed with an explicit `Send` bound: the recursion machine → fork → branch machine would
+    /// otherwise ask the compiler to prove `Send` for a future that contains itself.
+    pub(super) fn fork(&mut self, fork: Fork<S>) -> BoxFuture<'_, Result<Node<S>, Unwind>> {
+        Box::pin(self.fork_inner(fork))
+    }
+
+    pub(super) async fn fork_inner(&mut self, fork: Fork<S>) -> Result<Node<S>, Unwind> {
+        let (kind, branches, finish, par) = match fork {
+            Fork::Par {
+                branches,
+                finish,
+                merge,
+                collect,
+            } => (ForkKind::Par, branches, finish, Some((merge, collect))),
+            Fork::Race { branches, finish } => (ForkKind::Race, branches, finish, None),
+            _ => return Err(self.unsupported("a kind of fork")),
+        };
+        if kind == ForkKind::Race && branches.is_empty() {
+            return Err(self.fail(ErrorKind::EmptyRace));
+        }
+        if self.id.depth() >= MAX_FORK_DEPTH {
+            return Err(self.fail(ErrorKind::ForksTooDeep {
+                max: MAX_FORK_DEPTH,
+            }));
+        }
+        let first = self.forked;
+        self.forked += branches.len();
+        let ids: Vec<TraceId> = (first..self.forked).map(|i| self.id.child(i)).collect();
+        self.record(EventKind::Fork(event::Fork {
+            kind,
+            branch_count: count(ids.len()),
+            branch_ids: ids.clone(),
+        }));
+        let logs: Vec<Arc<BranchLog>> = ids
+            .iter()
+            .map(|id| BranchLog::new(id.clone(), Some(self.id.clone())))
+            .collect();
+        self.log.push_branches(logs.clone());
+        let inherited: Arc<[ActiveScope]> = self.stack.all_scopes().cloned().collect();
+        let futures: Vec<BranchFuture<S>> = branches
+            .into_iter()
+            .zip(&logs)
+            .map(|(node, log)| {
+                let mut machine = self.branch(log.clone(), inherited.clone(), finish);
+                Box::pin(async move {
+                    let result = machine.run_caught(node).await;
+                    machine.finish();
+                    BranchOutcome {
+                        result,
+                        state: machine.state,
+                    }
+                }) as BranchFuture<S>
+            })
+            .collect();
+        let scheduled = match kind {
+            ForkKind::Race => self.rt.scheduler.run_race(futures),
+            // `kind` is one of the two set above.
+            _ => self.rt.scheduler.run_par(futures),
+        };
+        let outcomes = match self.guarded(scheduled).await {
+            Ok(outcomes) => outcomes,
+            Err(unwind) => {
+                // Interrupted from outside: every branch still running was cancelled.
+                for log in logs.iter().filter(|l| !l.is_finished()) {
+                    log.mark_cancelled();
+                }
+                return Err(unwind);
+            }
+        };
+        match par {
+            Some((merge, collect)) => self.join_par(ids, &logs, outcomes, merge, collect),
+            None => self.join_race(ids, &logs, outcomes),
+        }
+    }
+
+    /// Marks every branch after `decided` (and any branch that did not finish) cancelled: the
+    /// sequential interpreter would never have started them.
+    pub(super) fn discard_after(
+        logs: &[Arc<BranchLog>],
+        outcomes: &[Option<BranchOutcome<S>>],
+        decided: usize,
+    ) {
+        for (i, (log, outcome)) in logs.iter().zip(outcomes).enumerate() {
+            if i > decided || outcome.is_none() {
+                log.mark_cancelled();
+            }
+        }
+    }
+
+    pub(super) fn join_par(
+        &mut self,
+        ids: Vec<TraceId>,
+        logs: &[Arc<BranchLog>],
+        outcomes: Vec<Option<BranchOutcome<S>>>,
+        merge: fn(&mut S, S),
+        collect: fn(Vec<AnyValue>, &mut dyn Feed<S>) -> Node<S>,
+    ) -> Result<Node<S>, Unwind> {
+        // Time and abort stop the fork wherever they happen; otherwise the first failure (or
+        // exhausted budget) in declaration order decides.
+        let interrupted = outcomes
+            .iter()
+            .position(|o| o.as_ref().is_some_and(BranchOutcome::interrupted));
+        let failed = outcomes
+            .iter()
+            .position(|o| o.as_ref().is_some_and(|o| !o.succeeded()));
+        if let Some(decided) = interrupted.or(failed) {
+            Self::discard_after(logs, &outcomes, decided);
+            let Some(Some(outcome)) = outcomes.into_iter().nth(decided) else {
+                unreachable!("`decided` indexes a finished branch");
+            };
+            return Err(match outcome.result {
+                Err(Unwind::Fail(error)) => Unwind::Fail(ErrorKind::Branch {
+                    id: ids[decided].clone(),
+                    error: Box::new(error),
+                }),
+                Err(other) => other,
+                Ok(_) => unreachable!("`decided` indexes an unsuccessful branch"),
+            });
+        }
+        let mut values = Vec::with_capacity(outcomes.len());
+        let mut merged: Option<S> = None;
+        for outcome in outcomes {
+            let Some(BranchOutcome {
+                result: Ok(value),
+                state,
+            }) = outcome
+            else {
+                return Err(Unwind::Fail(ErrorKind::Internal(
+                    "the scheduler dropped a par branch although none failed".into(),
+                )));
+            };
+            values.push(value);
+            match &mut merged {
+                None => merged = Some(state),
+                Some(acc) => merge(acc, state),
+            }
+        }
+        if let Some(state) = merged {
+            self.state = state;
+        }
+        self.record(EventKind::Join(event::Join {
+            kind: ForkKind::Par,
+            branch_ids: ids,
+            winner: None,
+        }));
+        Ok(collect(values, &mut self.stack))
+    }
+
+    pub(super) fn join_race(
+        &mut self,
+        ids: Vec<TraceId>,
+        logs: &[Arc<BranchLog>],
+        outcomes: Vec<Option<BranchOutcome<S>>>,
+    ) -> Result<Node<S>, Unwind> {
+        let decided = outcomes
+            .iter()
+            .position(|o| o.as_ref().is_some_and(BranchOutcome::interrupted))
+            .or_else(|| {
+                outcomes
+                    .iter()
+                    .position(|o| o.as_ref().is_some_and(BranchOutcome::decisive))
+            });
+        match decided {
+            Some(decided) => {
+                Self::discard_after(logs, &outcomes, decided);
+                let Some(Some(outcome)) = outcomes.into_iter().nth(decided) else {
+                    unreachable!("`decided` indexes a finished branch");
+                };
+                match outcome.result {
+                    Ok(mut value) => {
+                        self.state = outcome.state;
+                        self.record(EventKind::Join(event::Join {
+                            kind: ForkKind::Race,
+                            branch_ids: ids,
+                            winner: Some(count(decided)),
+                        }));
+                        Ok(self.stack.feed(&mut *value))
+                    }
+                    Err(interrupt) => Err(interrupt),
+                }
+            }
+            None => {
+                // Every branch failed: report the first.
+                let first = outcomes.into_iter().next().flatten();
+                match first.map(|o| o.result) {
+                    Some(Err(Unwind::Fail(error))) => Err(Unwind::Fail(ErrorKind::Branch {
+                        id: ids[0].clone(),
+                        error: Box::new(error),
+                    })),
+                    _ => Err(Unwind::Fail(ErrorKind::Internal(
+                        "the scheduler ended a race with neither a winner nor all failures".into(),
+                    ))),
+                }
+            }
+        }
+    }
+}
