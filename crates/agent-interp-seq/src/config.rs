@@ -120,7 +120,7 @@ impl Config {
         self.max_concurrency
     }
 
-    /// The steering queue: push messages here for the program's `check()`.
+    /// The steering queue: push messages here for the program's `op::next_steering()`.
     pub fn steering_queue(&self) -> &SteeringQueue {
         &self.steering
     }
@@ -169,7 +169,7 @@ impl SteeringQueue {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Queues a message for the program's next `check()`.
+    /// Queues a message for the program's next `op::next_steering()`.
     pub fn push(&self, steering: Steering) {
         self.lock().push_back(steering);
     }

@@ -332,7 +332,8 @@ async fn a_state_that_cannot_serialize_fails_the_checkpoint_clearly() {
 async fn check_pops_queued_steering_messages() {
     let queue = SteeringQueue::new();
     queue.push(Steering::new("focus on tests"));
-    let program: Op<(), _> = op::check().and_then(|a| op::check().map(move |b| (a, b)));
+    let program: Op<(), _> =
+        op::next_steering().and_then(|a| op::next_steering().map(move |b| (a, b)));
     let outcome = run(&Config::new().steering(queue.clone()), (), program)
         .await
         .unwrap();

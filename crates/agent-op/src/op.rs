@@ -377,10 +377,16 @@ pub fn checkpoint<S: Serialize>(name: impl Into<String>) -> Op<S, ()> {
     })))
 }
 
-/// The next steering message queued from outside the run, if any. Taking it consumes it: a
-/// branch that takes a message and is then cancelled has still taken it.
-pub fn check<S>() -> Op<S, Option<Steering>> {
+/// Takes the next steering message queued from outside the run, if any. Taking it consumes
+/// it: a branch that takes a message and is then cancelled has still taken it.
+pub fn next_steering<S>() -> Op<S, Option<Steering>> {
     effect(Effect::Check)
+}
+
+/// The old name of [`next_steering`], which says better that it takes a message.
+#[deprecated(since = "0.2.0", note = "renamed to `next_steering`")]
+pub fn check<S>() -> Op<S, Option<Steering>> {
+    next_steering()
 }
 
 /// Fails the run (or, inside a `race`, this branch) with `message`.

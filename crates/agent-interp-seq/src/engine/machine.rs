@@ -20,7 +20,7 @@ use futures_util::FutureExt;
 use serde_json::Value;
 use tokio::time::{Instant, sleep_until};
 
-use crate::engine::log::BranchLog;
+use crate::engine::branch_log::BranchLog;
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::{ActiveScope, BudgetCell, ScopeExit, ScopeId};
 use crate::engine::{Runtime, Unwind};

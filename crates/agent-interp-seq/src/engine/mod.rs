@@ -2,7 +2,7 @@
 //! or branch, `limit`/`timeout` scopes with shared budgets, branch logs, and a pluggable
 //! [`Scheduler`] that decides only *when* branches run.
 
-mod log;
+mod branch_log;
 mod machine;
 pub mod scheduler;
 
@@ -17,7 +17,7 @@ use agent_op::{Checkpoint, Op, Trace, TraceId};
 
 use crate::config::Config;
 use crate::error::{ErrorKind, RunError};
-use log::BranchLog;
+use branch_log::BranchLog;
 use machine::Machine;
 use scheduler::Scheduler;
 use scope::{ScopeExit, ScopeId};

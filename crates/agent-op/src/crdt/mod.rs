@@ -101,18 +101,18 @@
 //! }
 //! ```
 
+mod append_log;
 mod counter;
 mod dot;
 mod gset;
-mod log;
 mod lww;
 mod map;
 mod orset;
 mod register;
 
+pub use append_log::AppendLog;
 pub use counter::{GCounter, PNCounter};
 pub use gset::GSet;
-pub use log::AppendLog;
 pub use lww::LwwRegister;
 pub use map::MergeMap;
 pub use orset::ORSet;

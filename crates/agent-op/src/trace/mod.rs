@@ -5,9 +5,9 @@ mod checkpoint;
 pub mod event;
 mod id;
 pub mod jsonl;
-mod log;
+mod record;
 
 pub use checkpoint::Checkpoint;
 pub use event::{Event, EventKind, EventType, ForkKind, Timestamp};
 pub use id::TraceId;
-pub use log::{CostSummary, Spend, SpendPart, ToolCallRecord, Trace, TraceEntry};
+pub use record::{CostSummary, Spend, SpendPart, ToolCallRecord, Trace, TraceEntry};

@@ -9,7 +9,7 @@ use agent_op::{BoxFuture, EventKind, TraceId};
 
 use super::{MAX_FORK_DEPTH, Machine, Stack, count};
 use crate::engine::Unwind;
-use crate::engine::log::BranchLog;
+use crate::engine::branch_log::BranchLog;
 use crate::engine::scheduler::{BranchFuture, BranchOutcome, Scheduler};
 use crate::engine::scope::ActiveScope;
 use crate::error::ErrorKind;
