@@ -659,6 +659,16 @@ fn deep_nesting_of_scopes_drops_without_overflow_and_deep_forks_fail_cleanly() {
             p = op::race(vec![p]).map(|x| x + 1);
         }
         drop(p);
+        // Forks and scopes directly inside one another, with no bind between them.
+        let mut p: Op<(), u32> = op::pure(0);
+        for i in 0..100_000 {
+            p = if i % 2 == 0 {
+                op::race(vec![p])
+            } else {
+                op::limit(Budget::new().calls(1), p).map(|r| r.unwrap_or(0))
+            };
+        }
+        drop(p);
     }));
     on_small_stack(Box::new(|| {
         let rt = tokio::runtime::Builder::new_current_thread()
@@ -682,6 +692,23 @@ fn deep_nesting_of_scopes_drops_without_overflow_and_deep_forks_fail_cleanly() {
             "{:?}",
             err.kind
         );
+        // The refused branches nest 99,872 more forks: they are dropped without recursion.
+        let err = rt
+            .block_on(run(&Config::new(), (), nest(100_000)))
+            .unwrap_err();
+        assert!(matches!(
+            err.kind.root_cause(),
+            ErrorKind::ForksTooDeep { .. }
+        ));
+        // A race decided before its second branch starts drops that branch unrun.
+        let config = Config::new().max_concurrency(std::num::NonZeroUsize::MIN);
+        let raced = || op::race(vec![op::pure(7), nest(100_000)]);
+        let won = rt.block_on(run(&config, (), raced())).unwrap();
+        assert_eq!(won.value, 7);
+        let won = rt
+            .block_on(agent_interp_seq::run(&config, (), raced()))
+            .unwrap();
+        assert_eq!(won.value, 7);
     }));
 }
 

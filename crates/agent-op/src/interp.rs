@@ -120,6 +120,37 @@ impl<S> Node<S> {
     }
 }
 
+/// Drops a node without recursing down its binds, scopes and forks.
+///
+/// A long chain (built with `fold`, or a loop wrapping a program in `timeout` and `map` again
+/// and again) or forks nested thousands deep would overflow the stack if dropped recursively.
+/// [`Op`](crate::Op) and every bind node call this on the nodes they still hold; an
+/// interpreter should too, on any node it drops without running (the branches of a fork it
+/// refuses, say).
+pub fn dismantle<S>(node: Node<S>) {
+    let mut current = Some(node);
+    let mut pending: Vec<Node<S>> = Vec::new();
+    loop {
+        match current.take() {
+            // `bind` now holds nothing, so dropping it is shallow.
+            Some(Node::Bind(mut bind)) => current = Some(bind.take()),
+            Some(Node::Scope(scope)) => match *scope {
+                Scope::Limit { body, .. } | Scope::Timeout { body, .. } => current = Some(body),
+            },
+            Some(Node::Fork(fork)) => match *fork {
+                Fork::Par { branches, .. } | Fork::Race { branches, .. } => {
+                    pending.extend(branches);
+                }
+            },
+            Some(leaf) => drop(leaf),
+            None => match pending.pop() {
+                Some(next) => current = Some(next),
+                None => break,
+            },
+        }
+    }
+}
+
 /// A checkpoint to take.
 pub struct CheckpointNode<S> {
     /// The checkpoint's name.

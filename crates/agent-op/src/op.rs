@@ -24,7 +24,7 @@ use serde_json::Value;
 use crate::budget::{Budget, Exhausted, TimedOut};
 use crate::interp::{
     AnyValue, Bind, CheckpointNode, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, box_value,
-    expect_value, rebox,
+    dismantle, expect_value, rebox,
 };
 use crate::memory::{MemoryEntry, MemoryId, NewMemory, Tag};
 use crate::merge::Merge;
@@ -53,36 +53,16 @@ impl<S, A> Op<S, A> {
     }
 
     /// The erased tree, for interpreters.
-    pub fn into_node(self) -> Node<S> {
-        self.node
+    pub fn into_node(mut self) -> Node<S> {
+        std::mem::replace(&mut self.node, Node::Unit)
     }
 }
 
-/// Drops a node that was never run without recursing down its chain of binds, scopes and
-/// forks: a long chain (built with `fold`, say, or a loop wrapping a program in `timeout` and
-/// `map` again and again) would otherwise overflow the stack when dropped recursively. Every
-/// bind node calls this from its `Drop` on the nodes it still holds.
-fn dismantle<S>(node: Option<Node<S>>) {
-    let mut current = node;
-    let mut pending: Vec<Node<S>> = Vec::new();
-    loop {
-        match current.take() {
-            // `bind` now holds nothing, so dropping it is shallow.
-            Some(Node::Bind(mut bind)) => current = Some(bind.take()),
-            Some(Node::Scope(scope)) => match *scope {
-                Scope::Limit { body, .. } | Scope::Timeout { body, .. } => current = Some(body),
-            },
-            Some(Node::Fork(fork)) => match *fork {
-                Fork::Par { branches, .. } | Fork::Race { branches, .. } => {
-                    pending.extend(branches);
-                }
-            },
-            Some(leaf) => drop(leaf),
-            None => match pending.pop() {
-                Some(next) => current = Some(next),
-                None => break,
-            },
-        }
+/// A program dropped unrun is taken apart without recursion, however deeply its forks and
+/// scopes nest (see [`dismantle`]).
+impl<S, A> Drop for Op<S, A> {
+    fn drop(&mut self) {
+        dismantle(std::mem::replace(&mut self.node, Node::Unit));
     }
 }
 
@@ -187,20 +167,25 @@ where
 
 impl<S, A, F> Drop for MapNode<S, A, F> {
     fn drop(&mut self) {
-        dismantle(self.inner.take());
+        if let Some(inner) = self.inner.take() {
+            dismantle(inner);
+        }
     }
 }
 
 impl<S, A, F> Drop for AndThenNode<S, A, F> {
     fn drop(&mut self) {
-        dismantle(self.inner.take());
+        if let Some(inner) = self.inner.take() {
+            dismantle(inner);
+        }
     }
 }
 
 impl<S, A> Drop for ThenNode<S, A> {
     fn drop(&mut self) {
-        dismantle(self.first.take());
-        dismantle(self.next.take());
+        for node in [self.first.take(), self.next.take()].into_iter().flatten() {
+            dismantle(node);
+        }
     }
 }
 
