@@ -203,6 +203,14 @@ pub enum ProviderError {
         /// The offending part of the response.
         excerpt: String,
     },
+    /// The request breaks a rule of the provider's API (too many stop sequences, a tool whose
+    /// parameters are not a JSON schema object, …), so it was not sent: sending it again will
+    /// not help, the prompt has to change.
+    #[error("invalid request: {message}")]
+    InvalidRequest {
+        /// Which rule the request breaks.
+        message: String,
+    },
     /// A test provider received a call it did not expect.
     #[error("unexpected model call: {message}")]
     Unexpected {
@@ -223,6 +231,12 @@ fn retry_after_text(retry_after: &Option<Duration>) -> String {
 
 impl ProviderError {
     /// Whether the same request may succeed if sent again later.
+    ///
+    /// Retryable: [`RateLimited`](ProviderError::RateLimited),
+    /// [`Timeout`](ProviderError::Timeout), [`Transport`](ProviderError::Transport), and
+    /// [`Http`](ProviderError::Http) with status 408 or 5xx. Everything else is not — in
+    /// particular [`InvalidRequest`](ProviderError::InvalidRequest) and
+    /// [`Decode`](ProviderError::Decode).
     pub fn is_retryable(&self) -> bool {
         match self {
             ProviderError::RateLimited { .. }
@@ -239,5 +253,23 @@ impl ProviderError {
             ProviderError::RateLimited { retry_after, .. } => *retry_after,
             _ => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_invalid_request_is_not_retried() {
+        let err = ProviderError::InvalidRequest {
+            message: "5 stop sequences; the API allows at most 4".into(),
+        };
+        assert!(!err.is_retryable());
+        assert_eq!(err.retry_after(), None);
+        assert_eq!(
+            err.to_string(),
+            "invalid request: 5 stop sequences; the API allows at most 4"
+        );
     }
 }

@@ -158,6 +158,9 @@ enum ErrorRepr {
         message: String,
         excerpt: String,
     },
+    InvalidRequest {
+        message: String,
+    },
     Unexpected {
         message: String,
     },
@@ -205,6 +208,7 @@ impl From<&ProviderError> for ErrorRepr {
             },
             ProviderError::Transport { message } => ErrorRepr::Transport { message },
             ProviderError::Decode { message, excerpt } => ErrorRepr::Decode { message, excerpt },
+            ProviderError::InvalidRequest { message } => ErrorRepr::InvalidRequest { message },
             ProviderError::Unexpected { message } => ErrorRepr::Unexpected { message },
             ProviderError::Other(message) => ErrorRepr::Other { message },
             other => ErrorRepr::Other {
@@ -249,6 +253,7 @@ impl From<ErrorRepr> for ProviderError {
             },
             ErrorRepr::Transport { message } => ProviderError::Transport { message },
             ErrorRepr::Decode { message, excerpt } => ProviderError::Decode { message, excerpt },
+            ErrorRepr::InvalidRequest { message } => ProviderError::InvalidRequest { message },
             ErrorRepr::Unexpected { message } => ProviderError::Unexpected { message },
             ErrorRepr::Other { message } => ProviderError::Other(message),
         }
@@ -324,6 +329,9 @@ mod tests {
             ProviderError::Decode {
                 message: "m".into(),
                 excerpt: "e".into(),
+            },
+            ProviderError::InvalidRequest {
+                message: "i".into(),
             },
             ProviderError::Unexpected {
                 message: "u".into(),

@@ -147,6 +147,7 @@ fn both_failed(primary: &ProviderError, secondary: ProviderError) -> ProviderErr
         | ProviderError::Authentication { message, .. }
         | ProviderError::Transport { message }
         | ProviderError::Decode { message, .. }
+        | ProviderError::InvalidRequest { message }
         | ProviderError::Unexpected { message }
         | ProviderError::Other(message) => message.push_str(&note),
         ProviderError::Http { body, .. } => body.push_str(&note),
