@@ -144,13 +144,13 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
-    /// Whether the response's `Content-Type` is `mime` (parameters aside).
-    pub(crate) fn content_type_is(&self, mime: &str) -> bool {
-        self.response
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim_start().starts_with(mime))
+    /// The media type of the response's `Content-Type`, without parameters and in lower case
+    /// (`text/event-stream`); `None` when the header is missing.
+    pub(crate) fn media_type(&self) -> Option<String> {
+        let value = self.response.headers().get(header::CONTENT_TYPE)?;
+        let text = String::from_utf8_lossy(value.as_bytes());
+        let media_type = text.split(';').next().unwrap_or_default();
+        Some(media_type.trim().to_ascii_lowercase())
     }
 }
 
@@ -317,6 +317,25 @@ impl Transport {
             }
             Ok(chunk)
         })
+    }
+
+    /// The error for a successful response of a media type the call cannot read (an HTML
+    /// page from a proxy or a captive portal, say): a [`ProviderError::Decode`] naming the
+    /// type, with the start of the body. It is not retryable, as the same request would get
+    /// the same page; reading it as the expected format would instead fail obscurely (a
+    /// stream "ended early", which is retried).
+    pub(crate) async fn unexpected_media_type(
+        &self,
+        reply: Reply,
+        expected: &str,
+    ) -> ProviderError {
+        let found = reply.media_type().unwrap_or_default();
+        let body = self.read_error_body(reply.response, reply.started).await;
+        error::invalid(
+            format!("expected {expected}, but the server answered with `{found}`"),
+            &String::from_utf8_lossy(&body),
+            &self.redactor,
+        )
     }
 
     async fn read_error_body(&self, mut response: Response, started: Instant) -> Vec<u8> {

@@ -692,3 +692,67 @@ async fn errors_inside_streams_are_retryable_server_errors() {
         "{err:?}"
     );
 }
+
+/// A login page, as a captive portal or an authenticating proxy answers any request.
+fn login_page() -> Reply {
+    Reply::Full {
+        status: 200,
+        headers: vec![("content-type".into(), "text/html; charset=utf-8".into())],
+        body: b"<!DOCTYPE html><html><head><title>Sign in</title></head><body>Please sign in to continue</body></html>".to_vec(),
+    }
+}
+
+#[tokio::test]
+async fn a_page_answering_a_stream_is_a_decode_error_not_a_cut_stream() {
+    for client in ["openai", "ollama"] {
+        let server = TestServer::always(login_page()).await;
+        let provider: Box<dyn Provider> = match client {
+            "openai" => Box::new(retrying(&server)),
+            _ => Box::new(
+                Retry::new(OllamaClient::builder().host(server.url()).build().unwrap())
+                    .base_delay(Duration::from_millis(1)),
+            ),
+        };
+        let err = provider
+            .chat_stream("m", &prompt(), &mut |_| {})
+            .await
+            .unwrap_err();
+        let ProviderError::Decode { message, excerpt } = &err else {
+            panic!("{client}: expected Decode, got {err:?}");
+        };
+        assert!(message.contains("`text/html`"), "{client}: {message}");
+        assert!(excerpt.contains("Please sign in"), "{client}: {excerpt}");
+        assert!(!err.is_retryable());
+        assert_eq!(server.requests().len(), 1, "{client}: not retried");
+    }
+}
+
+#[tokio::test]
+async fn streams_without_a_content_type_are_still_read() {
+    let sse = b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    let server = TestServer::always(Reply::Full {
+        status: 200,
+        headers: Vec::new(),
+        body: sse.to_vec(),
+    })
+    .await;
+    let reply = client(&server)
+        .chat_stream("m", &prompt(), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "hi");
+
+    let line = b"{\"message\":{\"role\":\"assistant\",\"content\":\"hi\"},\"done\":true,\"done_reason\":\"stop\"}\n";
+    let server = TestServer::always(Reply::Full {
+        status: 200,
+        headers: Vec::new(),
+        body: line.to_vec(),
+    })
+    .await;
+    let ollama = OllamaClient::builder().host(server.url()).build().unwrap();
+    let reply = ollama
+        .chat_stream("m", &prompt(), &mut |_| {})
+        .await
+        .unwrap();
+    assert_eq!(reply.content, "hi");
+}

@@ -173,6 +173,16 @@ impl OllamaClient {
         let reply = transport
             .post_json(&self.inner.chat_url, body, "application/x-ndjson")
             .await?;
+        // Ollama streams `application/x-ndjson`; a whole reply (`application/json`) is one
+        // line. Without a type, try NDJSON.
+        if !matches!(
+            reply.media_type().as_deref(),
+            None | Some("application/x-ndjson" | "application/json")
+        ) {
+            return Err(transport
+                .unexpected_media_type(reply, "NDJSON (`application/x-ndjson`)")
+                .await);
+        }
         let mut assembler = ChunkAssembler::with_redactor(transport.redactor().clone());
         stream::drive(&mut assembler, transport.stream(reply), on_delta).await?;
         self.finish(model, assembler)

@@ -214,12 +214,21 @@ impl OpenAiClient {
         let reply = transport
             .post_json(&self.inner.chat_url, body, "text/event-stream")
             .await?;
-        if reply.content_type_is("application/json") {
-            // The server answered without streaming; pass the whole reply on as deltas.
-            let body = transport.body(reply).await?;
-            let response = self.parse_completion(model, &body)?;
-            emit_whole(&response, on_delta);
-            return Ok(response);
+        match reply.media_type().as_deref() {
+            // Without a type, try the format asked for.
+            None | Some("text/event-stream") => {}
+            Some("application/json") => {
+                // The server answered without streaming; pass the whole reply on as deltas.
+                let body = transport.body(reply).await?;
+                let response = self.parse_completion(model, &body)?;
+                emit_whole(&response, on_delta);
+                return Ok(response);
+            }
+            Some(_) => {
+                return Err(transport
+                    .unexpected_media_type(reply, "an event stream (`text/event-stream`)")
+                    .await);
+            }
         }
         let mut assembler = ChunkAssembler::with_redactor(transport.redactor().clone());
         stream::drive(&mut assembler, transport.stream(reply), on_delta).await?;
