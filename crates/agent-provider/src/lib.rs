@@ -21,11 +21,12 @@
 //!   [`Provider::max_cost`](agent_op::Provider::max_cost);
 //! - [`ScriptedProvider`]: answers from a script, for unit tests of programs.
 //!
-//! Internals: `http` (one configured `reqwest` client per provider: connect and request
-//! timeouts on by default, bounded bodies), `error` (the HTTP → [`ProviderError`] mapping both
-//! clients share; see `docs/PROVIDERS.md` for the table), `secret` (API keys never appear in
-//! `Debug` output, errors or cassettes), `json` (shared wire helpers), `assemble` (running either stream assembler over a body
-//! in memory).
+//! Internals: `http` (one configured `reqwest` client per provider: connect and request timeouts on
+//! by default, bounded bodies), `error` (the HTTP → [`ProviderError`] mapping both clients share;
+//! see `docs/PROVIDERS.md` for the table), `secret` (API keys never appear in `Debug` output,
+//! errors or cassettes), `json` (shared wire helpers), `request` (the tool and schema shapes both
+//! APIs share, and the checks a request passes before it is sent), `assemble` (running either
+//! stream assembler over a body in memory).
 //!
 //! ```no_run
 //! use std::time::Duration;
@@ -58,6 +59,8 @@ pub mod layers;
 pub mod ollama;
 pub mod openai;
 mod pricing;
+mod reply;
+mod request;
 mod scripted;
 mod secret;
 

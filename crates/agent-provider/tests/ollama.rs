@@ -411,3 +411,36 @@ async fn null_content_a_last_line_without_newline_and_tiny_keep_alives() {
     // Longer than Go's time.Duration holds: forever.
     assert_eq!(server.only_request().json()["keep_alive"], json!(-1));
 }
+
+#[tokio::test]
+async fn a_tool_without_parameters_is_sent_an_empty_object_schema() {
+    let server = TestServer::always(Reply::json(200, &final_line("stop"))).await;
+    let prompt = Prompt::new().user("time?").tools(vec![ToolDefinition {
+        name: "now".into(),
+        description: "The time".into(),
+        parameters: Value::Null,
+    }]);
+    client(&server).chat("llama3.2", &prompt).await.unwrap();
+    assert_eq!(
+        server.only_request().json()["tools"][0]["function"]["parameters"],
+        json!({"type": "object", "properties": {}})
+    );
+}
+
+#[tokio::test]
+async fn tool_calls_finish_with_tool_calls_unless_cut_by_length() {
+    for (said, expected) in [
+        ("stop", FinishReason::ToolCalls),
+        ("length", FinishReason::Length),
+        ("unload", FinishReason::ToolCalls),
+    ] {
+        let mut line = final_line(said);
+        line["message"]["tool_calls"] = json!([{"function": {"name": "now", "arguments": {}}}]);
+        let server = TestServer::always(Reply::ndjson(vec![ndjson_lines(&[line])])).await;
+        let reply = client(&server)
+            .chat_stream("llama3.2", &Prompt::new().user("time?"), &mut |_| {})
+            .await
+            .unwrap();
+        assert_eq!(reply.finish_reason, expected, "{said}");
+    }
+}

@@ -86,7 +86,7 @@ fn full_prompt_wire(max_tokens_field: &str) -> Value {
         "messages": [
             {"role": "system", "content": "You are terse."},
             {"role": "user", "content": "What is 2+3, and the weather in Oslo?"},
-            {"role": "assistant", "content": null, "tool_calls": [
+            {"role": "assistant", "content": "", "tool_calls": [
                 {"id": "call_a", "type": "function", "function": {"name": "add", "arguments": "{\"a\":2,\"b\":3}"}},
                 {"id": "call_w", "type": "function", "function": {"name": "weather", "arguments": "{\"city\":\"Oslo\"}"}},
             ]},
@@ -683,4 +683,121 @@ async fn max_cost_bounds_a_call_from_prices_and_max_tokens() {
         None,
         "no max_tokens: unbounded"
     );
+}
+
+#[tokio::test]
+async fn a_message_that_only_calls_tools_is_sent_with_empty_content() {
+    let server = TestServer::always(Reply::json(
+        200,
+        &completion(
+            json!({"role": "assistant", "content": "5"}),
+            "stop",
+            json!({}),
+        ),
+    ))
+    .await;
+    let prompt = Prompt::from_messages(vec![
+        Message::user("2+3?"),
+        Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "call_a".into(),
+                name: "add".into(),
+                arguments: json!({"a": 2, "b": 3}),
+            }],
+        },
+        Message::tool_result("call_a", "5"),
+    ]);
+    client(&server).chat("m", &prompt).await.unwrap();
+    let body = server.only_request().json();
+    // `null` breaks chat templates that read `content` as text (llama.cpp's server answers
+    // 500); `""` is accepted everywhere.
+    assert_eq!(body["messages"][1]["content"], json!(""));
+    assert_eq!(body["messages"][1]["tool_calls"][0]["id"], json!("call_a"));
+}
+
+#[tokio::test]
+async fn a_tool_without_parameters_is_sent_an_empty_object_schema() {
+    let server = TestServer::always(Reply::json(
+        200,
+        &completion(
+            json!({"role": "assistant", "content": "ok"}),
+            "stop",
+            json!({}),
+        ),
+    ))
+    .await;
+    let prompt = Prompt::new().user("time?").tools(vec![ToolDefinition {
+        name: "now".into(),
+        description: "The time".into(),
+        parameters: Value::Null,
+    }]);
+    client(&server).chat("m", &prompt).await.unwrap();
+    assert_eq!(
+        server.only_request().json()["tools"][0]["function"]["parameters"],
+        json!({"type": "object", "properties": {}})
+    );
+}
+
+#[tokio::test]
+async fn tool_calls_finish_with_tool_calls_whatever_the_server_says() {
+    let call =
+        json!({"id": "call_1", "type": "function", "function": {"name": "now", "arguments": "{}"}});
+    for (said, expected) in [
+        ("stop", FinishReason::ToolCalls),
+        ("tool_calls", FinishReason::ToolCalls),
+        ("length", FinishReason::Length),
+        ("content_filter", FinishReason::ContentFilter),
+    ] {
+        // Plain.
+        let server = TestServer::always(Reply::json(
+            200,
+            &completion(
+                json!({"role": "assistant", "content": null, "tool_calls": [call]}),
+                said,
+                json!({}),
+            ),
+        ))
+        .await;
+        let reply = client(&server)
+            .chat("m", &Prompt::new().user("time?"))
+            .await
+            .unwrap();
+        assert_eq!(reply.finish_reason, expected, "plain, {said}");
+
+        // Streamed.
+        let body = sse_events(&[
+            chunk(
+                json!({"role": "assistant", "tool_calls": [{"index": 0, "id": "call_1", "type": "function", "function": {"name": "now", "arguments": ""}}]}),
+                json!(null),
+            ),
+            chunk(
+                json!({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]}),
+                json!(null),
+            ),
+            chunk(json!({}), json!(said)),
+        ]);
+        let server = TestServer::always(Reply::sse(pieces(&body, 40))).await;
+        let reply = client(&server)
+            .chat_stream("m", &Prompt::new().user("time?"), &mut |_| {})
+            .await
+            .unwrap();
+        assert_eq!(reply.finish_reason, expected, "streamed, {said}");
+        assert_eq!(reply.tool_calls[0].name, "now");
+    }
+    // Without tool calls, the reason said stands.
+    let server = TestServer::always(Reply::json(
+        200,
+        &completion(
+            json!({"role": "assistant", "content": "x"}),
+            "length",
+            json!({}),
+        ),
+    ))
+    .await;
+    let reply = client(&server)
+        .chat("m", &Prompt::new().user("x"))
+        .await
+        .unwrap();
+    assert_eq!(reply.finish_reason, FinishReason::Length);
 }

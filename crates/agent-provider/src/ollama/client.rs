@@ -26,6 +26,12 @@ pub const DEFAULT_OLLAMA_HOST: &str = "http://127.0.0.1:11434";
 /// Beyond [`Provider`], [`OllamaClient::chat_detailed`] and
 /// [`OllamaClient::chat_stream_detailed`] also return the durations Ollama reports.
 ///
+/// As with the [`OpenAiClient`](crate::OpenAiClient): a reply that calls tools has
+/// [`FinishReason::ToolCalls`](agent_op::FinishReason) unless Ollama said `length`; tool
+/// parameters and `format` schemas that are not JSON objects fail with
+/// [`ProviderError::InvalidRequest`] without being sent; a streaming request answered with
+/// neither NDJSON nor JSON fails with [`ProviderError::Decode`].
+///
 /// ```no_run
 /// use std::time::Duration;
 /// use agent_op::{Prompt, Provider};
@@ -126,7 +132,7 @@ impl OllamaClient {
         stream: bool,
     ) -> Result<Vec<u8>, ProviderError> {
         let inner = &self.inner;
-        let request = ChatRequest::new(model, prompt, &inner.options, inner.keep_alive, stream);
+        let request = ChatRequest::new(model, prompt, &inner.options, inner.keep_alive, stream)?;
         serde_json::to_vec(&request)
             .map_err(|e| ProviderError::Other(format!("could not encode the request: {e}")))
     }

@@ -13,7 +13,7 @@
 
 use std::time::Duration;
 
-use agent_op::{Delta, FinishReason, ProviderError, Response, ToolCall, Usage};
+use agent_op::{Delta, ProviderError, Response, ToolCall, Usage};
 use bytes::Buf;
 use futures_util::{Stream, StreamExt};
 use serde_json::json;
@@ -21,6 +21,7 @@ use serde_json::json;
 use super::wire::ChatChunk;
 use crate::error;
 use crate::json::{arguments_text, arguments_value};
+use crate::reply;
 use crate::secret::Redactor;
 
 /// The time Ollama reports it spent on a call, from its final chat object.
@@ -241,12 +242,10 @@ impl ChunkAssembler {
                 ),
             });
         };
-        let finish_reason = match done.reason.as_deref() {
-            Some("length") => FinishReason::Length,
-            None | Some("" | "stop") if !self.calls.is_empty() => FinishReason::ToolCalls,
-            None | Some("" | "stop") => FinishReason::Stop,
-            Some(other) => FinishReason::Other(other.to_owned()),
-        };
+        let finish_reason = reply::finish_reason(
+            reply::parse_finish_reason(done.reason.as_deref()),
+            !self.calls.is_empty(),
+        );
         Ok(Response {
             content: self.content,
             tool_calls: self.calls,
@@ -310,6 +309,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use agent_op::FinishReason;
 
     fn assemble(text: &str) -> (Result<Response, ProviderError>, Vec<Delta>) {
         let mut deltas = Vec::new();

@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
-use agent_op::{Message, Prompt, ResponseFormat, ToolCall, ToolChoice};
+use agent_op::{Message, Prompt, ProviderError, ResponseFormat, ToolCall, ToolChoice};
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::json::nullable;
+use crate::request::{self, WireTool};
 
 /// How long Ollama keeps a model loaded after a request (its `keep_alive`).
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -64,14 +65,15 @@ pub(crate) struct ChatRequest<'a> {
 
 impl<'a> ChatRequest<'a> {
     /// The request for `prompt`: `base_options` (the client's) overridden by the prompt's own
-    /// sampling options.
+    /// sampling options. Fails with [`InvalidRequest`](ProviderError::InvalidRequest) if a
+    /// tool's parameters or the `format` schema are not JSON objects.
     pub(crate) fn new(
         model: &'a str,
         prompt: &'a Prompt,
         base_options: &Map<String, Value>,
         keep_alive: Option<KeepAlive>,
         stream: bool,
-    ) -> ChatRequest<'a> {
+    ) -> Result<ChatRequest<'a>, ProviderError> {
         let o = &prompt.options;
         let mut options = base_options.clone();
         if let Some(t) = o.temperature {
@@ -92,7 +94,7 @@ impl<'a> ChatRequest<'a> {
             Some(ToolChoice::Tool(name)) => &t.name == name,
             _ => true,
         });
-        ChatRequest {
+        Ok(ChatRequest {
             model,
             messages: prompt
                 .messages
@@ -100,25 +102,18 @@ impl<'a> ChatRequest<'a> {
                 .enumerate()
                 .map(|(i, m)| WireMessage::new(m, &prompt.messages[..i]))
                 .collect(),
-            tools: tools
-                .map(|t| WireTool {
-                    kind: "function",
-                    function: WireFunction {
-                        name: &t.name,
-                        description: &t.description,
-                        parameters: &t.parameters,
-                    },
-                })
-                .collect(),
+            tools: request::tools(tools)?,
             format: match &o.response_format {
                 None | Some(ResponseFormat::Text) => None,
                 Some(ResponseFormat::JsonObject) => Some(Format::Json("json")),
-                Some(ResponseFormat::JsonSchema { schema, .. }) => Some(Format::Schema(schema)),
+                Some(ResponseFormat::JsonSchema { name, schema, .. }) => {
+                    Some(Format::Schema(request::response_schema(name, schema)?))
+                }
             },
             options,
             stream,
             keep_alive,
-        }
+        })
     }
 }
 
@@ -221,20 +216,6 @@ fn arguments_object(arguments: &Value) -> Value {
         },
         _ => Value::Object(Map::new()),
     }
-}
-
-#[derive(Serialize)]
-struct WireTool<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: WireFunction<'a>,
-}
-
-#[derive(Serialize)]
-struct WireFunction<'a> {
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
 }
 
 /// `POST /api/embed`.
@@ -352,13 +333,16 @@ mod tests {
         let mut base = Map::new();
         base.insert("num_ctx".into(), json!(8192));
         base.insert("temperature".into(), json!(0.9));
-        let body = serde_json::to_value(ChatRequest::new(
-            "llama3.2",
-            &prompt,
-            &base,
-            Some(KeepAlive::For(Duration::from_secs(90))),
-            true,
-        ))
+        let body = serde_json::to_value(
+            ChatRequest::new(
+                "llama3.2",
+                &prompt,
+                &base,
+                Some(KeepAlive::For(Duration::from_secs(90))),
+                true,
+            )
+            .unwrap(),
+        )
         .unwrap();
         assert_eq!(
             body,
@@ -393,13 +377,9 @@ mod tests {
             }]);
         let mut prompt = prompt;
         prompt.options.tool_choice = Some(ToolChoice::None);
-        let body = serde_json::to_value(ChatRequest::new(
-            "m",
-            &prompt,
-            &Map::new(),
-            Some(KeepAlive::Forever),
-            false,
-        ))
+        let body = serde_json::to_value(
+            ChatRequest::new("m", &prompt, &Map::new(), Some(KeepAlive::Forever), false).unwrap(),
+        )
         .unwrap();
         assert_eq!(
             body,

@@ -13,6 +13,7 @@ use super::wire::{ChatCompletion, ChatRequest};
 use crate::error::{self, ConfigError};
 use crate::http::{self, ExtraHeader, HttpOptions, Transport, http_builder_methods};
 use crate::pricing::Pricing;
+use crate::request::{self, OPENAI_MAX_STOP_SEQUENCES};
 use crate::secret::{self, Secret};
 
 /// OpenAI's API root, used unless `OPENAI_BASE_URL` or [`OpenAiBuilder::base_url`] says
@@ -35,6 +36,16 @@ pub enum MaxTokensField {
 ///
 /// It implements [`Provider`] (`chat` and streaming `chat_stream`), and makes
 /// [`OpenAiEmbedder`]s for `/embeddings`. Cloning is cheap and clones share connections.
+///
+/// - A reply that calls tools has [`FinishReason::ToolCalls`](agent_op::FinishReason), whatever
+///   `finish_reason` the server gave (some say `stop`), unless it said `length` or
+///   `content_filter`; the [`OllamaClient`](crate::OllamaClient) follows the same rule.
+/// - A request the API forbids (more `stop` sequences than
+///   [`max_stop_sequences`](OpenAiBuilder::max_stop_sequences), tool parameters or an output
+///   schema that are not JSON objects) is not sent: it fails with
+///   [`ProviderError::InvalidRequest`].
+/// - A streaming request answered with neither an event stream nor JSON (an HTML page) fails
+///   with [`ProviderError::Decode`], which is not retried.
 ///
 /// ```no_run
 /// use agent_op::{Prompt, Provider};
@@ -71,6 +82,7 @@ struct Inner {
     pricing: Pricing,
     max_tokens_field: MaxTokensField,
     stream_options: bool,
+    max_stop_sequences: Option<usize>,
     has_api_key: bool,
     organization: Option<String>,
     project: Option<String>,
@@ -97,6 +109,7 @@ pub struct OpenAiBuilder {
     pricing: Pricing,
     max_tokens_field: MaxTokensField,
     stream_options: bool,
+    max_stop_sequences: Option<usize>,
 }
 
 impl OpenAiClient {
@@ -115,6 +128,7 @@ impl OpenAiClient {
             pricing: Pricing::openai(),
             max_tokens_field: MaxTokensField::MaxCompletionTokens,
             stream_options: true,
+            max_stop_sequences: Some(OPENAI_MAX_STOP_SEQUENCES),
         }
     }
 
@@ -132,6 +146,7 @@ impl OpenAiClient {
             pricing: Pricing::new(),
             max_tokens_field: MaxTokensField::MaxTokens,
             stream_options: true,
+            max_stop_sequences: Some(OPENAI_MAX_STOP_SEQUENCES),
         }
     }
 
@@ -165,7 +180,8 @@ impl OpenAiClient {
         prompt: &Prompt,
         stream: bool,
     ) -> Result<Vec<u8>, ProviderError> {
-        let request = ChatRequest::new(model, prompt, self.inner.max_tokens_field, stream)
+        request::check_stop_sequences(&prompt.options.stop, self.inner.max_stop_sequences)?;
+        let request = ChatRequest::new(model, prompt, self.inner.max_tokens_field, stream)?
             .stream_options(self.inner.stream_options);
         serde_json::to_vec(&request)
             .map_err(|e| ProviderError::Other(format!("could not encode the request: {e}")))
@@ -294,6 +310,7 @@ impl fmt::Debug for OpenAiClient {
             .field("project", &inner.project)
             .field("max_tokens_field", &inner.max_tokens_field)
             .field("stream_options", &inner.stream_options)
+            .field("max_stop_sequences", &inner.max_stop_sequences)
             .field("priced_models", &inner.pricing.models().count())
             .field("http", inner.transport.options())
             .finish()
@@ -351,6 +368,15 @@ impl OpenAiBuilder {
         self
     }
 
+    /// The most `stop` sequences a request may carry (default 4, the limit of OpenAI's API);
+    /// a prompt with more fails with
+    /// [`ProviderError::InvalidRequest`](agent_op::ProviderError::InvalidRequest) without
+    /// being sent. `None` lifts the limit, for servers that accept more (vLLM, llama.cpp).
+    pub fn max_stop_sequences(mut self, max: Option<usize>) -> Self {
+        self.max_stop_sequences = max;
+        self
+    }
+
     /// Whether streamed requests carry `"stream_options": {"include_usage": true}` (default
     /// on), which asks for the final chunk with the token usage. Some servers reject unknown
     /// fields: turn it off for them. Without it, a server that reports no usage in its stream
@@ -397,6 +423,7 @@ impl OpenAiBuilder {
                 pricing: self.pricing,
                 max_tokens_field: self.max_tokens_field,
                 stream_options: self.stream_options,
+                max_stop_sequences: self.max_stop_sequences,
                 has_api_key,
                 organization: self.organization,
                 project: self.project,
@@ -419,6 +446,7 @@ impl fmt::Debug for OpenAiBuilder {
             .field("project", &self.project)
             .field("max_tokens_field", &self.max_tokens_field)
             .field("stream_options", &self.stream_options)
+            .field("max_stop_sequences", &self.max_stop_sequences)
             .field("http", &self.http)
             .finish()
     }

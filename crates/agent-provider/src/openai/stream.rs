@@ -27,9 +27,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use sse_stream::SseByteStream;
 
-use super::wire::{WireUsage, finish_reason};
+use super::wire::WireUsage;
 use crate::error;
 use crate::json::{nullable, parse_arguments};
+use crate::reply;
 use crate::secret::Redactor;
 
 /// Assembles the `data` payloads of a streamed chat completion into a [`Response`].
@@ -210,7 +211,7 @@ impl ChunkAssembler {
                     self.push_tool_call(call, on_delta);
                 }
             }
-            if let Some(reason) = finish_reason(choice.finish_reason.as_deref()) {
+            if let Some(reason) = reply::parse_finish_reason(choice.finish_reason.as_deref()) {
                 self.finish_reason = Some(reason);
             }
         }
@@ -317,11 +318,7 @@ impl ChunkAssembler {
                 arguments: parse_arguments(&call.arguments),
             });
         }
-        let finish_reason = self.finish_reason.unwrap_or(if tool_calls.is_empty() {
-            FinishReason::Stop
-        } else {
-            FinishReason::ToolCalls
-        });
+        let finish_reason = reply::finish_reason(self.finish_reason, !tool_calls.is_empty());
         Ok(Response {
             content: self.content,
             tool_calls,

@@ -2,13 +2,15 @@
 //! [`Prompt`], and the response shapes we read.
 
 use agent_op::{
-    FinishReason, Message, Prompt, Response, ResponseFormat, ToolCall, ToolChoice, Usage,
+    Message, Prompt, ProviderError, Response, ResponseFormat, ToolCall, ToolChoice, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::client::MaxTokensField;
 use crate::json::{arguments_text, arguments_value, nullable};
+use crate::reply;
+use crate::request::{self, WireTool};
 
 // ---------------------------------------------------------------------------------------------
 // Requests
@@ -47,32 +49,24 @@ struct StreamOptions {
 }
 
 impl<'a> ChatRequest<'a> {
+    /// The request for `prompt`. Fails with
+    /// [`InvalidRequest`](agent_op::ProviderError::InvalidRequest) if a tool's parameters or
+    /// the response format's schema are not JSON objects.
     pub(crate) fn new(
         model: &'a str,
         prompt: &'a Prompt,
         max_tokens_field: MaxTokensField,
         stream: bool,
-    ) -> ChatRequest<'a> {
+    ) -> Result<ChatRequest<'a>, ProviderError> {
         let options = &prompt.options;
         let (max_tokens, max_completion_tokens) = match max_tokens_field {
             MaxTokensField::MaxTokens => (options.max_tokens, None),
             MaxTokensField::MaxCompletionTokens => (None, options.max_tokens),
         };
-        ChatRequest {
+        Ok(ChatRequest {
             model,
             messages: prompt.messages.iter().map(WireMessage::from).collect(),
-            tools: prompt
-                .tools
-                .iter()
-                .map(|t| WireTool {
-                    kind: "function",
-                    function: WireFunction {
-                        name: &t.name,
-                        description: &t.description,
-                        parameters: &t.parameters,
-                    },
-                })
-                .collect(),
+            tools: request::tools(&prompt.tools)?,
             // Without tools, a `tool_choice` is an error for OpenAI (and means nothing).
             tool_choice: options
                 .tool_choice
@@ -87,12 +81,13 @@ impl<'a> ChatRequest<'a> {
             response_format: options
                 .response_format
                 .as_ref()
-                .map(WireResponseFormat::from),
+                .map(WireResponseFormat::new)
+                .transpose()?,
             stream,
             stream_options: stream.then_some(StreamOptions {
                 include_usage: true,
             }),
-        }
+        })
     }
 
     /// Leaves `stream_options` out when `send` is false (for servers that reject it).
@@ -114,8 +109,10 @@ enum WireMessage<'a> {
         content: &'a str,
     },
     Assistant {
-        /// `null` when the message only calls tools, as the API documents.
-        content: Option<&'a str>,
+        /// Always a string, `""` when the message only calls tools. The API also allows
+        /// `null` there, but servers whose chat template reads `content` as text (llama.cpp's,
+        /// and many Jinja templates) fail on it, while `""` works everywhere.
+        content: &'a str,
         #[serde(skip_serializing_if = "Vec::is_empty")]
         tool_calls: Vec<WireToolCallOut<'a>>,
     },
@@ -134,7 +131,7 @@ impl<'a> From<&'a Message> for WireMessage<'a> {
                 content,
                 tool_calls,
             } => WireMessage::Assistant {
-                content: (!content.is_empty() || tool_calls.is_empty()).then_some(content),
+                content,
                 tool_calls: tool_calls.iter().map(WireToolCallOut::from).collect(),
             },
             Message::Tool {
@@ -174,20 +171,6 @@ impl<'a> From<&'a ToolCall> for WireToolCallOut<'a> {
             },
         }
     }
-}
-
-#[derive(Serialize)]
-struct WireTool<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: WireFunction<'a>,
-}
-
-#[derive(Serialize)]
-struct WireFunction<'a> {
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
 }
 
 #[derive(Serialize)]
@@ -235,9 +218,10 @@ struct JsonSchema<'a> {
     strict: bool,
 }
 
-impl<'a> From<&'a ResponseFormat> for WireResponseFormat<'a> {
-    fn from(format: &'a ResponseFormat) -> WireResponseFormat<'a> {
-        match format {
+impl<'a> WireResponseFormat<'a> {
+    /// `format` in wire form; a schema that is not a JSON object is an invalid request.
+    fn new(format: &'a ResponseFormat) -> Result<WireResponseFormat<'a>, ProviderError> {
+        Ok(match format {
             ResponseFormat::Text => WireResponseFormat::Text,
             ResponseFormat::JsonObject => WireResponseFormat::JsonObject,
             ResponseFormat::JsonSchema {
@@ -247,11 +231,11 @@ impl<'a> From<&'a ResponseFormat> for WireResponseFormat<'a> {
             } => WireResponseFormat::JsonSchema {
                 json_schema: JsonSchema {
                     name,
-                    schema,
+                    schema: request::response_schema(name, schema)?,
                     strict: *strict,
                 },
             },
-        }
+        })
     }
 }
 
@@ -347,18 +331,6 @@ pub(crate) struct EmbeddingData {
     pub(crate) embedding: Vec<f32>,
 }
 
-/// The API's `finish_reason`; `None` and `""` mean "not said".
-pub(crate) fn finish_reason(reason: Option<&str>) -> Option<FinishReason> {
-    Some(match reason? {
-        "" => return None,
-        "stop" => FinishReason::Stop,
-        "length" => FinishReason::Length,
-        "tool_calls" | "function_call" => FinishReason::ToolCalls,
-        "content_filter" => FinishReason::ContentFilter,
-        other => FinishReason::Other(other.to_owned()),
-    })
-}
-
 impl ChatCompletion {
     /// The reply of the first choice; a completion without choices is an error.
     pub(crate) fn into_response(self) -> Option<(Response, Option<Usage>)> {
@@ -378,12 +350,10 @@ impl ChatCompletion {
                 arguments: arguments_value(call.function.arguments),
             })
             .collect();
-        let finish_reason =
-            finish_reason(choice.finish_reason.as_deref()).unwrap_or(if tool_calls.is_empty() {
-                FinishReason::Stop
-            } else {
-                FinishReason::ToolCalls
-            });
+        let finish_reason = reply::finish_reason(
+            reply::parse_finish_reason(choice.finish_reason.as_deref()),
+            !tool_calls.is_empty(),
+        );
         // A refusal is what the model said instead of content; keep it as the reply's text.
         let mut content = content.unwrap_or_default();
         content.push_str(refusal.as_deref().unwrap_or_default());
@@ -437,12 +407,9 @@ mod tests {
             }),
             tool_choice: Some(ToolChoice::Tool("add".into())),
         });
-        let body = serde_json::to_value(ChatRequest::new(
-            "m",
-            &prompt,
-            MaxTokensField::MaxCompletionTokens,
-            true,
-        ))
+        let body = serde_json::to_value(
+            ChatRequest::new("m", &prompt, MaxTokensField::MaxCompletionTokens, true).unwrap(),
+        )
         .unwrap();
         assert_eq!(
             body,
@@ -451,7 +418,7 @@ mod tests {
                 "messages": [
                     {"role": "system", "content": "sys"},
                     {"role": "user", "content": "hi"},
-                    {"role": "assistant", "content": null, "tool_calls": [
+                    {"role": "assistant", "content": "", "tool_calls": [
                         {"id": "call_1", "type": "function", "function": {"name": "add", "arguments": "{\"a\":1}"}}
                     ]},
                     {"role": "tool", "tool_call_id": "call_1", "content": "2"},
@@ -473,12 +440,9 @@ mod tests {
     #[test]
     fn a_minimal_request_body() {
         let prompt = Prompt::new().user("hi").max_tokens(5);
-        let body = serde_json::to_value(ChatRequest::new(
-            "m",
-            &prompt,
-            MaxTokensField::MaxTokens,
-            false,
-        ))
+        let body = serde_json::to_value(
+            ChatRequest::new("m", &prompt, MaxTokensField::MaxTokens, false).unwrap(),
+        )
         .unwrap();
         assert_eq!(
             body,
@@ -493,19 +457,18 @@ mod tests {
             ..InferOptions::default()
         });
         let body = serde_json::to_value(
-            ChatRequest::new("m", &prompt, MaxTokensField::MaxTokens, true).stream_options(false),
+            ChatRequest::new("m", &prompt, MaxTokensField::MaxTokens, true)
+                .unwrap()
+                .stream_options(false),
         )
         .unwrap();
         assert_eq!(
             body,
             json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": true})
         );
-        let body = serde_json::to_value(ChatRequest::new(
-            "m",
-            &prompt,
-            MaxTokensField::MaxTokens,
-            true,
-        ))
+        let body = serde_json::to_value(
+            ChatRequest::new("m", &prompt, MaxTokensField::MaxTokens, true).unwrap(),
+        )
         .unwrap();
         assert_eq!(body["stream_options"], json!({"include_usage": true}));
         assert!(body.get("tool_choice").is_none());
@@ -524,23 +487,9 @@ mod tests {
             );
         }
         assert_eq!(
-            serde_json::to_value(WireResponseFormat::from(&ResponseFormat::JsonObject)).unwrap(),
+            serde_json::to_value(WireResponseFormat::new(&ResponseFormat::JsonObject).unwrap())
+                .unwrap(),
             json!({"type": "json_object"})
-        );
-    }
-
-    #[test]
-    fn finish_reasons() {
-        assert_eq!(finish_reason(None), None);
-        assert_eq!(finish_reason(Some("")), None);
-        assert_eq!(finish_reason(Some("length")), Some(FinishReason::Length));
-        assert_eq!(
-            finish_reason(Some("function_call")),
-            Some(FinishReason::ToolCalls)
-        );
-        assert_eq!(
-            finish_reason(Some("eos")),
-            Some(FinishReason::Other("eos".into()))
         );
     }
 }
