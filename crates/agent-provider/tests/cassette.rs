@@ -258,6 +258,8 @@ fn fingerprints_ignore_key_order_but_not_content() {
         serde_json::from_str(r#"{"type": "object", "properties": {"b": {}, "a": {}}}"#).unwrap();
     let schema_b: serde_json::Value =
         serde_json::from_str(r#"{"properties": {"a": {}, "b": {}}, "type": "object"}"#).unwrap();
+    // serde_json keeps key order (`preserve_order`), so the two really differ as sent.
+    assert_ne!(schema_a.to_string(), schema_b.to_string());
     let with = |schema| {
         prompt("x").tools(vec![ToolDefinition {
             name: "t".into(),

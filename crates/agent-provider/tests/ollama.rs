@@ -428,6 +428,35 @@ async fn a_tool_without_parameters_is_sent_an_empty_object_schema() {
 }
 
 #[tokio::test]
+async fn format_and_tool_schemas_keep_their_key_order() {
+    let server = TestServer::always(Reply::json(200, &final_line("stop"))).await;
+    let prompt = Prompt::new()
+        .user("2+3?")
+        .tools(vec![ToolDefinition {
+            name: "submit".into(),
+            description: "Submits".into(),
+            parameters: json!({"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "string"}}}),
+        }])
+        .response_format(ResponseFormat::JsonSchema {
+            name: "answer".into(),
+            schema: json!({
+                "type": "object",
+                "properties": {"reasoning": {"type": "string"}, "answer": {"type": "integer"}},
+                "required": ["reasoning", "answer"],
+            }),
+            strict: false,
+        });
+    client(&server).chat("llama3.2", &prompt).await.unwrap();
+    let text = String::from_utf8(server.only_request().body).unwrap();
+    let at = |needle: &str| {
+        text.find(needle)
+            .unwrap_or_else(|| panic!("`{needle}` not in {text}"))
+    };
+    assert!(at("\"zeta\"") < at("\"alpha\""), "{text}");
+    assert!(at("\"reasoning\"") < at("\"answer\""), "{text}");
+}
+
+#[tokio::test]
 async fn tool_calls_finish_with_tool_calls_unless_cut_by_length() {
     for (said, expected) in [
         ("stop", FinishReason::ToolCalls),

@@ -685,6 +685,13 @@ async fn max_cost_bounds_a_call_from_prices_and_max_tokens() {
     );
 }
 
+/// Where `needle` first occurs in the request body's text.
+fn position(body: &[u8], needle: &str) -> usize {
+    let text = std::str::from_utf8(body).expect("UTF-8 body");
+    text.find(needle)
+        .unwrap_or_else(|| panic!("`{needle}` not in {text}"))
+}
+
 #[tokio::test]
 async fn a_message_that_only_calls_tools_is_sent_with_empty_content() {
     let server = TestServer::always(Reply::json(
@@ -714,6 +721,47 @@ async fn a_message_that_only_calls_tools_is_sent_with_empty_content() {
     // 500); `""` is accepted everywhere.
     assert_eq!(body["messages"][1]["content"], json!(""));
     assert_eq!(body["messages"][1]["tool_calls"][0]["id"], json!("call_a"));
+}
+
+#[tokio::test]
+async fn schemas_keep_their_key_order_on_the_wire() {
+    let server = TestServer::always(Reply::json(
+        200,
+        &completion(
+            json!({"role": "assistant", "content": "{}"}),
+            "stop",
+            json!({}),
+        ),
+    ))
+    .await;
+    // Written reasoning first: a model fills the fields in the order the schema gives them.
+    let schema = json!({
+        "type": "object",
+        "properties": {"reasoning": {"type": "string"}, "answer": {"type": "integer"}},
+        "required": ["reasoning", "answer"],
+    });
+    let prompt = Prompt::new()
+        .user("2+3?")
+        .tools(vec![ToolDefinition {
+            name: "submit".into(),
+            description: "Submits".into(),
+            parameters: json!({"type": "object", "properties": {"zeta": {"type": "string"}, "alpha": {"type": "string"}}}),
+        }])
+        .response_format(ResponseFormat::JsonSchema {
+            name: "answer".into(),
+            schema,
+            strict: true,
+        });
+    client(&server).chat("m", &prompt).await.unwrap();
+    let body = server.only_request().body;
+    assert!(position(&body, "\"zeta\"") < position(&body, "\"alpha\""));
+    let format = position(&body, "\"response_format\"");
+    let text = &body[format..];
+    assert!(position(text, "\"reasoning\"") < position(text, "\"answer\":{"));
+    assert!(
+        position(text, "\"properties\"") < position(text, "\"required\""),
+        "the schema's own keys keep their order too"
+    );
 }
 
 #[tokio::test]
