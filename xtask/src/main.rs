@@ -4,11 +4,14 @@
 //!   stops at the first failure. It is what `.ci/run` (and therefore CI) runs.
 //! * `cargo xtask bench [FILTER]` runs every bench target and forwards their JSON result
 //!   lines (see `bench-kit`'s `report`) to stdout; everything else goes to stderr.
+//! * `cargo xtask interop` runs the provider clients against real OpenAI-compatible servers
+//!   (llama-cpp-python and the LiteLLM proxy, installed under `target/interop/`).
 //!
 //! Every child process is the `cargo` that invoked xtask and runs from the workspace root,
 //! whatever the current directory.
 
 mod bench;
+mod interop;
 mod test_all;
 
 use std::ffi::OsString;
@@ -24,6 +27,8 @@ Commands:
   test-all        cargo fmt --check, clippy -D warnings, tests, doctests (what CI runs)
   bench [FILTER]  run all benchmarks (only those whose name contains FILTER);
                   JSON result lines go to stdout, everything else to stderr
+  interop         the provider clients against real servers (llama-cpp-python, LiteLLM),
+                  installed into target/interop/ (the first run builds llama.cpp: ~10 min)
   help            print this message";
 
 /// Exit code for command-line usage errors.
@@ -38,6 +43,8 @@ enum Task {
     TestAll,
     /// Run the benchmarks, optionally only those whose name contains the filter.
     Bench(Option<String>),
+    /// Run the provider clients against real servers.
+    Interop,
 }
 
 fn main() -> ExitCode {
@@ -56,6 +63,7 @@ fn main() -> ExitCode {
         }
         Task::TestAll => workspace_root().and_then(|root| test_all::run(&root)),
         Task::Bench(filter) => workspace_root().and_then(|root| bench::run(&root, filter)),
+        Task::Interop => workspace_root().and_then(|root| interop::run(&root)),
     };
     result.unwrap_or_else(|message| {
         eprintln!("error: {message}");
@@ -70,7 +78,10 @@ fn parse(args: &[String]) -> Result<Task, String> {
         None | Some("help" | "-h" | "--help") => Ok(Task::Help),
         Some("test-all") if rest.is_empty() => Ok(Task::TestAll),
         Some("bench") if rest.len() <= 1 => Ok(Task::Bench(rest.first().cloned())),
-        Some(cmd @ ("test-all" | "bench")) => Err(format!("too many arguments for `{cmd}`")),
+        Some("interop") if rest.is_empty() => Ok(Task::Interop),
+        Some(cmd @ ("test-all" | "bench" | "interop")) => {
+            Err(format!("too many arguments for `{cmd}`"))
+        }
         Some(other) => Err(format!("unknown command `{other}`")),
     }
 }
@@ -133,6 +144,7 @@ mod tests {
         assert_eq!(parse(&args(&[])), Ok(Task::Help));
         assert_eq!(parse(&args(&["help"])), Ok(Task::Help));
         assert_eq!(parse(&args(&["test-all"])), Ok(Task::TestAll));
+        assert_eq!(parse(&args(&["interop"])), Ok(Task::Interop));
         assert_eq!(parse(&args(&["bench"])), Ok(Task::Bench(None)));
         assert_eq!(
             parse(&args(&["bench", "seq"])),
@@ -144,6 +156,7 @@ mod tests {
     fn rejects_bad_command_lines() {
         assert!(parse(&args(&["frobnicate"])).is_err());
         assert!(parse(&args(&["test-all", "x"])).is_err());
+        assert!(parse(&args(&["interop", "x"])).is_err());
         assert!(parse(&args(&["bench", "a", "b"])).is_err());
     }
 

@@ -31,6 +31,20 @@ pub enum MaxTokensField {
     MaxCompletionTokens,
 }
 
+/// How a [`ResponseFormat::JsonSchema`](agent_op::ResponseFormat::JsonSchema) goes on the
+/// wire.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StructuredOutput {
+    /// `{"type": "json_schema", "json_schema": {name, schema, strict}}`: OpenAI's form, also
+    /// understood by vLLM, llama.cpp's C++ `llama-server` and LiteLLM.
+    #[default]
+    JsonSchema,
+    /// `{"type": "json_object", "schema": schema}`: the form of llama-cpp-python's server,
+    /// which answers the OpenAI form with an error. The name and `strict` are not sent.
+    JsonObjectWithSchema,
+}
+
 /// A client of the OpenAI chat-completions API and of every server that speaks it (vLLM,
 /// llama.cpp's server, LM Studio, OpenRouter, Ollama's `/v1`).
 ///
@@ -81,6 +95,7 @@ struct Inner {
     embeddings_url: Url,
     pricing: Pricing,
     max_tokens_field: MaxTokensField,
+    structured_output: StructuredOutput,
     stream_options: bool,
     max_stop_sequences: Option<usize>,
     has_api_key: bool,
@@ -108,6 +123,7 @@ pub struct OpenAiBuilder {
     http: HttpOptions,
     pricing: Pricing,
     max_tokens_field: MaxTokensField,
+    structured_output: StructuredOutput,
     stream_options: bool,
     max_stop_sequences: Option<usize>,
 }
@@ -127,6 +143,7 @@ impl OpenAiClient {
             http: HttpOptions::default(),
             pricing: Pricing::openai(),
             max_tokens_field: MaxTokensField::MaxCompletionTokens,
+            structured_output: StructuredOutput::JsonSchema,
             stream_options: true,
             max_stop_sequences: Some(OPENAI_MAX_STOP_SEQUENCES),
         }
@@ -145,6 +162,7 @@ impl OpenAiClient {
             http: HttpOptions::default(),
             pricing: Pricing::new(),
             max_tokens_field: MaxTokensField::MaxTokens,
+            structured_output: StructuredOutput::JsonSchema,
             stream_options: true,
             max_stop_sequences: Some(OPENAI_MAX_STOP_SEQUENCES),
         }
@@ -182,7 +200,8 @@ impl OpenAiClient {
     ) -> Result<Vec<u8>, ProviderError> {
         request::check_stop_sequences(&prompt.options.stop, self.inner.max_stop_sequences)?;
         let request = ChatRequest::new(model, prompt, self.inner.max_tokens_field, stream)?
-            .stream_options(self.inner.stream_options);
+            .stream_options(self.inner.stream_options)
+            .structured_output(self.inner.structured_output);
         serde_json::to_vec(&request)
             .map_err(|e| ProviderError::Other(format!("could not encode the request: {e}")))
     }
@@ -368,6 +387,13 @@ impl OpenAiBuilder {
         self
     }
 
+    /// How JSON-schema response formats are sent (default [`StructuredOutput::JsonSchema`],
+    /// OpenAI's form).
+    pub fn structured_output(mut self, style: StructuredOutput) -> Self {
+        self.structured_output = style;
+        self
+    }
+
     /// The most `stop` sequences a request may carry (default 4, the limit of OpenAI's API);
     /// a prompt with more fails with
     /// [`ProviderError::InvalidRequest`](agent_op::ProviderError::InvalidRequest) without
@@ -422,6 +448,7 @@ impl OpenAiBuilder {
                 base_url: secret::mask_userinfo(base_url.as_str()),
                 pricing: self.pricing,
                 max_tokens_field: self.max_tokens_field,
+                structured_output: self.structured_output,
                 stream_options: self.stream_options,
                 max_stop_sequences: self.max_stop_sequences,
                 has_api_key,
@@ -445,6 +472,7 @@ impl fmt::Debug for OpenAiBuilder {
             .field("organization", &self.organization)
             .field("project", &self.project)
             .field("max_tokens_field", &self.max_tokens_field)
+            .field("structured_output", &self.structured_output)
             .field("stream_options", &self.stream_options)
             .field("max_stop_sequences", &self.max_stop_sequences)
             .field("http", &self.http)

@@ -19,6 +19,6 @@ mod embed;
 mod stream;
 mod wire;
 
-pub use client::{MaxTokensField, OPENAI_BASE_URL, OpenAiBuilder, OpenAiClient};
+pub use client::{MaxTokensField, OPENAI_BASE_URL, OpenAiBuilder, OpenAiClient, StructuredOutput};
 pub use embed::{MAX_BATCH, OpenAiEmbedder};
 pub use stream::{ChunkAssembler, assemble_bytes, assemble_stream};

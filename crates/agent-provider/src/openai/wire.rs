@@ -7,7 +7,7 @@ use agent_op::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::client::MaxTokensField;
+use super::client::{MaxTokensField, StructuredOutput};
 use crate::json::{arguments_text, arguments_value, nullable};
 use crate::reply;
 use crate::request::{self, WireTool};
@@ -88,6 +88,18 @@ impl<'a> ChatRequest<'a> {
                 include_usage: true,
             }),
         })
+    }
+
+    /// Sends a JSON-schema response format the way `style` says.
+    pub(crate) fn structured_output(mut self, style: StructuredOutput) -> ChatRequest<'a> {
+        if style == StructuredOutput::JsonObjectWithSchema
+            && let Some(WireResponseFormat::JsonSchema { json_schema }) = &self.response_format
+        {
+            self.response_format = Some(WireResponseFormat::JsonObject {
+                schema: Some(json_schema.schema),
+            });
+        }
+        self
     }
 
     /// Leaves `stream_options` out when `send` is false (for servers that reject it).
@@ -207,8 +219,14 @@ impl<'a> From<&'a ToolChoice> for WireToolChoice<'a> {
 #[serde(tag = "type", rename_all = "snake_case")]
 enum WireResponseFormat<'a> {
     Text,
-    JsonObject,
-    JsonSchema { json_schema: JsonSchema<'a> },
+    JsonObject {
+        /// Only with [`StructuredOutput::JsonObjectWithSchema`].
+        #[serde(skip_serializing_if = "Option::is_none")]
+        schema: Option<&'a Value>,
+    },
+    JsonSchema {
+        json_schema: JsonSchema<'a>,
+    },
 }
 
 #[derive(Serialize)]
@@ -223,7 +241,7 @@ impl<'a> WireResponseFormat<'a> {
     fn new(format: &'a ResponseFormat) -> Result<WireResponseFormat<'a>, ProviderError> {
         Ok(match format {
             ResponseFormat::Text => WireResponseFormat::Text,
-            ResponseFormat::JsonObject => WireResponseFormat::JsonObject,
+            ResponseFormat::JsonObject => WireResponseFormat::JsonObject { schema: None },
             ResponseFormat::JsonSchema {
                 name,
                 schema,
@@ -489,6 +507,43 @@ mod tests {
         assert_eq!(
             serde_json::to_value(WireResponseFormat::new(&ResponseFormat::JsonObject).unwrap())
                 .unwrap(),
+            json!({"type": "json_object"})
+        );
+    }
+
+    #[test]
+    fn json_schemas_in_either_style() {
+        let schema = json!({"type": "object", "properties": {"b": {}, "a": {}}});
+        let prompt = Prompt::new()
+            .user("q")
+            .response_format(ResponseFormat::JsonSchema {
+                name: "out".into(),
+                schema: schema.clone(),
+                strict: true,
+            });
+        let body = |style| {
+            let request = ChatRequest::new("m", &prompt, MaxTokensField::MaxTokens, false)
+                .unwrap()
+                .structured_output(style);
+            serde_json::to_value(request).unwrap()["response_format"].clone()
+        };
+        assert_eq!(
+            body(StructuredOutput::JsonSchema),
+            json!({"type": "json_schema", "json_schema": {"name": "out", "schema": schema, "strict": true}})
+        );
+        assert_eq!(
+            body(StructuredOutput::JsonObjectWithSchema),
+            json!({"type": "json_object", "schema": schema})
+        );
+        // A plain JSON-object format is the same in both styles.
+        let plain = Prompt::new()
+            .user("q")
+            .response_format(ResponseFormat::JsonObject);
+        let request = ChatRequest::new("m", &plain, MaxTokensField::MaxTokens, false)
+            .unwrap()
+            .structured_output(StructuredOutput::JsonObjectWithSchema);
+        assert_eq!(
+            serde_json::to_value(request).unwrap()["response_format"],
             json!({"type": "json_object"})
         );
     }
