@@ -502,3 +502,17 @@ async fn run_agent_drives_a_react_loop_with_tools() {
         0
     );
 }
+
+/// A conversation resumed with its turn count at the maximum keeps counting without
+/// overflowing (it panicked with "attempt to add with overflow" under overflow checks).
+#[tokio::test]
+async fn a_resumed_agent_at_the_maximum_turn_count_does_not_overflow() {
+    let config = Config::new().provider(ScriptedProvider::new([Response::text("done")]));
+    let state = AgentState {
+        turns: u32::MAX,
+        ..AgentState::new("x")
+    };
+    let outcome = run(&config, state, react("m", "again?", 3)).await.unwrap();
+    assert_eq!(outcome.value, "done");
+    assert_eq!(outcome.state.turns, u32::MAX);
+}

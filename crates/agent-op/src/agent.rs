@@ -14,7 +14,7 @@ pub struct AgentState {
     pub system_prompt: String,
     /// The conversation, oldest first (without the system prompt).
     pub messages: Vec<Message>,
-    /// How many model calls the agent has made.
+    /// How many model calls the agent has made (saturating at `u32::MAX`).
     pub turns: u32,
 }
 
@@ -74,7 +74,8 @@ pub fn react(
                         let calls = reply.tool_calls.clone();
                         let message = reply.to_message();
                         op::modify(move |s: &mut AgentState| {
-                            s.turns += 1;
+                            // A state resumed from elsewhere may hold any count.
+                            s.turns = s.turns.saturating_add(1);
                             s.messages.push(message);
                         })
                         .then(if calls.is_empty() {
