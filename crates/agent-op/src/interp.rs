@@ -120,13 +120,38 @@ impl<S> Node<S> {
     }
 }
 
+/// A node held inside a scope or fork: dropped without recursion (see [`dismantle`]),
+/// however deeply scopes and forks nest, while the rest of the tree drops as usual.
+///
+/// Bind nodes do the same for the nodes they hold, so any program can be dropped unrun.
+pub struct Subtree<S>(Option<Node<S>>);
+
+impl<S> Subtree<S> {
+    /// Holds `node`.
+    pub fn new(node: Node<S>) -> Subtree<S> {
+        Subtree(Some(node))
+    }
+
+    /// The node, to run it.
+    pub fn into_node(mut self) -> Node<S> {
+        self.0.take().unwrap_or(Node::Unit)
+    }
+}
+
+impl<S> Drop for Subtree<S> {
+    fn drop(&mut self) {
+        if let Some(node) = self.0.take() {
+            dismantle(node);
+        }
+    }
+}
+
 /// Drops a node without recursing down its binds, scopes and forks.
 ///
 /// A long chain (built with `fold`, or a loop wrapping a program in `timeout` and `map` again
 /// and again) or forks nested thousands deep would overflow the stack if dropped recursively.
-/// [`Op`](crate::Op) and every bind node call this on the nodes they still hold; an
-/// interpreter should too, on any node it drops without running (the branches of a fork it
-/// refuses, say).
+/// Bind nodes and [`Subtree`]s call this on the nodes they hold, so dropping any node is safe;
+/// an interpreter may call it directly on a node it drops unrun.
 pub fn dismantle<S>(node: Node<S>) {
     let mut current = Some(node);
     let mut pending: Vec<Node<S>> = Vec::new();
@@ -135,11 +160,13 @@ pub fn dismantle<S>(node: Node<S>) {
             // `bind` now holds nothing, so dropping it is shallow.
             Some(Node::Bind(mut bind)) => current = Some(bind.take()),
             Some(Node::Scope(scope)) => match *scope {
-                Scope::Limit { body, .. } | Scope::Timeout { body, .. } => current = Some(body),
+                Scope::Limit { mut body, .. } | Scope::Timeout { mut body, .. } => {
+                    current = body.0.take();
+                }
             },
             Some(Node::Fork(fork)) => match *fork {
                 Fork::Par { branches, .. } | Fork::Race { branches, .. } => {
-                    pending.extend(branches);
+                    pending.extend(branches.into_iter().map(Subtree::into_node));
                 }
             },
             Some(leaf) => drop(leaf),
@@ -252,7 +279,7 @@ pub enum Scope<S> {
         /// The budget.
         budget: Budget,
         /// The body.
-        body: Node<S>,
+        body: Subtree<S>,
         /// Feeds `Ok(value)` on.
         ok: ScopeOk<S>,
         /// Feeds `Err(exhausted)` on.
@@ -263,7 +290,7 @@ pub enum Scope<S> {
         /// The time limit.
         limit: Duration,
         /// The body.
-        body: Node<S>,
+        body: Subtree<S>,
         /// Feeds `Ok(value)` on.
         ok: ScopeOk<S>,
         /// Feeds `Err(timed_out)` on.
@@ -277,7 +304,7 @@ pub enum Fork<S> {
     /// All branches run; yields `Vec<B>` in declaration order; end states are merged.
     Par {
         /// The branches.
-        branches: Vec<Node<S>>,
+        branches: Vec<Subtree<S>>,
         /// Boxes a branch's final value (a `B`).
         finish: fn(&mut dyn Any) -> AnyValue,
         /// `Merge::merge` for the state type.
@@ -288,7 +315,7 @@ pub enum Fork<S> {
     /// The first branch to succeed wins; yields its `B` and its end state.
     Race {
         /// The branches.
-        branches: Vec<Node<S>>,
+        branches: Vec<Subtree<S>>,
         /// Boxes a branch's final value (a `B`).
         finish: fn(&mut dyn Any) -> AnyValue,
     },

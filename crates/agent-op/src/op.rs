@@ -23,8 +23,8 @@ use serde_json::Value;
 
 use crate::budget::{Budget, Exhausted, TimedOut};
 use crate::interp::{
-    AnyValue, Bind, CheckpointNode, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, box_value,
-    dismantle, expect_value, rebox,
+    AnyValue, Bind, CheckpointNode, Effect, Feed, Fork, Loop, LoopStep, Node, Scope, Subtree,
+    box_value, dismantle, expect_value, rebox,
 };
 use crate::memory::{MemoryEntry, MemoryId, NewMemory, Tag};
 use crate::merge::Merge;
@@ -53,16 +53,8 @@ impl<S, A> Op<S, A> {
     }
 
     /// The erased tree, for interpreters.
-    pub fn into_node(mut self) -> Node<S> {
-        std::mem::replace(&mut self.node, Node::Unit)
-    }
-}
-
-/// A program dropped unrun is taken apart without recursion, however deeply its forks and
-/// scopes nest (see [`dismantle`]).
-impl<S, A> Drop for Op<S, A> {
-    fn drop(&mut self) {
-        dismantle(std::mem::replace(&mut self.node, Node::Unit));
+    pub fn into_node(self) -> Node<S> {
+        self.node
     }
 }
 
@@ -474,7 +466,7 @@ fn feed_err<S, A: Send + 'static, E: Send + 'static>(error: E, next: &mut dyn Fe
 pub fn limit<S, A: Send + 'static>(budget: Budget, body: Op<S, A>) -> Op<S, Result<A, Exhausted>> {
     Op::from_node(Node::Scope(Box::new(Scope::Limit {
         budget,
-        body: body.into_node(),
+        body: Subtree::new(body.into_node()),
         ok: feed_ok::<S, A, Exhausted>,
         exhausted: feed_err::<S, A, Exhausted>,
     })))
@@ -488,7 +480,7 @@ pub fn timeout<S, A: Send + 'static>(
 ) -> Op<S, Result<A, TimedOut>> {
     Op::from_node(Node::Scope(Box::new(Scope::Timeout {
         limit: after,
-        body: body.into_node(),
+        body: Subtree::new(body.into_node()),
         ok: feed_ok::<S, A, TimedOut>,
         timed_out: feed_err::<S, A, TimedOut>,
     })))
@@ -513,7 +505,10 @@ pub fn par<S: Merge + 'static, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op
         next.feed(&mut Some(values))
     }
     Op::from_node(Node::Fork(Box::new(Fork::Par {
-        branches: branches.into_iter().map(Op::into_node).collect(),
+        branches: branches
+            .into_iter()
+            .map(|branch| Subtree::new(branch.into_node()))
+            .collect(),
         finish: rebox::<B>,
         merge: merge::<S>,
         collect: collect::<S, B>,
@@ -537,7 +532,10 @@ pub fn par<S: Merge + 'static, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op
 /// the last of a budget after such a race may succeed sequentially and run out concurrently.
 pub fn race<S, B: Send + 'static>(branches: Vec<Op<S, B>>) -> Op<S, B> {
     Op::from_node(Node::Fork(Box::new(Fork::Race {
-        branches: branches.into_iter().map(Op::into_node).collect(),
+        branches: branches
+            .into_iter()
+            .map(|branch| Subtree::new(branch.into_node()))
+            .collect(),
         finish: rebox::<B>,
     })))
 }

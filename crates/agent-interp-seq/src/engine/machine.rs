@@ -356,7 +356,7 @@ where
             ok,
             early,
         })));
-        Ok(body)
+        Ok(body.into_node())
     }
 
     /// Handles an unwind: if one of this machine's scopes is its target, ends that scope early

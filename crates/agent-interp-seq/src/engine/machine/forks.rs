@@ -3,7 +3,7 @@
 use std::any::Any;
 use std::sync::Arc;
 
-use agent_op::interp::{AnyValue, Feed, Fork, Node, dismantle};
+use agent_op::interp::{AnyValue, Feed, Fork, Node};
 use agent_op::trace::event::{self, ForkKind};
 use agent_op::{BoxFuture, EventKind, TraceId};
 
@@ -58,8 +58,6 @@ where
             return Err(self.fail(ErrorKind::EmptyRace));
         }
         if self.id.depth() >= MAX_FORK_DEPTH {
-            // Refused branches may nest forks thousands deep: take them apart iteratively.
-            branches.into_iter().for_each(dismantle);
             return Err(self.fail(ErrorKind::ForksTooDeep {
                 max: MAX_FORK_DEPTH,
             }));
@@ -83,11 +81,10 @@ where
             .zip(&logs)
             .map(|(node, log)| {
                 let mut machine = self.branch(log.clone(), inherited.clone(), finish);
-                let unstarted = Unstarted(Some(node));
+                // Held as a `Subtree` until the branch starts: a branch cancelled before its
+                // first poll drops its program without recursion.
                 Box::pin(async move {
-                    let mut unstarted = unstarted;
-                    let node = unstarted.0.take().unwrap_or_else(Node::unit);
-                    let result = machine.run_caught(node).await;
+                    let result = machine.run_caught(node.into_node()).await;
                     machine.finish();
                     BranchOutcome {
                         result,
@@ -236,18 +233,6 @@ where
                     ))),
                 }
             }
-        }
-    }
-}
-
-/// A branch's program until its machine starts it: a branch cancelled before its first poll
-/// (a race decided early, a concurrency limit) drops it without recursion.
-struct Unstarted<S>(Option<Node<S>>);
-
-impl<S> Drop for Unstarted<S> {
-    fn drop(&mut self) {
-        if let Some(node) = self.0.take() {
-            dismantle(node);
         }
     }
 }
