@@ -21,6 +21,7 @@ use crate::tool::ToolDefinition;
 /// One message of a conversation.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Message {
     /// Instructions that frame the conversation.
     System {
@@ -116,6 +117,7 @@ pub struct ToolCall {
 /// Whether and which tools the model may call.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ToolChoice {
     /// The model decides.
     Auto,
@@ -130,6 +132,7 @@ pub enum ToolChoice {
 /// How the model must shape its reply.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum ResponseFormat {
     /// Free text (the default).
     Text,
@@ -148,7 +151,21 @@ pub enum ResponseFormat {
 }
 
 /// Sampling and output options for one model call.
+///
+/// Options will grow, so this is built with `InferOptions::default()` and its fields set one
+/// by one, or through [`Prompt`]'s builder methods:
+///
+/// ```
+/// use agent_op::{InferOptions, Prompt, ToolChoice};
+/// let prompt = Prompt::new().user("Hi").max_tokens(64).stop(["\n\n"]).seed(7);
+/// let mut options = InferOptions::default();
+/// options.max_tokens = Some(64);
+/// options.stop = vec!["\n\n".into()];
+/// options.seed = Some(7);
+/// assert_eq!(prompt.options, options);
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct InferOptions {
     /// Sampling temperature.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -246,6 +263,28 @@ impl Prompt {
     /// Sets the reply format.
     pub fn response_format(mut self, format: ResponseFormat) -> Prompt {
         self.options.response_format = Some(format);
+        self
+    }
+
+    /// Sets the sequences that end the reply.
+    pub fn stop<I>(mut self, stop: I) -> Prompt
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        self.options.stop = stop.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Sets the sampling seed, for providers that support reproducible sampling.
+    pub fn seed(mut self, seed: u64) -> Prompt {
+        self.options.seed = Some(seed);
+        self
+    }
+
+    /// Sets whether and which tools the model may call.
+    pub fn tool_choice(mut self, choice: ToolChoice) -> Prompt {
+        self.options.tool_choice = Some(choice);
         self
     }
 

@@ -117,6 +117,16 @@ fn json_kind(value: &Value) -> &'static str {
     }
 }
 
+/// The error for a message kind, tool choice or response format this client does not know:
+/// the prompt was built with a newer `agent-op` than this crate understands.
+pub(crate) fn unsupported(what: &str) -> ProviderError {
+    ProviderError::InvalidRequest {
+        message: format!(
+            "this client cannot send {what} (is `agent-op` newer than `agent-provider`?)"
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

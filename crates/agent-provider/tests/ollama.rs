@@ -5,8 +5,8 @@ mod common;
 use std::time::Duration;
 
 use agent_op::{
-    Delta, EmbeddingError, EmbeddingProvider, FinishReason, InferOptions, Message, MicroUsd,
-    Prompt, Provider, ProviderError, ResponseFormat, ToolCall, ToolDefinition, Usage,
+    Delta, EmbeddingError, EmbeddingProvider, FinishReason, Message, MicroUsd, Prompt, Provider,
+    ProviderError, ResponseFormat, ToolCall, ToolDefinition, Usage,
 };
 use agent_provider::ollama::{KeepAlive, OllamaTimings};
 use agent_provider::{ModelPrice, OllamaClient, Pricing};
@@ -82,17 +82,14 @@ async fn chat_sends_the_documented_request_and_reads_tool_calls() {
         description: "Get the current weather for a location".into(),
         parameters: json!({"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"]}),
     }])
-    .options(InferOptions {
-        temperature: Some(0.0),
-        max_tokens: Some(128),
-        seed: Some(101),
-        stop: vec!["user:".into()],
-        response_format: Some(ResponseFormat::JsonSchema {
-            name: "w".into(),
-            schema: json!({"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}),
-            strict: true,
-        }),
-        tool_choice: None,
+    .temperature(0.0)
+    .max_tokens(128)
+    .seed(101)
+    .stop(["user:"])
+    .response_format(ResponseFormat::JsonSchema {
+        name: "w".into(),
+        schema: json!({"type": "object", "properties": {"age": {"type": "integer"}}, "required": ["age"]}),
+        strict: true,
     });
 
     let detailed = client.chat_detailed("llama3.2", &prompt).await.unwrap();

@@ -4,8 +4,8 @@
 mod common;
 
 use agent_op::{
-    Delta, EmbeddingError, EmbeddingProvider, FinishReason, InferOptions, Message, MicroUsd,
-    Prompt, Provider, ProviderError, ResponseFormat, ToolCall, ToolChoice, ToolDefinition, Usage,
+    Delta, EmbeddingError, EmbeddingProvider, FinishReason, Message, MicroUsd, Prompt, Provider,
+    ProviderError, ResponseFormat, ToolCall, ToolChoice, ToolDefinition, Usage,
 };
 use agent_provider::openai::{MaxTokensField, OPENAI_BASE_URL};
 use agent_provider::{ConfigError, ModelPrice, OpenAiClient, Pricing};
@@ -66,18 +66,16 @@ fn full_prompt() -> Prompt {
             parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
         },
     ])
-    .options(InferOptions {
-        temperature: Some(0.25),
-        max_tokens: Some(300),
-        stop: vec!["END".into()],
-        seed: Some(42),
-        response_format: Some(ResponseFormat::JsonSchema {
-            name: "answer".into(),
-            schema: json!({"type": "object", "properties": {"sum": {"type": "integer"}}}),
-            strict: true,
-        }),
-        tool_choice: Some(ToolChoice::Auto),
+    .temperature(0.25)
+    .max_tokens(300)
+    .stop(["END"])
+    .seed(42)
+    .response_format(ResponseFormat::JsonSchema {
+        name: "answer".into(),
+        schema: json!({"type": "object", "properties": {"sum": {"type": "integer"}}}),
+        strict: true,
     })
+    .tool_choice(ToolChoice::Auto)
 }
 
 fn full_prompt_wire(max_tokens_field: &str) -> Value {

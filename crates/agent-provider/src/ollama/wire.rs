@@ -101,7 +101,7 @@ impl<'a> ChatRequest<'a> {
                 .iter()
                 .enumerate()
                 .map(|(i, m)| WireMessage::new(m, &prompt.messages[..i]))
-                .collect(),
+                .collect::<Result<_, _>>()?,
             tools: request::tools(tools)?,
             format: match &o.response_format {
                 None | Some(ResponseFormat::Text) => None,
@@ -109,6 +109,7 @@ impl<'a> ChatRequest<'a> {
                 Some(ResponseFormat::JsonSchema { name, schema, .. }) => {
                     Some(Format::Schema(request::response_schema(name, schema)?))
                 }
+                Some(_) => return Err(request::unsupported("this response format")),
             },
             options,
             stream,
@@ -139,7 +140,7 @@ struct WireMessage<'a> {
 impl<'a> WireMessage<'a> {
     /// `message`, after `earlier` messages (where a tool result finds its tool's name: Ollama
     /// matches results to calls by name).
-    fn new(message: &'a Message, earlier: &'a [Message]) -> WireMessage<'a> {
+    fn new(message: &'a Message, earlier: &'a [Message]) -> Result<WireMessage<'a>, ProviderError> {
         let plain = |role, content| WireMessage {
             role,
             content,
@@ -147,7 +148,7 @@ impl<'a> WireMessage<'a> {
             tool_name: None,
             tool_call_id: None,
         };
-        match message {
+        Ok(match message {
             Message::System { content } => plain("system", content),
             Message::User { content } => plain("user", content),
             Message::Assistant {
@@ -165,7 +166,8 @@ impl<'a> WireMessage<'a> {
                 tool_call_id: Some(tool_call_id),
                 ..plain("tool", content)
             },
-        }
+            _ => return Err(request::unsupported("this kind of message")),
+        })
     }
 }
 
@@ -288,7 +290,7 @@ pub(crate) struct WireFunctionCallIn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_op::{InferOptions, ToolDefinition};
+    use agent_op::ToolDefinition;
     use serde_json::json;
 
     #[test]
@@ -318,18 +320,16 @@ mod tests {
                 parameters: json!({}),
             },
         ])
-        .options(InferOptions {
-            temperature: Some(0.25),
-            max_tokens: Some(64),
-            stop: vec!["\n\n".into()],
-            seed: Some(1),
-            response_format: Some(ResponseFormat::JsonSchema {
-                name: "x".into(),
-                schema: json!({"type": "object"}),
-                strict: false,
-            }),
-            tool_choice: Some(ToolChoice::Tool("weather".into())),
-        });
+        .temperature(0.25)
+        .max_tokens(64)
+        .stop(["\n\n"])
+        .seed(1)
+        .response_format(ResponseFormat::JsonSchema {
+            name: "x".into(),
+            schema: json!({"type": "object"}),
+            strict: false,
+        })
+        .tool_choice(ToolChoice::Tool("weather".into()));
         let mut base = Map::new();
         base.insert("num_ctx".into(), json!(8192));
         base.insert("temperature".into(), json!(0.9));

@@ -65,14 +65,19 @@ impl<'a> ChatRequest<'a> {
         };
         Ok(ChatRequest {
             model,
-            messages: prompt.messages.iter().map(WireMessage::from).collect(),
+            messages: prompt
+                .messages
+                .iter()
+                .map(WireMessage::new)
+                .collect::<Result<_, _>>()?,
             tools: request::tools(&prompt.tools)?,
             // Without tools, a `tool_choice` is an error for OpenAI (and means nothing).
             tool_choice: options
                 .tool_choice
                 .as_ref()
                 .filter(|_| !prompt.tools.is_empty())
-                .map(WireToolChoice::from),
+                .map(WireToolChoice::new)
+                .transpose()?,
             temperature: options.temperature,
             max_tokens,
             max_completion_tokens,
@@ -134,9 +139,9 @@ enum WireMessage<'a> {
     },
 }
 
-impl<'a> From<&'a Message> for WireMessage<'a> {
-    fn from(message: &'a Message) -> WireMessage<'a> {
-        match message {
+impl<'a> WireMessage<'a> {
+    fn new(message: &'a Message) -> Result<WireMessage<'a>, ProviderError> {
+        Ok(match message {
             Message::System { content } => WireMessage::System { content },
             Message::User { content } => WireMessage::User { content },
             Message::Assistant {
@@ -153,7 +158,8 @@ impl<'a> From<&'a Message> for WireMessage<'a> {
                 tool_call_id,
                 content,
             },
-        }
+            _ => return Err(request::unsupported("this kind of message")),
+        })
     }
 }
 
@@ -201,9 +207,9 @@ struct NamedFunction<'a> {
     name: &'a str,
 }
 
-impl<'a> From<&'a ToolChoice> for WireToolChoice<'a> {
-    fn from(choice: &'a ToolChoice) -> WireToolChoice<'a> {
-        match choice {
+impl<'a> WireToolChoice<'a> {
+    fn new(choice: &'a ToolChoice) -> Result<WireToolChoice<'a>, ProviderError> {
+        Ok(match choice {
             ToolChoice::Auto => WireToolChoice::Mode("auto"),
             ToolChoice::None => WireToolChoice::Mode("none"),
             ToolChoice::Required => WireToolChoice::Mode("required"),
@@ -211,7 +217,8 @@ impl<'a> From<&'a ToolChoice> for WireToolChoice<'a> {
                 kind: "function",
                 function: NamedFunction { name },
             },
-        }
+            _ => return Err(request::unsupported("this tool choice")),
+        })
     }
 }
 
@@ -253,6 +260,7 @@ impl<'a> WireResponseFormat<'a> {
                     strict: *strict,
                 },
             },
+            _ => return Err(request::unsupported("this response format")),
         })
     }
 }
@@ -389,7 +397,7 @@ impl ChatCompletion {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_op::{InferOptions, ToolDefinition};
+    use agent_op::ToolDefinition;
     use serde_json::json;
 
     #[test]
@@ -413,18 +421,16 @@ mod tests {
             description: "adds".into(),
             parameters: json!({"type": "object"}),
         }])
-        .options(InferOptions {
-            temperature: Some(0.5),
-            max_tokens: Some(10),
-            stop: vec!["END".into()],
-            seed: Some(7),
-            response_format: Some(ResponseFormat::JsonSchema {
-                name: "out".into(),
-                schema: json!({"type": "object"}),
-                strict: true,
-            }),
-            tool_choice: Some(ToolChoice::Tool("add".into())),
-        });
+        .temperature(0.5)
+        .max_tokens(10)
+        .stop(["END"])
+        .seed(7)
+        .response_format(ResponseFormat::JsonSchema {
+            name: "out".into(),
+            schema: json!({"type": "object"}),
+            strict: true,
+        })
+        .tool_choice(ToolChoice::Tool("add".into()));
         let body = serde_json::to_value(
             ChatRequest::new("m", &prompt, MaxTokensField::MaxCompletionTokens, true).unwrap(),
         )
@@ -470,10 +476,7 @@ mod tests {
 
     #[test]
     fn no_tool_choice_without_tools_and_optional_stream_options() {
-        let prompt = Prompt::new().user("hi").options(InferOptions {
-            tool_choice: Some(ToolChoice::Required),
-            ..InferOptions::default()
-        });
+        let prompt = Prompt::new().user("hi").tool_choice(ToolChoice::Required);
         let body = serde_json::to_value(
             ChatRequest::new("m", &prompt, MaxTokensField::MaxTokens, true)
                 .unwrap()
@@ -500,7 +503,7 @@ mod tests {
             (ToolChoice::Required, json!("required")),
         ] {
             assert_eq!(
-                serde_json::to_value(WireToolChoice::from(&choice)).unwrap(),
+                serde_json::to_value(WireToolChoice::new(&choice).unwrap()).unwrap(),
                 wire
             );
         }
