@@ -217,9 +217,24 @@ pub enum ProviderError {
         /// What was unexpected.
         message: String,
     },
+    /// Every provider of a fallback chain failed: their errors, in the order they were
+    /// tried (never nested: a chain of chains is one flat list).
+    #[error("{}", all_failed_text(.errors))]
+    AllFailed {
+        /// Each provider's error, the first one tried first.
+        errors: Vec<ProviderError>,
+    },
     /// Anything else.
     #[error("{0}")]
     Other(String),
+}
+
+fn all_failed_text(errors: &[ProviderError]) -> String {
+    let mut text = format!("all {} providers failed", errors.len());
+    for (i, error) in errors.iter().enumerate() {
+        text.push_str(&format!("; ({}) {error}", i + 1));
+    }
+    text
 }
 
 fn retry_after_text(retry_after: &Option<Duration>) -> String {
@@ -234,11 +249,15 @@ impl ProviderError {
     ///
     /// Retryable: [`RateLimited`](ProviderError::RateLimited),
     /// [`Timeout`](ProviderError::Timeout), [`Transport`](ProviderError::Transport), and
-    /// [`Http`](ProviderError::Http) with status 408 or 5xx. Everything else is not — in
+    /// [`Http`](ProviderError::Http) with status 408 or 5xx, and
+    /// [`AllFailed`](ProviderError::AllFailed) if the last provider's error is. Everything
+    /// else is not — in
     /// particular [`InvalidRequest`](ProviderError::InvalidRequest) and
     /// [`Decode`](ProviderError::Decode).
     pub fn is_retryable(&self) -> bool {
         match self {
+            // What the caller does next depends on the last provider tried.
+            ProviderError::AllFailed { errors } => errors.last().is_some_and(Self::is_retryable),
             ProviderError::RateLimited { .. }
             | ProviderError::Timeout { .. }
             | ProviderError::Transport { .. } => true,
@@ -251,6 +270,7 @@ impl ProviderError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             ProviderError::RateLimited { retry_after, .. } => *retry_after,
+            ProviderError::AllFailed { errors } => errors.last().and_then(Self::retry_after),
             _ => None,
         }
     }

@@ -475,47 +475,50 @@ async fn fallback_uses_the_secondary_when_the_primary_fails() {
     assert_eq!(provider.chat("m", &prompt()).await.unwrap_err(), auth);
     assert!(secondary.calls().is_empty());
 
-    // Both fail: the secondary's error, which keeps the primary's in its message.
+    // Both fail: every error, typed, in the order tried; retryable as the last one is.
     let provider = Fallback::new(
         ScriptedProvider::from_results([Err(transport())]),
         ScriptedProvider::from_results([Err(rate_limited(None))]),
     );
     let err = provider.chat("m", &prompt()).await.unwrap_err();
-    let ProviderError::RateLimited {
-        status: 429,
-        message,
-        ..
-    } = &err
-    else {
-        panic!("expected the secondary's RateLimited, got {err:?}");
+    let ProviderError::AllFailed { errors } = &err else {
+        panic!("expected AllFailed, got {err:?}");
     };
-    assert!(message.starts_with("slow down"), "{message}");
-    assert!(
-        message.contains("primary failed first: transport error: connection reset"),
-        "{message}"
-    );
+    assert_eq!(errors, &[transport(), rate_limited(None)]);
     assert!(err.is_retryable());
+    assert!(
+        err.to_string().starts_with(
+            "all 2 providers failed; (1) transport error: connection reset; (2) rate limited"
+        ),
+        "{err}"
+    );
 
-    // A streamed call, and an HTTP error, which keeps it in its body.
+    // A streamed call through a chain of chains: one flat list of three.
+    let auth = ProviderError::Authentication {
+        status: 401,
+        message: "bad key".into(),
+    };
+    let bad_gateway = ProviderError::Http {
+        status: 502,
+        body: "bad gateway".into(),
+        headers: vec![],
+    };
     let provider = Fallback::new(
-        Flaky::new(vec![Step::Fail(ProviderError::Authentication {
-            status: 401,
-            message: "bad key".into(),
-        })]),
-        Flaky::new(vec![Step::Fail(ProviderError::Http {
-            status: 502,
-            body: "bad gateway".into(),
-            headers: vec![],
-        })]),
+        Fallback::new(
+            Flaky::new(vec![Step::Fail(auth.clone())]),
+            Flaky::new(vec![Step::Fail(transport())]),
+        ),
+        Flaky::new(vec![Step::Fail(bad_gateway.clone())]),
     );
     let err = provider
         .chat_stream("m", &prompt(), &mut |_| {})
         .await
         .unwrap_err();
-    assert!(
-        matches!(&err, ProviderError::Http { status: 502, body, .. }
-            if body.starts_with("bad gateway") && body.contains("authentication failed (HTTP 401): bad key")),
-        "{err:?}"
+    assert_eq!(
+        err,
+        ProviderError::AllFailed {
+            errors: vec![auth, transport(), bad_gateway]
+        }
     );
 }
 

@@ -164,6 +164,9 @@ enum ErrorRepr {
     Unexpected {
         message: String,
     },
+    AllFailed {
+        errors: Vec<ErrorRepr>,
+    },
     Other {
         message: String,
     },
@@ -210,6 +213,9 @@ impl From<&ProviderError> for ErrorRepr {
             ProviderError::Decode { message, excerpt } => ErrorRepr::Decode { message, excerpt },
             ProviderError::InvalidRequest { message } => ErrorRepr::InvalidRequest { message },
             ProviderError::Unexpected { message } => ErrorRepr::Unexpected { message },
+            ProviderError::AllFailed { errors } => ErrorRepr::AllFailed {
+                errors: errors.iter().map(ErrorRepr::from).collect(),
+            },
             ProviderError::Other(message) => ErrorRepr::Other { message },
             other => ErrorRepr::Other {
                 message: other.to_string(),
@@ -255,6 +261,9 @@ impl From<ErrorRepr> for ProviderError {
             ErrorRepr::Decode { message, excerpt } => ProviderError::Decode { message, excerpt },
             ErrorRepr::InvalidRequest { message } => ProviderError::InvalidRequest { message },
             ErrorRepr::Unexpected { message } => ProviderError::Unexpected { message },
+            ErrorRepr::AllFailed { errors } => ProviderError::AllFailed {
+                errors: errors.into_iter().map(ProviderError::from).collect(),
+            },
             ErrorRepr::Other { message } => ProviderError::Other(message),
         }
     }
@@ -335,6 +344,14 @@ mod tests {
             },
             ProviderError::Unexpected {
                 message: "u".into(),
+            },
+            ProviderError::AllFailed {
+                errors: vec![
+                    ProviderError::Timeout {
+                        after: Duration::from_secs(1),
+                    },
+                    ProviderError::Other("o".into()),
+                ],
             },
             ProviderError::Other("o".into()),
         ];

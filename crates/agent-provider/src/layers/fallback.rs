@@ -11,10 +11,10 @@ type Predicate = dyn Fn(&ProviderError) -> bool + Send + Sync;
 /// under another model name, since providers name models differently).
 ///
 /// By default every error falls back; [`Fallback::when`] narrows that. When both fail, the
-/// secondary's error is returned (its variant decides what the caller does next: retry, give
-/// up…) with the primary's error appended to its message, body or excerpt as
-/// `[primary failed first: …]`; a [`ProviderError::Timeout`], which has no text, is returned
-/// as is. A streamed call falls back only if the primary failed before delivering its first
+/// call fails with [`ProviderError::AllFailed`]: every provider's error, typed, in the order
+/// they were tried (chains of fallbacks give one flat list); its
+/// [`is_retryable`](ProviderError::is_retryable) and
+/// [`retry_after`](ProviderError::retry_after) are the last provider's. A streamed call falls back only if the primary failed before delivering its first
 /// delta: the caller has otherwise seen part of a reply already.
 ///
 /// [`max_cost`](Provider::max_cost) is the sum of both bounds: the primary may bill for a
@@ -95,7 +95,7 @@ impl<P: Provider, Q: Provider> Provider for Fallback<P, Q> {
                     .secondary
                     .chat(self.second_model(model), prompt)
                     .await
-                    .map_err(|second| both_failed(&first, second)),
+                    .map_err(|second| both_failed(first, second)),
                 result => result,
             }
         })
@@ -120,7 +120,7 @@ impl<P: Provider, Q: Provider> Provider for Fallback<P, Q> {
                     self.secondary
                         .chat_stream(model, prompt, on_delta)
                         .await
-                        .map_err(|second| both_failed(&first, second))
+                        .map_err(|second| both_failed(first, second))
                 }
                 result => result,
             }
@@ -136,25 +136,17 @@ impl<P: Provider, Q: Provider> Provider for Fallback<P, Q> {
     }
 }
 
-/// The secondary's error, keeping the primary's in its text (a `Timeout` has none).
-fn both_failed(primary: &ProviderError, secondary: ProviderError) -> ProviderError {
-    let note = format!(" [primary failed first: {primary}]");
-    let mut secondary = secondary;
-    match &mut secondary {
-        ProviderError::RateLimited { message, .. }
-        | ProviderError::QuotaExhausted { message, .. }
-        | ProviderError::ContextLengthExceeded { message }
-        | ProviderError::Authentication { message, .. }
-        | ProviderError::Transport { message }
-        | ProviderError::Decode { message, .. }
-        | ProviderError::InvalidRequest { message }
-        | ProviderError::Unexpected { message }
-        | ProviderError::Other(message) => message.push_str(&note),
-        ProviderError::Http { body, .. } => body.push_str(&note),
-        // A timeout has no text to keep it in; so would any variant added later.
-        _ => {}
+/// Both errors, in the order tried, as one flat [`ProviderError::AllFailed`] list (a
+/// fallback inside a fallback adds its own list, not a nested one).
+fn both_failed(primary: ProviderError, secondary: ProviderError) -> ProviderError {
+    let mut errors = Vec::new();
+    for error in [primary, secondary] {
+        match error {
+            ProviderError::AllFailed { errors: inner } => errors.extend(inner),
+            other => errors.push(other),
+        }
     }
-    secondary
+    ProviderError::AllFailed { errors }
 }
 
 impl<P: fmt::Debug, Q: fmt::Debug> fmt::Debug for Fallback<P, Q> {
