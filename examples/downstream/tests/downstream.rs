@@ -114,3 +114,82 @@ async fn a_program_can_tell_failures_apart_without_reading_text() {
         "{err}"
     );
 }
+
+/// Serves each connection on 127.0.0.1 the next of `replies` (raw HTTP responses; `None`
+/// never answers), and returns the base URL.
+async fn http_server(replies: Vec<Option<&'static str>>) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        for reply in replies {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            tokio::spawn(async move {
+                // Read the request head and body (enough for the client to finish sending).
+                let mut buf = vec![0u8; 64 * 1024];
+                let _ = socket.read(&mut buf).await;
+                match reply {
+                    Some(reply) => {
+                        let _ = socket.write_all(reply.as_bytes()).await;
+                        let _ = socket.shutdown().await;
+                    }
+                    None => tokio::time::sleep(Duration::from_secs(60)).await,
+                }
+            });
+        }
+    });
+    url
+}
+
+/// Real HTTP failures, through the facade's OpenAI client: a 429, a 401, a timeout and a
+/// reply that is not JSON are four different variants, with no text to parse.
+#[tokio::test]
+async fn real_http_failures_are_told_apart_by_kind() {
+    use effect_agents::provider::openai::OpenAiClient;
+    let url = http_server(vec![
+        Some(
+            "HTTP/1.1 429 Too Many Requests\r\ncontent-type: application/json\r\nretry-after: 7\r\n\
+             content-length: 47\r\nconnection: close\r\n\r\n{\"error\":{\"message\":\"slow\",\"type\":\"limit\"}}  ",
+        ),
+        Some(
+            "HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\ncontent-length: 44\r\n\
+             connection: close\r\n\r\n{\"error\":{\"message\":\"bad key\",\"type\":\"x\"}}",
+        ),
+        None,
+        Some(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 9\r\n\
+             connection: close\r\n\r\n{\"choices",
+        ),
+    ])
+    .await;
+    let client = OpenAiClient::compatible(url)
+        .request_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let config = Config::new().provider(client);
+    let ask = || op::infer_raw::<()>("m", Prompt::new().user("hi"));
+    let mut kinds = Vec::new();
+    for _ in 0..4 {
+        let err = run(&config, (), ask()).await.expect_err("a failure");
+        let ErrorKind::Provider { error, .. } = &err.kind else {
+            panic!("not a provider error: {err}");
+        };
+        kinds.push(match error {
+            ProviderError::RateLimited {
+                status: 429,
+                retry_after: Some(after),
+                ..
+            } if *after == Duration::from_secs(7) => "rate limited",
+            ProviderError::Authentication { status: 401, .. } => "authentication",
+            ProviderError::Timeout { .. } => "timeout",
+            ProviderError::Decode { .. } => "decode",
+            other => panic!("unexpected {other:?}"),
+        });
+    }
+    assert_eq!(
+        kinds,
+        ["rate limited", "authentication", "timeout", "decode"]
+    );
+}
