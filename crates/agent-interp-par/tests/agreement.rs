@@ -431,7 +431,7 @@ impl Provider for Model {
             let fail = parts.next() == Some("true");
             tokio::time::sleep(Duration::from_millis(ms)).await;
             if fail {
-                return Err(ProviderError::Other(format!("model error {tag}")));
+                return Err(ProviderError::other(format!("model error {tag}")));
             }
             let mut reply = Response::text("r".repeat(tag as usize + 1)).with_usage(tag + 1, 2);
             if tag % 2 == 0 {

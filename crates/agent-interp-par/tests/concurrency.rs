@@ -67,7 +67,7 @@ impl Provider for Lab {
             let (ms, rest) = text.split_once('\n').unwrap_or(("0", &text));
             tokio::time::sleep(Duration::from_millis(ms.parse().unwrap_or(0))).await;
             if rest.starts_with("fail") {
-                return Err(ProviderError::Other(rest.to_owned()));
+                return Err(ProviderError::other(rest));
             }
             Ok(Response::text(rest.to_owned()).with_usage(10, 10))
         })
@@ -160,7 +160,7 @@ async fn the_lowest_index_failure_wins_even_if_a_later_branch_fails_first() {
         ErrorKind::Branch { id, error } => {
             assert_eq!(id, &TraceId::from("calm-owl-0011").child(1));
             assert!(
-                matches!(&**error, ErrorKind::Provider { error: ProviderError::Other(m), .. } if m == "fail: second")
+                matches!(&**error, ErrorKind::Provider { error: ProviderError::Other { message: m, .. }, .. } if m == "fail: second")
             );
         }
         other => panic!("unexpected {other:?}"),

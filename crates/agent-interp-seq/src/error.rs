@@ -1,16 +1,16 @@
 //! Why a run failed: [`RunError`] (what went wrong, plus everything recorded up to then).
 
-use agent_op::{Checkpoint, MemoryError, ProviderError, Trace, TraceId};
+use std::fmt;
+
+use agent_op::{Cause, Checkpoint, MemoryError, ProviderError, Trace, TraceId};
 
 /// What stopped a run.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum ErrorKind {
     /// The abort token was cancelled.
-    #[error("the run was aborted")]
     Aborted,
     /// The program called a tool the run does not permit.
-    #[error("unknown tool `{name}` (permitted: {})", permitted_list(.permitted))]
     UnknownTool {
         /// The name called.
         name: String,
@@ -18,7 +18,6 @@ pub enum ErrorKind {
         permitted: Vec<String>,
     },
     /// A model call failed.
-    #[error("model call to `{model}` failed: {error}")]
     Provider {
         /// The model called.
         model: String,
@@ -26,34 +25,27 @@ pub enum ErrorKind {
         error: ProviderError,
     },
     /// The program called a model but the config has no provider.
-    #[error("the program calls a model but no provider is configured")]
     NoProvider,
     /// A memory operation failed.
-    #[error("memory operation failed: {0}")]
     Memory(MemoryError),
     /// The program uses memory but the config has no memory backend.
-    #[error("the program uses memory but no memory backend is configured")]
     NoMemoryBackend,
     /// A `race` had no branches.
-    #[error("race with no branches: there is nothing to wait for")]
     EmptyRace,
     /// A checkpoint could not serialize the state.
-    #[error("checkpoint `{name}`: the state could not be serialized: {message}")]
     Checkpoint {
         /// The checkpoint's name.
         name: String,
-        /// The serializer's error.
-        message: String,
+        /// The serializer's error (a `serde_json::Error`), also [`source`](std::error::Error::source).
+        cause: Cause,
     },
     /// The program failed itself (`op::fail`).
-    #[error("{0}")]
     Program(String),
     /// A branch of a `par` (or every branch of a `race`) failed; this is the error of the
     /// first failing branch in declaration order.
     ///
     /// Nested forks nest these; the message names only the innermost failing branch (whose
     /// id is the whole path, `run.0.3`) and the [`root_cause`](ErrorKind::root_cause), once.
-    #[error("{}", branch_message(id, error))]
     Branch {
         /// The branch.
         id: TraceId,
@@ -62,35 +54,76 @@ pub enum ErrorKind {
     },
     /// The program's own code panicked (a closure given to `map`, `and_then` or `modify`, a
     /// `Merge` implementation, a provider). Tool panics are not this: they become tool errors.
-    #[error("the program panicked: {message}")]
     Panicked {
         /// The panic's message.
         message: String,
     },
     /// Forks nested deeper than the interpreter allows (each level uses some of the stack of
     /// the task running the program).
-    #[error("forks nested more than {max} deep")]
     ForksTooDeep {
         /// The deepest nesting allowed.
         max: usize,
     },
     /// The interpreter broke one of its own invariants (a bug; please report it).
-    #[error("internal interpreter error: {0}")]
     Internal(String),
 }
 
-/// `branch <innermost id> failed: <root cause>`, however deep the `Branch` wrappers go.
-fn branch_message(id: &TraceId, error: &ErrorKind) -> String {
-    let (mut id, mut error) = (id, error);
-    while let ErrorKind::Branch {
-        id: inner,
-        error: deeper,
-    } = error
-    {
-        id = inner;
-        error = deeper;
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ErrorKind::Aborted => f.write_str("the run was aborted"),
+            ErrorKind::UnknownTool { name, permitted } => write!(
+                f,
+                "unknown tool `{name}` (permitted: {})",
+                permitted_list(permitted)
+            ),
+            ErrorKind::Provider { model, error } => {
+                write!(f, "model call to `{model}` failed: {error}")
+            }
+            ErrorKind::NoProvider => {
+                f.write_str("the program calls a model but no provider is configured")
+            }
+            ErrorKind::Memory(error) => write!(f, "memory operation failed: {error}"),
+            ErrorKind::NoMemoryBackend => {
+                f.write_str("the program uses memory but no memory backend is configured")
+            }
+            ErrorKind::EmptyRace => {
+                f.write_str("race with no branches: there is nothing to wait for")
+            }
+            ErrorKind::Checkpoint { name, cause } => write!(
+                f,
+                "checkpoint `{name}`: the state could not be serialized: {cause}"
+            ),
+            ErrorKind::Program(message) => f.write_str(message),
+            // `branch <innermost id> failed: <root cause>`, however deep the wrappers go.
+            ErrorKind::Branch { id, .. } => {
+                let mut id = id;
+                let mut kind = self;
+                while let ErrorKind::Branch { id: inner, error } = kind {
+                    id = inner;
+                    kind = error;
+                }
+                write!(f, "branch {id} failed: {kind}")
+            }
+            ErrorKind::Panicked { message } => write!(f, "the program panicked: {message}"),
+            ErrorKind::ForksTooDeep { max } => write!(f, "forks nested more than {max} deep"),
+            ErrorKind::Internal(message) => write!(f, "internal interpreter error: {message}"),
+        }
     }
-    format!("branch {id} failed: {error}")
+}
+
+/// The lower layer's error, when one caused this: the [`ProviderError`], the
+/// [`MemoryError`], the serializer's error of a checkpoint. A [`Branch`](ErrorKind::Branch)
+/// has the source of its root cause.
+impl std::error::Error for ErrorKind {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self.root_cause() {
+            ErrorKind::Provider { error, .. } => Some(error),
+            ErrorKind::Memory(error) => Some(error),
+            ErrorKind::Checkpoint { cause, .. } => Some(cause.get_ref()),
+            _ => None,
+        }
+    }
 }
 
 fn permitted_list(names: &[String]) -> String {
@@ -114,8 +147,10 @@ impl ErrorKind {
 
 /// A failed run: what went wrong, and the trace and checkpoints up to that point (nothing
 /// recorded is lost).
-#[derive(Clone, Debug, thiserror::Error)]
-#[error("{kind}")]
+///
+/// Its [`source`](std::error::Error::source) is the [`ErrorKind`]'s: the provider, memory or
+/// serializer error behind the failure, when there is one.
+#[derive(Clone, Debug)]
 pub struct RunError {
     /// What went wrong.
     pub kind: ErrorKind,
@@ -135,5 +170,17 @@ impl RunError {
     /// [`Trace::spend`](agent_op::Trace::spend).
     pub fn spend(&self) -> agent_op::Spend {
         self.trace.spend()
+    }
+}
+
+impl fmt::Display for RunError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.kind, f)
+    }
+}
+
+impl std::error::Error for RunError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        std::error::Error::source(&self.kind)
     }
 }

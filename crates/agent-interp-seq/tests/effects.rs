@@ -112,8 +112,8 @@ async fn long_prompts_and_replies_are_previewed_not_stored() {
 #[tokio::test]
 async fn provider_errors_and_missing_provider_fail_the_run() {
     let provider = ScriptedProvider::from_results([Err(ProviderError::Authentication {
-        status: 401,
         message: "bad key".into(),
+        cause: None,
     })]);
     let program: Op<(), _> = op::infer_raw("m", Prompt::new().user("hi"));
     let err = run(&Config::new().provider(provider), (), program)
@@ -122,10 +122,10 @@ async fn provider_errors_and_missing_provider_fail_the_run() {
     match &err.kind {
         ErrorKind::Provider { model, error } => {
             assert_eq!(model, "m");
-            assert!(matches!(
-                error,
-                ProviderError::Authentication { status: 401, .. }
-            ));
+            assert!(matches!(error, ProviderError::Authentication { .. }));
+            // The provider's error is the run error's source, typed.
+            let source = std::error::Error::source(&err).expect("a source");
+            assert_eq!(source.downcast_ref::<ProviderError>(), Some(error));
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -320,9 +320,13 @@ async fn a_state_that_cannot_serialize_fails_the_checkpoint_clearly() {
         .await
         .unwrap_err();
     match err.kind {
-        ErrorKind::Checkpoint { name, message } => {
+        ErrorKind::Checkpoint { name, cause } => {
             assert_eq!(name, "cp");
-            assert!(message.contains("cannot serialize"));
+            assert!(cause.to_string().contains("cannot serialize"));
+            assert!(
+                cause.downcast_ref::<serde_json::Error>().is_some(),
+                "{cause:?}"
+            );
         }
         other => panic!("unexpected {other:?}"),
     }

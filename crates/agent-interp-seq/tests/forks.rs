@@ -199,9 +199,7 @@ async fn a_race_where_all_fail_reports_the_first_error_and_an_empty_race_is_an_e
 #[tokio::test]
 async fn a_race_recovers_from_a_provider_error_in_one_branch() {
     let provider = ScriptedProvider::from_fn(|model, _| match model {
-        "flaky" => Err(agent_op::ProviderError::Transport {
-            message: "reset".into(),
-        }),
+        "flaky" => Err(agent_op::ProviderError::transport("reset")),
         _ => Ok(Response::text(format!("from {model}"))),
     });
     let ask = |model: &'static str| -> Op<Counters, String> {

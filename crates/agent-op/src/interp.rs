@@ -183,7 +183,7 @@ pub struct CheckpointNode<S> {
     /// The checkpoint's name.
     pub name: String,
     /// Serializes the state (captured where `S: Serialize` was known).
-    pub snapshot: fn(&S) -> Result<Value, String>,
+    pub snapshot: fn(&S) -> Result<Value, serde_json::Error>,
 }
 
 /// A node followed by a continuation. Interpreters call [`Bind::take`] once to get the node to

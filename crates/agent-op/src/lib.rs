@@ -58,6 +58,7 @@ pub mod message;
 pub mod op;
 mod preview;
 mod provider;
+mod provider_error;
 mod serde_util;
 mod steering;
 mod tool;

@@ -345,8 +345,8 @@ where
 /// the trace. A state that fails to serialize fails the run. Checkpoints are for inspecting a
 /// run; resuming from one is not implemented yet.
 pub fn checkpoint<S: Serialize>(name: impl Into<String>) -> Op<S, ()> {
-    fn snapshot<S: Serialize>(s: &S) -> Result<Value, String> {
-        serde_json::to_value(s).map_err(|e| e.to_string())
+    fn snapshot<S: Serialize>(s: &S) -> Result<Value, serde_json::Error> {
+        serde_json::to_value(s)
     }
     Op::from_node(Node::Checkpoint(Box::new(CheckpointNode {
         name: name.into(),

@@ -19,8 +19,8 @@ pub(crate) fn in_memory(
     assembly: impl Future<Output = Result<Response, ProviderError>>,
 ) -> Result<Response, ProviderError> {
     assembly.now_or_never().unwrap_or_else(|| {
-        Err(ProviderError::Other(
-            "an in-memory stream unexpectedly waited".to_owned(),
+        Err(ProviderError::other(
+            "an in-memory stream unexpectedly waited",
         ))
     })
 }

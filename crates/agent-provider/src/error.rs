@@ -6,19 +6,21 @@
 //! | 402, or code/type `insufficient_quota`                          | `QuotaExhausted`        | no        |
 //! | 429 (any other body), or code `rate_limit_exceeded`             | `RateLimited`           | yes       |
 //! | 400/413/422 saying the context length was exceeded              | `ContextLengthExceeded` | no        |
-//! | 408, 5xx (any other body)                                       | `Http`                  | yes       |
-//! | any other status                                                | `Http`                  | no        |
+//! | 408, 5xx (any other body)                                       | `Refused`               | yes       |
+//! | any other status                                                | `Refused`               | no        |
 //! | 200 whose body is not the expected JSON                         | `Decode`                | no        |
 //! | timeout (connect, request, read)                                | `Timeout`               | yes       |
 //! | connection refused/reset, TLS, truncated body or stream         | `Transport`             | yes       |
-//! | a redirect (3xx): never followed                                | `Http`                  | no        |
+//! | a redirect (3xx): never followed                                | `Refused`               | no        |
+//!
+//! Every answer with a status keeps it, with the headers and the start of the body, in an
+//! [`HttpError`] that is the error's cause: the variants themselves know nothing of HTTP.
 //!
 //! An `error` object received inside a successful response (a stream's chunk or line, or a
 //! 200 body) has no HTTP status of its own: a numeric `code` between 400 and 599 is taken as
-//! its status; otherwise it is classified by its code, type and message as above, with the
-//! conventional status of the variant (401, 429, 429), and anything else becomes
-//! `Http { status: 400 }` for an `invalid_request_error` and `Http { status: 503 }` (retryable:
-//! a server error, an overloaded server, a crashed runner) otherwise. Never "HTTP 200".
+//! its status; otherwise it is classified by its code, type and message as above, and
+//! anything else becomes a `Refused` that is retryable (a server error, an overloaded server,
+//! a crashed runner) unless its type is `invalid_request_error`. Never "HTTP 200".
 //!
 //! Every message, body excerpt and header value passes through the client's
 //! [`Redactor`](crate::secret::Redactor) first (the whole text, before it is cut), so
@@ -27,13 +29,14 @@
 
 use std::time::Duration;
 
-use agent_op::ProviderError;
+use agent_op::{Cause, ProviderError};
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 
+use crate::http_error::HttpError;
 use crate::secret::Redactor;
 
-/// The most of an unsuccessful response body kept in [`ProviderError::Http`].
+/// The most of an unsuccessful response body kept in an [`HttpError`].
 pub(crate) const BODY_EXCERPT_BYTES: usize = 2048;
 /// The most of a provider's error message kept in other variants.
 const MESSAGE_BYTES: usize = 1024;
@@ -165,7 +168,7 @@ pub(crate) fn from_status(
 ///
 /// It has no HTTP status: a numeric `code` that is an error status (400–599) is taken as one;
 /// otherwise the object is classified by what it says (see the module docs), and what it does
-/// not say becomes a retryable `Http { status: 503 }`.
+/// not say becomes a retryable `Refused`.
 pub(crate) fn from_stream_error(value: &Value, raw: &str, redactor: &Redactor) -> ProviderError {
     let described = ErrorBody::from_value(value);
     let status = described
@@ -181,8 +184,8 @@ const QUOTA: &[&str] = &["insufficient_quota"];
 /// Codes and types saying the client is sending too fast.
 const RATE_LIMIT: &[&str] = &["rate_limit_exceeded", "rate_limit_error"];
 
-/// Maps an error to its variant. `status` is `None` for an error received inside a
-/// successful response.
+/// Maps an error to its variant, with the answer as an [`HttpError`] cause when it has a
+/// status. `status` is `None` for an error received inside a successful response.
 fn classify(
     status: Option<u16>,
     described: &ErrorBody,
@@ -191,46 +194,38 @@ fn classify(
     raw_body: &str,
     redactor: &Redactor,
 ) -> ProviderError {
-    let message = || {
-        let message = match &described.message {
-            Some(m) if !m.is_empty() => m.as_str(),
-            _ => raw_body.trim(),
-        };
-        excerpt(&redactor.redact(message), MESSAGE_BYTES)
+    let body = excerpt(&redactor.redact(raw_body), BODY_EXCERPT_BYTES);
+    let message = match &described.message {
+        Some(m) if !m.is_empty() => excerpt(&redactor.redact(m), MESSAGE_BYTES),
+        _ => excerpt(body.trim(), MESSAGE_BYTES),
     };
+    let cause = status.map(|status| Cause::new(HttpError::new(status, headers(), body)));
     if matches!(status, Some(401 | 403)) || described.is_any(AUTHENTICATION) {
-        return ProviderError::Authentication {
-            status: status.unwrap_or(401),
-            message: message(),
-        };
+        return ProviderError::Authentication { message, cause };
     }
     if status == Some(402) || described.is_any(QUOTA) {
-        return ProviderError::QuotaExhausted {
-            status: status.unwrap_or(429),
-            message: message(),
-        };
+        return ProviderError::QuotaExhausted { message, cause };
     }
     if status == Some(429) || described.is_any(RATE_LIMIT) {
         return ProviderError::RateLimited {
-            status: status.unwrap_or(429),
             retry_after,
-            message: message(),
+            message,
+            cause,
         };
     }
     if matches!(status, None | Some(400 | 413 | 422)) && described.says_context_exceeded() {
-        return ProviderError::ContextLengthExceeded { message: message() };
+        return ProviderError::ContextLengthExceeded { message, cause };
     }
-    let status = status.unwrap_or(if described.is("invalid_request_error") {
-        400
-    } else {
+    let retryable = match status {
+        Some(status) => status >= 500 || status == 408,
         // A server error, an overloaded server, a crashed runner, or nothing said: the
         // request itself was accepted, so it may well succeed if sent again.
-        503
-    });
-    ProviderError::Http {
-        status,
-        body: excerpt(&redactor.redact(raw_body), BODY_EXCERPT_BYTES),
-        headers: headers(),
+        None => !described.is("invalid_request_error"),
+    };
+    ProviderError::Refused {
+        message,
+        retryable,
+        cause,
     }
 }
 
@@ -257,12 +252,12 @@ pub(crate) fn header_pairs(headers: &HeaderMap, redactor: &Redactor) -> Vec<(Str
 /// How long the server asked us to wait: `retry-after-ms` (OpenAI, Azure), else `Retry-After`
 /// as seconds or as an HTTP date.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    let text = |name: &str| {
-        headers
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .map(str::trim)
-    };
+    retry_after_in(|name| headers.get(name).and_then(|v| v.to_str().ok()))
+}
+
+/// [`retry_after`] over headers looked up by (lower-case) name.
+pub(crate) fn retry_after_in<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<Duration> {
+    let text = |name: &str| header(name).map(str::trim);
     if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
         return seconds(ms / 1000.0);
     }
@@ -287,7 +282,7 @@ fn seconds(secs: f64) -> Option<Duration> {
 pub(crate) fn decode(
     what: &str,
     body: &[u8],
-    err: &serde_json::Error,
+    err: serde_json::Error,
     redactor: &Redactor,
 ) -> ProviderError {
     let text = String::from_utf8_lossy(body);
@@ -295,10 +290,21 @@ pub(crate) fn decode(
     // Redact the whole text, then cut: cutting first could split a secret, and the part left
     // in the excerpt would no longer be recognised.
     let (redacted, at) = redactor.redact_tracking(&text, at);
+    // serde's messages quote what they found (`invalid type: string "…"`): when that holds
+    // a credential, the cause is a serde_json error of the redacted text instead.
+    let said = err.to_string();
+    let redacted_said = redactor.redact(&said);
+    let cause = if redacted_said == said {
+        Cause::new(err)
+    } else {
+        Cause::new(<serde_json::Error as serde::de::Error>::custom(
+            &redacted_said,
+        ))
+    };
     ProviderError::Decode {
-        // serde's messages quote what they found (`invalid type: string "…"`).
-        message: redactor.redact(&format!("{what}: {err}")),
+        message: format!("{what}: {redacted_said}"),
         excerpt: around(&redacted, at, DECODE_CONTEXT_BYTES).to_owned(),
+        cause: Some(cause),
     }
 }
 
@@ -308,10 +314,10 @@ pub(crate) fn invalid(
     excerpt_of: &str,
     redactor: &Redactor,
 ) -> ProviderError {
-    ProviderError::Decode {
-        message: redactor.redact(&message.into()),
-        excerpt: excerpt(&redactor.redact(excerpt_of), 2 * DECODE_CONTEXT_BYTES),
-    }
+    ProviderError::decode(
+        redactor.redact(&message.into()),
+        excerpt(&redactor.redact(excerpt_of), 2 * DECODE_CONTEXT_BYTES),
+    )
 }
 
 /// The byte offset of serde_json's 1-based (line, column) in `text`.
@@ -373,6 +379,10 @@ mod tests {
     use crate::secret::Secret;
     use reqwest::header::HeaderValue;
 
+    fn status_of(err: &ProviderError) -> Option<u16> {
+        HttpError::of(err).map(|answer| answer.status)
+    }
+
     fn classify_body(status: u16, body: &str) -> ProviderError {
         from_status(
             status,
@@ -401,25 +411,23 @@ mod tests {
 
     #[test]
     fn the_mapping_table() {
-        assert!(matches!(
-            classify_body(
-                401,
-                r#"{"error":{"message":"bad key","code":"invalid_api_key"}}"#
-            ),
-            ProviderError::Authentication { status: 401, .. }
-        ));
-        assert!(matches!(
-            classify_body(403, "{}"),
-            ProviderError::Authentication { status: 403, .. }
-        ));
+        let refused = classify_body(
+            401,
+            r#"{"error":{"message":"bad key","code":"invalid_api_key"}}"#,
+        );
+        assert!(
+            matches!(&refused, ProviderError::Authentication { message, .. } if message == "bad key")
+        );
+        assert_eq!(status_of(&refused), Some(401));
+        let forbidden = classify_body(403, "{}");
+        assert!(matches!(forbidden, ProviderError::Authentication { .. }));
+        assert_eq!(status_of(&forbidden), Some(403));
         let quota = classify_body(
             429,
             r#"{"error":{"message":"You exceeded your current quota","type":"insufficient_quota","code":"insufficient_quota"}}"#,
         );
-        assert!(matches!(
-            quota,
-            ProviderError::QuotaExhausted { status: 429, .. }
-        ));
+        assert!(matches!(quota, ProviderError::QuotaExhausted { .. }));
+        assert_eq!(status_of(&quota), Some(429));
         assert!(!quota.is_retryable());
         assert!(matches!(
             classify_body(402, "{}"),
@@ -429,10 +437,8 @@ mod tests {
             429,
             r#"{"error":{"message":"slow down","code":"rate_limit_exceeded"}}"#,
         );
-        assert!(matches!(
-            limited,
-            ProviderError::RateLimited { status: 429, .. }
-        ));
+        assert!(matches!(limited, ProviderError::RateLimited { .. }));
+        assert_eq!(status_of(&limited), Some(429));
         assert!(limited.is_retryable());
         for body in [
             r#"{"error":{"message":"This model's maximum context length is 8192 tokens","code":"context_length_exceeded"}}"#,
@@ -450,8 +456,13 @@ mod tests {
         }
         let server = classify_body(503, "overloaded");
         assert!(
-            matches!(&server, ProviderError::Http { status: 503, body, .. } if body == "overloaded")
+            matches!(&server, ProviderError::Refused { retryable: true, message, .. } if message == "overloaded")
         );
+        assert_eq!(
+            HttpError::of(&server).map(|a| a.body.as_str()),
+            Some("overloaded")
+        );
+        assert_eq!(status_of(&server), Some(503));
         assert!(server.is_retryable());
         assert!(!classify_body(404, r#"{"error":"model 'x' not found"}"#).is_retryable());
     }
@@ -470,8 +481,8 @@ mod tests {
         headers.insert("x-echo", HeaderValue::from_static("sk-secret"));
         let long = format!("sk-secret {}", "x".repeat(10_000));
         let err = from_status(500, &headers, long.as_bytes(), &redactor);
-        let ProviderError::Http { body, headers, .. } = err else {
-            panic!("expected Http");
+        let Some(HttpError { body, headers, .. }) = HttpError::of(&err).cloned() else {
+            panic!("expected an HTTP answer: {err:?}");
         };
         assert!(body.len() <= BODY_EXCERPT_BYTES + '…'.len_utf8());
         assert!(body.starts_with("[redacted] x"));
@@ -517,13 +528,20 @@ mod tests {
     fn decode_errors_point_at_the_offending_text() {
         let body = "{\"choices\": [ {\"message\": tru } ] }".as_bytes();
         let err = serde_json::from_slice::<Value>(body).unwrap_err();
-        let ProviderError::Decode { excerpt, message } =
-            decode("chat", body, &err, &Redactor::default())
+        let ProviderError::Decode {
+            excerpt,
+            message,
+            cause,
+        } = decode("chat", body, err, &Redactor::default())
         else {
             panic!("expected Decode");
         };
         assert!(excerpt.contains("tru }"), "{excerpt}");
         assert!(message.starts_with("chat: "), "{message}");
+        let json = cause
+            .as_ref()
+            .and_then(|c| c.downcast_ref::<serde_json::Error>());
+        assert_eq!(json.map(|e| (e.line(), e.column())), Some((1, 30)));
     }
 
     /// Every 8-byte piece of `key`.
@@ -543,7 +561,7 @@ mod tests {
                     "é".repeat(pad % 7) + &"a".repeat(pad)
                 );
                 let err = serde_json::from_str::<Value>(&body).unwrap_err();
-                let decoded = decode("chat", body.as_bytes(), &err, &redactor);
+                let decoded = decode("chat", body.as_bytes(), err, &redactor);
                 for text in [decoded.to_string(), format!("{decoded:?}")] {
                     for piece in pieces_of(KEY) {
                         assert!(!text.contains(piece), "pad {pad}: `{piece}` leaked: {text}");
@@ -558,7 +576,7 @@ mod tests {
         // serde quotes what it found in its messages; those are redacted too.
         let body = format!("{{\"choices\": \"{KEY}\"}}");
         let err = serde_json::from_str::<Vec<u8>>(&format!("\"{KEY}\"")).unwrap_err();
-        let decoded = decode("chat", body.as_bytes(), &err, &redactor);
+        let decoded = decode("chat", body.as_bytes(), err, &redactor);
         assert!(!decoded.to_string().contains(&KEY[..20]), "{decoded}");
         // The excerpts of other decoding failures too.
         for pad in 0..200 {
@@ -580,7 +598,7 @@ mod tests {
             serde_json::json!({"error": {"message": "The server had an error", "type": "server_error", "code": null}}),
         );
         assert!(
-            matches!(&server, ProviderError::Http { status: 503, body, .. } if body.contains("server had an error")),
+            matches!(&server, ProviderError::Refused { retryable: true, message, cause: None } if message.contains("server had an error")),
             "{server:?}"
         );
         assert!(server.is_retryable());
@@ -588,7 +606,13 @@ mod tests {
         let ollama =
             stream_error(serde_json::json!({"error": "llama runner process has terminated"}));
         assert!(
-            matches!(ollama, ProviderError::Http { status: 503, .. }),
+            matches!(
+                ollama,
+                ProviderError::Refused {
+                    retryable: true,
+                    ..
+                }
+            ),
             "{ollama:?}"
         );
         assert!(ollama.is_retryable());
@@ -615,15 +639,15 @@ mod tests {
             ),
             (
                 serde_json::json!({"error": {"message": "overloaded", "code": 529}}),
-                "Http { status: 529",
+                "Refused { message: \"overloaded\", retryable: true, cause: Some(HttpError { status: 529",
             ),
             (
                 serde_json::json!({"error": {"message": "bad", "type": "invalid_request_error"}}),
-                "Http { status: 400",
+                "Refused { message: \"bad\", retryable: false, cause: None",
             ),
             (
                 serde_json::json!({"error": {"message": "odd", "code": 200}}),
-                "Http { status: 503",
+                "Refused { message: \"odd\", retryable: true, cause: None",
             ),
         ] {
             let err = stream_error(value.clone());
@@ -631,7 +655,7 @@ mod tests {
         }
         assert!(matches!(
             stream_error(serde_json::json!({"error": {"code": "rate_limit_exceeded"}})),
-            ProviderError::RateLimited { status: 429, .. }
+            ProviderError::RateLimited { cause: None, .. }
         ));
     }
 

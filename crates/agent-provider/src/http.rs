@@ -5,7 +5,7 @@
 use std::fmt;
 use std::time::{Duration, Instant};
 
-use agent_op::ProviderError;
+use agent_op::{Cause, ProviderError};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use reqwest::header::{self, HeaderMap, HeaderName, HeaderValue};
@@ -354,13 +354,13 @@ impl Transport {
     }
 
     fn too_large(&self) -> ProviderError {
-        ProviderError::Decode {
-            message: format!(
+        ProviderError::decode(
+            format!(
                 "the response is larger than the limit of {} bytes",
                 self.options.max_response_bytes
             ),
-            excerpt: String::new(),
-        }
+            "",
+        )
     }
 
     /// Maps a `reqwest` failure: timeouts to [`ProviderError::Timeout`] with the limit that
@@ -378,9 +378,11 @@ impl Transport {
             };
             return ProviderError::Timeout { after };
         }
+        // Without the URL, the error holds nothing secret: keep it whole as the cause.
         let err = err.without_url();
         ProviderError::Transport {
             message: self.redactor.redact(&error::chain(&err)),
+            cause: Some(Cause::new(err)),
         }
     }
 }

@@ -54,6 +54,7 @@ mod assemble;
 pub mod cassette;
 mod error;
 mod http;
+mod http_error;
 mod json;
 pub mod layers;
 pub mod ollama;
@@ -66,6 +67,7 @@ mod secret;
 
 pub use error::ConfigError;
 pub use http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT};
+pub use http_error::HttpError;
 pub use ollama::{OllamaClient, OllamaEmbedder};
 pub use openai::{OpenAiClient, OpenAiEmbedder};
 pub use pricing::{ModelPrice, Pricing};

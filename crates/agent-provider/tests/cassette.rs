@@ -6,12 +6,12 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_op::{Delta, MicroUsd, Prompt, Provider, ProviderError, Response, ToolDefinition};
+use agent_op::{Cause, Delta, MicroUsd, Prompt, Provider, ProviderError, Response, ToolDefinition};
 use agent_provider::ScriptedProvider;
 use agent_provider::cassette::{
     CassetteEntry, CassetteError, RecordingProvider, ReplayProvider, fingerprint,
 };
-use agent_provider::{ModelPrice, OpenAiClient, Pricing};
+use agent_provider::{HttpError, ModelPrice, OpenAiClient, Pricing};
 use common::{Reply, TestServer, sse_events};
 use serde_json::json;
 
@@ -24,9 +24,13 @@ async fn recorded_calls_replay_identically_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("run.jsonl");
     let limited = ProviderError::RateLimited {
-        status: 429,
         retry_after: Some(Duration::from_millis(1500)),
         message: "slow down".into(),
+        cause: Some(Cause::new(HttpError::new(
+            429,
+            vec![("retry-after".into(), "1.5".into())],
+            "slow down",
+        ))),
     };
     let scripted = ScriptedProvider::from_results([
         Ok(Response::text("first answer").with_usage(3, 2)),
@@ -236,7 +240,7 @@ async fn appending_and_writers() {
         RecordingProvider::to_writer(ScriptedProvider::new([Response::text("x")]), Broken);
     let err = recording.chat("m", &prompt("x")).await.unwrap_err();
     assert!(
-        matches!(&err, ProviderError::Other(m) if m.contains("disk full")),
+        matches!(&err, ProviderError::Other { message: m, .. } if m.contains("disk full")),
         "{err:?}"
     );
 }

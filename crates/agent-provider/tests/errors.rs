@@ -8,9 +8,14 @@ use std::time::{Duration, Instant};
 
 use agent_op::{Prompt, Provider, ProviderError};
 use agent_provider::layers::Retry;
-use agent_provider::{OllamaClient, OpenAiClient};
+use agent_provider::{HttpError, OllamaClient, OpenAiClient};
 use common::{Reply, TestServer};
 use serde_json::{Value, json};
+
+/// The HTTP status of the answer behind `err`, if a server gave one.
+fn status(err: &ProviderError) -> Option<u16> {
+    HttpError::of(err).map(|answer| answer.status)
+}
 
 const KEY: &str = "sk-proj-THIS-IS-THE-SECRET-KEY-0123456789";
 
@@ -79,14 +84,12 @@ async fn rate_limited_with_retry_after_then_success() {
     )
     .await;
     let err = client(&server).chat("m", &prompt()).await.unwrap_err();
-    assert_eq!(
-        err,
-        ProviderError::RateLimited {
-            status: 429,
-            retry_after: Some(Duration::from_millis(250)),
-            message: "slow down".into()
-        }
+    assert!(
+        matches!(&err, ProviderError::RateLimited { retry_after: Some(wait), message, .. }
+            if *wait == Duration::from_millis(250) && message == "slow down"),
+        "{err:?}"
     );
+    assert_eq!(status(&err), Some(429));
     assert!(err.is_retryable());
 }
 
@@ -106,9 +109,12 @@ async fn server_errors_are_retried() {
     let server = TestServer::always(Reply::text(502, "bad gateway")).await;
     let err = retrying(&server).chat("m", &prompt()).await.unwrap_err();
     assert!(
-        matches!(&err, ProviderError::Http { status: 502, body, headers } if body == "bad gateway" && !headers.is_empty()),
+        matches!(&err, ProviderError::Refused { retryable: true, message, .. } if message == "bad gateway"),
         "{err:?}"
     );
+    let answer = HttpError::of(&err).expect("the HTTP answer");
+    assert_eq!((answer.status, answer.body.as_str()), (502, "bad gateway"));
+    assert!(!answer.headers.is_empty());
     assert_eq!(server.requests().len(), 4);
 }
 
@@ -129,9 +135,10 @@ async fn unauthorized_is_not_retried_and_never_shows_the_key() {
     let err = provider.chat("m", &prompt()).await.unwrap_err();
 
     assert!(
-        matches!(&err, ProviderError::Authentication { status: 401, message } if message.contains("Incorrect API key provided: [redacted]")),
+        matches!(&err, ProviderError::Authentication { message, .. } if message.contains("Incorrect API key provided: [redacted]")),
         "{err:?}"
     );
+    assert_eq!(status(&err), Some(401));
     assert!(!err.is_retryable());
     assert_eq!(server.requests().len(), 1, "a 401 is not retried");
     // The key went over the wire…
@@ -176,9 +183,10 @@ async fn quota_and_context_errors_are_not_retried() {
     .await;
     let err = retrying(&server).chat("m", &prompt()).await.unwrap_err();
     assert!(
-        matches!(err, ProviderError::QuotaExhausted { status: 429, .. }),
+        matches!(err, ProviderError::QuotaExhausted { .. }),
         "{err:?}"
     );
+    assert_eq!(status(&err), Some(429));
     assert_eq!(server.requests().len(), 1);
 
     let server = TestServer::always(openai_error(
@@ -190,7 +198,7 @@ async fn quota_and_context_errors_are_not_retried() {
     .await;
     let err = retrying(&server).chat("m", &prompt()).await.unwrap_err();
     assert!(
-        matches!(&err, ProviderError::ContextLengthExceeded { message } if message.contains("128000")),
+        matches!(&err, ProviderError::ContextLengthExceeded { message, .. } if message.contains("128000")),
         "{err:?}"
     );
     assert_eq!(server.requests().len(), 1);
@@ -270,7 +278,10 @@ async fn malformed_json_is_a_decode_error_that_shows_where() {
     })
     .await;
     let err = retrying(&server).chat("m", &prompt()).await.unwrap_err();
-    let ProviderError::Decode { message, excerpt } = &err else {
+    let ProviderError::Decode {
+        message, excerpt, ..
+    } = &err
+    else {
         panic!("expected Decode, got {err:?}");
     };
     assert!(message.starts_with("chat completion:"), "{message}");
@@ -409,9 +420,16 @@ async fn redirects_are_not_followed() {
         .unwrap();
     let err = retrying(&server).chat("m", &prompt()).await.unwrap_err();
     assert!(
-        matches!(err, ProviderError::Http { status: 307, .. }),
+        matches!(
+            err,
+            ProviderError::Refused {
+                retryable: false,
+                ..
+            }
+        ),
         "{err:?}"
     );
+    assert_eq!(status(&err), Some(307));
     assert!(!err.is_retryable());
     openai
         .chat_stream("m", &prompt(), &mut |_| {})
@@ -423,10 +441,8 @@ async fn redirects_are_not_followed() {
         .build()
         .unwrap();
     let err = ollama.chat("m", &prompt()).await.unwrap_err();
-    assert!(
-        matches!(err, ProviderError::Http { status: 307, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ProviderError::Refused { .. }), "{err:?}");
+    assert_eq!(status(&err), Some(307));
     assert_eq!(server.requests().len(), 3);
     assert!(
         elsewhere.requests().is_empty(),
@@ -468,13 +484,14 @@ async fn ordinary_headers_are_not_redacted_and_retry_after_survives() {
             .unwrap()
     };
     let err = client().chat("m", &prompt()).await.unwrap_err();
-    let ProviderError::Http {
+    let Some(HttpError {
         status: 503,
         body,
         headers,
-    } = &err
+        ..
+    }) = HttpError::of(&err)
     else {
-        panic!("expected Http 503, got {err:?}");
+        panic!("expected HTTP 503, got {err:?}");
     };
     // Ordinary values are kept, wherever they appear…
     assert!(body.contains("x-client-version=1"), "{body}");
@@ -546,9 +563,10 @@ async fn credentials_in_a_base_url_never_show() {
     let client = builder.clone().build().unwrap();
     let err = client.chat("m", &prompt()).await.unwrap_err();
     assert!(
-        matches!(err, ProviderError::Authentication { status: 401, .. }),
+        matches!(err, ProviderError::Authentication { .. }),
         "{err:?}"
     );
+    assert_eq!(status(&err), Some(401));
     // The credentials went over the wire as Basic authentication…
     let sent = server.only_request();
     assert!(
@@ -610,7 +628,7 @@ async fn errors_inside_streams_are_retryable_server_errors() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, ProviderError::Http { status: 503, body, .. } if body.contains("server had an error")),
+        matches!(&err, ProviderError::Refused { retryable: true, message, .. } if message.contains("server had an error")),
         "{err:?}"
     );
     assert!(err.is_retryable());
@@ -649,7 +667,13 @@ async fn errors_inside_streams_are_retryable_server_errors() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, ProviderError::Http { status: 503, .. }),
+        matches!(
+            err,
+            ProviderError::Refused {
+                retryable: true,
+                ..
+            }
+        ),
         "{err:?}"
     );
     assert!(err.is_retryable());
@@ -671,10 +695,7 @@ async fn errors_inside_streams_are_retryable_server_errors() {
         .chat_stream("m", &prompt(), &mut |_| {})
         .await
         .unwrap_err();
-    assert!(
-        matches!(err, ProviderError::RateLimited { status: 429, .. }),
-        "{err:?}"
-    );
+    assert!(matches!(err, ProviderError::RateLimited { .. }), "{err:?}");
     let server = TestServer::always(Reply::sse(vec![
         format!(
             "data: {}\n\n",
@@ -717,7 +738,10 @@ async fn a_page_answering_a_stream_is_a_decode_error_not_a_cut_stream() {
             .chat_stream("m", &prompt(), &mut |_| {})
             .await
             .unwrap_err();
-        let ProviderError::Decode { message, excerpt } = &err else {
+        let ProviderError::Decode {
+            message, excerpt, ..
+        } = &err
+        else {
             panic!("{client}: expected Decode, got {err:?}");
         };
         assert!(message.contains("`text/html`"), "{client}: {message}");

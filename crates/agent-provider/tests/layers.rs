@@ -5,9 +5,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_op::{BoxFuture, Delta, MicroUsd, Prompt, Provider, ProviderError, Response};
-use agent_provider::ScriptedProvider;
+use agent_op::{BoxFuture, Cause, Delta, MicroUsd, Prompt, Provider, ProviderError, Response};
 use agent_provider::layers::{ConcurrencyLimit, Fallback, ProviderExt, RateLimit, Retry, Timeout};
+use agent_provider::{HttpError, ScriptedProvider};
 use tokio::time::Instant;
 
 fn prompt() -> Prompt {
@@ -15,16 +15,23 @@ fn prompt() -> Prompt {
 }
 
 fn transport() -> ProviderError {
-    ProviderError::Transport {
-        message: "connection reset".into(),
+    ProviderError::transport("connection reset")
+}
+
+/// What a server answering `status` becomes.
+fn refused(status: u16, body: &str, headers: Vec<(String, String)>) -> ProviderError {
+    ProviderError::Refused {
+        message: body.to_owned(),
+        retryable: status >= 500,
+        cause: Some(Cause::new(HttpError::new(status, headers, body))),
     }
 }
 
 fn rate_limited(after: Option<Duration>) -> ProviderError {
     ProviderError::RateLimited {
-        status: 429,
         retry_after: after,
         message: "slow down".into(),
+        cause: None,
     }
 }
 
@@ -146,11 +153,7 @@ async fn retry_backs_off_with_capped_jitter_until_success() {
         Step::Fail(ProviderError::Timeout {
             after: Duration::from_secs(1),
         }),
-        Step::Fail(ProviderError::Http {
-            status: 503,
-            body: String::new(),
-            headers: vec![],
-        }),
+        Step::Fail(refused(503, "", vec![])),
         Step::Ok("done"),
     ]));
     let provider = retry(flaky.clone()).max_attempts(4);
@@ -169,11 +172,7 @@ async fn retry_backs_off_with_capped_jitter_until_success() {
 async fn retry_honours_retry_after_exactly() {
     let flaky = Arc::new(Flaky::new(vec![
         Step::Fail(rate_limited(Some(Duration::from_secs(7)))),
-        Step::Fail(ProviderError::Http {
-            status: 503,
-            body: String::new(),
-            headers: vec![("retry-after".into(), "3".into())],
-        }),
+        Step::Fail(refused(503, "", vec![("retry-after".into(), "3".into())])),
         Step::Ok("ok"),
     ]));
     let started = Instant::now();
@@ -285,25 +284,19 @@ async fn retry_deadline_cuts_an_attempt_in_flight() {
 async fn retry_never_retries_what_cannot_succeed() {
     for err in [
         ProviderError::Authentication {
-            status: 401,
             message: "bad key".into(),
+            cause: None,
         },
         ProviderError::QuotaExhausted {
-            status: 429,
             message: "no credit".into(),
+            cause: None,
         },
         ProviderError::ContextLengthExceeded {
             message: "too long".into(),
+            cause: None,
         },
-        ProviderError::Decode {
-            message: "bad json".into(),
-            excerpt: "{".into(),
-        },
-        ProviderError::Http {
-            status: 400,
-            body: "bad request".into(),
-            headers: vec![],
-        },
+        ProviderError::decode("bad json", "{"),
+        refused(400, "bad request", vec![]),
     ] {
         let flaky = Arc::new(Flaky::new(vec![Step::Fail(err.clone()), Step::Ok("no")]));
         let got = retry(flaky.clone()).chat("m", &prompt()).await.unwrap_err();
@@ -463,8 +456,8 @@ async fn fallback_uses_the_secondary_when_the_primary_fails() {
 
     // Narrowed to retryable errors: an auth failure is returned as is.
     let auth = ProviderError::Authentication {
-        status: 401,
         message: "bad key".into(),
+        cause: None,
     };
     let secondary = ScriptedProvider::new([Response::text("unused")]);
     let provider = Fallback::new(
@@ -495,14 +488,10 @@ async fn fallback_uses_the_secondary_when_the_primary_fails() {
 
     // A streamed call through a chain of chains: one flat list of three.
     let auth = ProviderError::Authentication {
-        status: 401,
         message: "bad key".into(),
+        cause: None,
     };
-    let bad_gateway = ProviderError::Http {
-        status: 502,
-        body: "bad gateway".into(),
-        headers: vec![],
-    };
+    let bad_gateway = refused(502, "bad gateway", vec![]);
     let provider = Fallback::new(
         Fallback::new(
             Flaky::new(vec![Step::Fail(auth.clone())]),

@@ -262,7 +262,7 @@ async fn errors_in_the_stream_and_before_it() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, ProviderError::Http { body, .. } if body.contains("out of memory")),
+        matches!(&err, ProviderError::Refused { message, .. } if message.contains("out of memory")),
         "{err:?}"
     );
 
@@ -276,7 +276,7 @@ async fn errors_in_the_stream_and_before_it() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, ProviderError::Http { status: 404, body, .. } if body.contains("not found")),
+        matches!(&err, ProviderError::Refused { retryable: false, message, .. } if message.contains("not found")),
         "{err:?}"
     );
     assert!(!err.is_retryable());

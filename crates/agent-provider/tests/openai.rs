@@ -504,7 +504,7 @@ async fn a_stream_without_done_is_an_error_not_a_partial_reply() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, ProviderError::Transport { message } if message.contains("[DONE]")),
+        matches!(&err, ProviderError::Transport { message, .. } if message.contains("[DONE]")),
         "{err:?}"
     );
     assert_eq!(

@@ -21,7 +21,7 @@
 pub use agent_provider::layers::ProviderExt;
 pub use agent_provider::{
     ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT,
-    ModelPrice, Pricing, RecordedCall, ScriptReport, ScriptedProvider, cassette, layers,
+    HttpError, ModelPrice, Pricing, RecordedCall, ScriptReport, ScriptedProvider, cassette, layers,
 };
 
 /// The OpenAI-compatible chat-completions client and the `/embeddings` embedder (OpenAI,

@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use downstream::{Findings, echo_model, research, search_tool, survey};
 use effect_agents::prelude::*;
+use effect_agents::provider::HttpError;
 use effect_agents::{ErrorKind, MicroUsd, ProviderError};
 
 fn research_config() -> Config {
@@ -82,9 +83,9 @@ async fn a_program_can_tell_failures_apart_without_reading_text() {
     };
     let ask = || op::infer_raw::<()>("m", Prompt::new().user("hi"));
     let rate_limited = ProviderError::RateLimited {
-        status: 429,
         retry_after: Some(Duration::from_secs(2)),
         message: "slow down".into(),
+        cause: None,
     };
     let err = run(&failing(rate_limited), (), ask())
         .await
@@ -176,15 +177,27 @@ async fn real_http_failures_are_told_apart_by_kind() {
         let ErrorKind::Provider { error, .. } = &err.kind else {
             panic!("not a provider error: {err}");
         };
-        kinds.push(match error {
-            ProviderError::RateLimited {
-                status: 429,
-                retry_after: Some(after),
-                ..
-            } if *after == Duration::from_secs(7) => "rate limited",
-            ProviderError::Authentication { status: 401, .. } => "authentication",
-            ProviderError::Timeout { .. } => "timeout",
-            ProviderError::Decode { .. } => "decode",
+        // The HTTP answer, when there was one, is the error's cause.
+        let status = HttpError::of(error).map(|answer| answer.status);
+        kinds.push(match (error, status) {
+            (
+                ProviderError::RateLimited {
+                    retry_after: Some(after),
+                    ..
+                },
+                Some(429),
+            ) if *after == Duration::from_secs(7) => "rate limited",
+            (ProviderError::Authentication { .. }, Some(401)) => "authentication",
+            (ProviderError::Timeout { .. }, None) => "timeout",
+            (ProviderError::Decode { .. }, None) => {
+                // The JSON error itself is reachable through the chain.
+                let source = std::error::Error::source(error).expect("a cause");
+                assert!(
+                    source.downcast_ref::<serde_json::Error>().is_some(),
+                    "{source:?}"
+                );
+                "decode"
+            }
             other => panic!("unexpected {other:?}"),
         });
     }

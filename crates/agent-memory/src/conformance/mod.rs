@@ -192,9 +192,9 @@ impl EmbeddingProvider for FaultyEmbedder {
                 Fault::NaN => v[3] = f32::NAN,
                 Fault::WrongDimension => v.push(0.5),
                 Fault::Fails => {
-                    return Err(EmbeddingError::Provider(ProviderError::Transport {
-                        message: "embedding server down (test)".to_owned(),
-                    }));
+                    return Err(EmbeddingError::Provider(ProviderError::transport(
+                        "embedding server down (test)",
+                    )));
                 }
             }
             Ok(v)

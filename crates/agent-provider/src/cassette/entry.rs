@@ -4,10 +4,11 @@ use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_op::{MicroUsd, Prompt, ProviderError, Response};
+use agent_op::{Cause, MicroUsd, Prompt, ProviderError, Response};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use super::fingerprint::fingerprint;
+use crate::HttpError;
 
 /// One recorded call: the request and what came back.
 #[derive(Clone, Debug, PartialEq)]
@@ -122,26 +123,43 @@ enum OutcomeRepr {
 }
 
 /// [`ProviderError`] as JSON.
+///
+/// An error's [`HttpError`] cause is kept (as `http`); other causes (a `reqwest` or
+/// `serde_json` error) live only in the message, so a replayed error has no other cause.
+/// Cassettes recorded before errors held their HTTP answer as a cause (`status` fields, an
+/// `http` kind) still read.
 #[derive(Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 enum ErrorRepr {
     RateLimited {
-        status: u16,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         retry_after_ms: Option<u64>,
         message: String,
+        #[serde(flatten)]
+        http: AnswerRepr,
     },
     QuotaExhausted {
-        status: u16,
         message: String,
+        #[serde(flatten)]
+        http: AnswerRepr,
     },
     ContextLengthExceeded {
         message: String,
+        #[serde(flatten)]
+        http: AnswerRepr,
     },
     Authentication {
-        status: u16,
         message: String,
+        #[serde(flatten)]
+        http: AnswerRepr,
     },
+    Refused {
+        message: String,
+        retryable: bool,
+        #[serde(flatten)]
+        http: AnswerRepr,
+    },
+    /// How cassettes recorded before `refused` existed wrote an unsuccessful HTTP status.
     Http {
         status: u16,
         body: String,
@@ -172,51 +190,98 @@ enum ErrorRepr {
     },
 }
 
+/// The HTTP answer of an error, when it has one.
+#[derive(Default, Serialize, Deserialize)]
+struct AnswerRepr {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    http: Option<HttpError>,
+    /// Older cassettes: the status alone.
+    #[serde(default, skip_serializing)]
+    status: Option<u16>,
+}
+
+impl AnswerRepr {
+    fn of(cause: &Option<Cause>) -> AnswerRepr {
+        AnswerRepr {
+            http: cause
+                .as_ref()
+                .and_then(|c| c.downcast_ref::<HttpError>())
+                .cloned(),
+            status: None,
+        }
+    }
+
+    fn into_cause(self) -> Option<Cause> {
+        let http = self
+            .http
+            .or_else(|| Some(HttpError::new(self.status?, Vec::new(), "")))?;
+        Some(Cause::new(http))
+    }
+}
+
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 impl From<&ProviderError> for ErrorRepr {
     fn from(err: &ProviderError) -> ErrorRepr {
-        match err.clone() {
+        match err {
             ProviderError::RateLimited {
-                status,
                 retry_after,
                 message,
+                cause,
             } => ErrorRepr::RateLimited {
-                status,
                 retry_after_ms: retry_after.map(millis),
-                message,
+                message: message.clone(),
+                http: AnswerRepr::of(cause),
             },
-            ProviderError::QuotaExhausted { status, message } => {
-                ErrorRepr::QuotaExhausted { status, message }
+            ProviderError::QuotaExhausted { message, cause } => ErrorRepr::QuotaExhausted {
+                message: message.clone(),
+                http: AnswerRepr::of(cause),
+            },
+            ProviderError::ContextLengthExceeded { message, cause } => {
+                ErrorRepr::ContextLengthExceeded {
+                    message: message.clone(),
+                    http: AnswerRepr::of(cause),
+                }
             }
-            ProviderError::ContextLengthExceeded { message } => {
-                ErrorRepr::ContextLengthExceeded { message }
-            }
-            ProviderError::Authentication { status, message } => {
-                ErrorRepr::Authentication { status, message }
-            }
-            ProviderError::Http {
-                status,
-                body,
-                headers,
-            } => ErrorRepr::Http {
-                status,
-                body,
-                headers,
+            ProviderError::Authentication { message, cause } => ErrorRepr::Authentication {
+                message: message.clone(),
+                http: AnswerRepr::of(cause),
+            },
+            ProviderError::Refused {
+                message,
+                retryable,
+                cause,
+            } => ErrorRepr::Refused {
+                message: message.clone(),
+                retryable: *retryable,
+                http: AnswerRepr::of(cause),
             },
             ProviderError::Timeout { after } => ErrorRepr::Timeout {
-                after_ms: millis(after),
+                after_ms: millis(*after),
             },
-            ProviderError::Transport { message } => ErrorRepr::Transport { message },
-            ProviderError::Decode { message, excerpt } => ErrorRepr::Decode { message, excerpt },
-            ProviderError::InvalidRequest { message } => ErrorRepr::InvalidRequest { message },
-            ProviderError::Unexpected { message } => ErrorRepr::Unexpected { message },
+            ProviderError::Transport { message, .. } => ErrorRepr::Transport {
+                message: message.clone(),
+            },
+            ProviderError::Decode {
+                message, excerpt, ..
+            } => ErrorRepr::Decode {
+                message: message.clone(),
+                excerpt: excerpt.clone(),
+            },
+            ProviderError::InvalidRequest { message } => ErrorRepr::InvalidRequest {
+                message: message.clone(),
+            },
+            ProviderError::Unexpected { message } => ErrorRepr::Unexpected {
+                message: message.clone(),
+            },
             ProviderError::AllFailed { errors } => ErrorRepr::AllFailed {
                 errors: errors.iter().map(ErrorRepr::from).collect(),
             },
-            ProviderError::Other(message) => ErrorRepr::Other { message },
+            ProviderError::Other { message, .. } => ErrorRepr::Other {
+                message: message.clone(),
+            },
             other => ErrorRepr::Other {
                 message: other.to_string(),
             },
@@ -228,43 +293,57 @@ impl From<ErrorRepr> for ProviderError {
     fn from(repr: ErrorRepr) -> ProviderError {
         match repr {
             ErrorRepr::RateLimited {
-                status,
                 retry_after_ms,
                 message,
+                http,
             } => ProviderError::RateLimited {
-                status,
                 retry_after: retry_after_ms.map(Duration::from_millis),
                 message,
+                cause: http.into_cause(),
             },
-            ErrorRepr::QuotaExhausted { status, message } => {
-                ProviderError::QuotaExhausted { status, message }
+            ErrorRepr::QuotaExhausted { message, http } => ProviderError::QuotaExhausted {
+                message,
+                cause: http.into_cause(),
+            },
+            ErrorRepr::ContextLengthExceeded { message, http } => {
+                ProviderError::ContextLengthExceeded {
+                    message,
+                    cause: http.into_cause(),
+                }
             }
-            ErrorRepr::ContextLengthExceeded { message } => {
-                ProviderError::ContextLengthExceeded { message }
-            }
-            ErrorRepr::Authentication { status, message } => {
-                ProviderError::Authentication { status, message }
-            }
+            ErrorRepr::Authentication { message, http } => ProviderError::Authentication {
+                message,
+                cause: http.into_cause(),
+            },
+            ErrorRepr::Refused {
+                message,
+                retryable,
+                http,
+            } => ProviderError::Refused {
+                message,
+                retryable,
+                cause: http.into_cause(),
+            },
             ErrorRepr::Http {
                 status,
                 body,
                 headers,
-            } => ProviderError::Http {
-                status,
-                body,
-                headers,
+            } => ProviderError::Refused {
+                message: body.clone(),
+                retryable: status >= 500 || status == 408,
+                cause: Some(Cause::new(HttpError::new(status, headers, body))),
             },
             ErrorRepr::Timeout { after_ms } => ProviderError::Timeout {
                 after: Duration::from_millis(after_ms),
             },
-            ErrorRepr::Transport { message } => ProviderError::Transport { message },
-            ErrorRepr::Decode { message, excerpt } => ProviderError::Decode { message, excerpt },
+            ErrorRepr::Transport { message } => ProviderError::transport(message),
+            ErrorRepr::Decode { message, excerpt } => ProviderError::decode(message, excerpt),
             ErrorRepr::InvalidRequest { message } => ProviderError::InvalidRequest { message },
             ErrorRepr::Unexpected { message } => ProviderError::Unexpected { message },
             ErrorRepr::AllFailed { errors } => ProviderError::AllFailed {
                 errors: errors.into_iter().map(ProviderError::from).collect(),
             },
-            ErrorRepr::Other { message } => ProviderError::Other(message),
+            ErrorRepr::Other { message } => ProviderError::other(message),
         }
     }
 }
@@ -307,38 +386,51 @@ mod tests {
 
     #[test]
     fn every_error_round_trips() {
+        let answer = |status| {
+            Some(Cause::new(HttpError::new(
+                status,
+                vec![("x".into(), "y".into())],
+                "b",
+            )))
+        };
         let errors = [
             ProviderError::RateLimited {
-                status: 429,
                 retry_after: Some(Duration::from_millis(1500)),
                 message: "slow".into(),
+                cause: answer(429),
+            },
+            ProviderError::RateLimited {
+                retry_after: None,
+                message: "slow".into(),
+                cause: None,
             },
             ProviderError::QuotaExhausted {
-                status: 429,
                 message: "pay".into(),
+                cause: answer(429),
             },
             ProviderError::ContextLengthExceeded {
                 message: "long".into(),
+                cause: None,
             },
             ProviderError::Authentication {
-                status: 401,
                 message: "who".into(),
+                cause: answer(401),
             },
-            ProviderError::Http {
-                status: 500,
-                body: "b".into(),
-                headers: vec![("x".into(), "y".into())],
+            ProviderError::Refused {
+                message: "down".into(),
+                retryable: true,
+                cause: answer(500),
+            },
+            ProviderError::Refused {
+                message: "no".into(),
+                retryable: false,
+                cause: None,
             },
             ProviderError::Timeout {
                 after: Duration::from_secs(3),
             },
-            ProviderError::Transport {
-                message: "reset".into(),
-            },
-            ProviderError::Decode {
-                message: "m".into(),
-                excerpt: "e".into(),
-            },
+            ProviderError::transport("reset"),
+            ProviderError::decode("m", "e"),
             ProviderError::InvalidRequest {
                 message: "i".into(),
             },
@@ -350,10 +442,10 @@ mod tests {
                     ProviderError::Timeout {
                         after: Duration::from_secs(1),
                     },
-                    ProviderError::Other("o".into()),
+                    ProviderError::other("o"),
                 ],
             },
-            ProviderError::Other("o".into()),
+            ProviderError::other("o"),
         ];
         for err in errors {
             let entry = CassetteEntry::new("m", Prompt::new().user("x"), Err(err.clone()));
@@ -361,6 +453,38 @@ mod tests {
             let back: CassetteEntry = serde_json::from_str(&line).unwrap();
             assert_eq!(back, entry, "{line}");
         }
+    }
+
+    #[test]
+    fn errors_of_older_cassettes_still_read() {
+        let read = |outcome: &str| -> ProviderError {
+            let template =
+                CassetteEntry::new("m", Prompt::new().user("x"), Err(ProviderError::other("o")));
+            let line = serde_json::to_string(&template)
+                .unwrap()
+                .replace(r#"{"kind":"other","message":"o"}"#, outcome);
+            let entry: CassetteEntry = serde_json::from_str(&line).expect(&line);
+            entry.outcome.expect_err("an error")
+        };
+        let limited =
+            read(r#"{"kind":"rate_limited","status":429,"retry_after_ms":50,"message":"m"}"#);
+        assert_eq!(limited.retry_after(), Some(Duration::from_millis(50)));
+        assert_eq!(HttpError::of(&limited).map(|h| h.status), Some(429));
+        let http =
+            read(r#"{"kind":"http","status":503,"body":"busy","headers":[["retry-after","2"]]}"#);
+        assert!(
+            matches!(
+                http,
+                ProviderError::Refused {
+                    retryable: true,
+                    ..
+                }
+            ),
+            "{http:?}"
+        );
+        let answer = HttpError::of(&http).expect("the answer");
+        assert_eq!((answer.status, answer.body.as_str()), (503, "busy"));
+        assert_eq!(answer.retry_after(), Some(Duration::from_secs(2)));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use agent_op::{BoxFuture, Delta, MicroUsd, Prompt, Provider, ProviderError, Response};
+use agent_op::{BoxFuture, Cause, Delta, MicroUsd, Prompt, Provider, ProviderError, Response};
 
 use super::entry::{CassetteEntry, CassetteError};
 
@@ -114,8 +114,10 @@ impl<P> RecordingProvider<P> {
     ) -> Result<(), ProviderError> {
         let entry =
             CassetteEntry::new(model, prompt.clone(), outcome.clone()).with_max_cost(max_cost);
-        let mut line = serde_json::to_vec(&entry)
-            .map_err(|e| ProviderError::Other(format!("could not encode a cassette entry: {e}")))?;
+        let mut line = serde_json::to_vec(&entry).map_err(|e| {
+            ProviderError::other(format!("could not encode a cassette entry: {e}"))
+                .with_cause(Cause::new(e))
+        })?;
         line.push(b'\n');
         // The sink is a writer; a panic elsewhere cannot leave it in a state worse than a
         // partly written line, which the next write follows on a new line.
@@ -125,10 +127,11 @@ impl<P> RecordingProvider<P> {
             .write_all(&line)
             .and_then(|()| sink.writer.flush());
         written.map_err(|e| {
-            ProviderError::Other(format!(
+            ProviderError::other(format!(
                 "could not write to cassette `{}`: {e}",
                 sink.path.display()
             ))
+            .with_cause(Cause::new(e))
         })
     }
 }

@@ -47,7 +47,7 @@ impl<P> ConcurrencyLimit<P> {
     ) -> Result<Response, ProviderError> {
         let _permit = self.permits.acquire().await.map_err(|_| {
             // The semaphore is never closed; this cannot happen.
-            ProviderError::Other("the concurrency limit was closed".to_owned())
+            ProviderError::other("the concurrency limit was closed")
         })?;
         call().await
     }

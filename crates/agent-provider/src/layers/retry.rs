@@ -4,8 +4,8 @@ use std::fmt;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::HttpError;
 use agent_op::{BoxFuture, Delta, MicroUsd, Prompt, Provider, ProviderError, Response};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::time::Instant;
 
 /// Retries calls that failed with a retryable error ([`ProviderError::is_retryable`]: rate
@@ -150,19 +150,7 @@ fn requested_wait(err: &ProviderError) -> Option<Duration> {
     if let Some(wait) = err.retry_after() {
         return Some(wait);
     }
-    let ProviderError::Http { headers, .. } = err else {
-        return None;
-    };
-    let mut map = HeaderMap::new();
-    for (name, value) in headers {
-        if let (Ok(name), Ok(value)) = (
-            HeaderName::from_bytes(name.as_bytes()),
-            HeaderValue::from_str(value),
-        ) {
-            map.insert(name, value);
-        }
-    }
-    crate::error::retry_after(&map)
+    HttpError::of(err)?.retry_after()
 }
 
 impl<P: Provider> Retry<P> {
@@ -307,15 +295,16 @@ mod tests {
     #[test]
     fn requested_waits_come_from_errors_and_headers() {
         let limited = ProviderError::RateLimited {
-            status: 429,
             retry_after: Some(Duration::from_secs(3)),
             message: String::new(),
+            cause: None,
         };
         assert_eq!(requested_wait(&limited), Some(Duration::from_secs(3)));
-        let unavailable = ProviderError::Http {
-            status: 503,
-            body: String::new(),
-            headers: vec![("retry-after".into(), "2".into())],
+        let answer = HttpError::new(503, vec![("retry-after".into(), "2".into())], "");
+        let unavailable = ProviderError::Refused {
+            message: String::new(),
+            retryable: true,
+            cause: Some(agent_op::Cause::new(answer)),
         };
         assert_eq!(requested_wait(&unavailable), Some(Duration::from_secs(2)));
         assert_eq!(

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use agent_op::{BoxFuture, Delta, MicroUsd, Prompt, Provider, ProviderError, Response};
+use agent_op::{BoxFuture, Cause, Delta, MicroUsd, Prompt, Provider, ProviderError, Response};
 use reqwest::Url;
 use reqwest::header::AUTHORIZATION;
 use serde_json::{Map, Value};
@@ -133,8 +133,10 @@ impl OllamaClient {
     ) -> Result<Vec<u8>, ProviderError> {
         let inner = &self.inner;
         let request = ChatRequest::new(model, prompt, &inner.options, inner.keep_alive, stream)?;
-        serde_json::to_vec(&request)
-            .map_err(|e| ProviderError::Other(format!("could not encode the request: {e}")))
+        serde_json::to_vec(&request).map_err(|e| {
+            ProviderError::other(format!("could not encode the request: {e}"))
+                .with_cause(Cause::new(e))
+        })
     }
 
     fn finish(

@@ -68,7 +68,7 @@ impl OllamaEmbedder {
         let body = transport.body(reply).await?;
         let redactor = transport.redactor();
         let parsed: EmbedResponse = serde_json::from_slice(&body)
-            .map_err(|e| error::decode("embeddings", &body, &e, redactor))?;
+            .map_err(|e| error::decode("embeddings", &body, e, redactor))?;
         if parsed.embeddings.len() != texts.len() {
             return Err(error::invalid(
                 format!(

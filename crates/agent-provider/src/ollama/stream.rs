@@ -168,7 +168,7 @@ impl ChunkAssembler {
             return Ok(());
         }
         let chunk: ChatChunk = serde_json::from_slice(line)
-            .map_err(|e| error::decode("chat object", line, &e, &self.redactor))?;
+            .map_err(|e| error::decode("chat object", line, e, &self.redactor))?;
         if let Some(err) = chunk.error {
             let raw = String::from_utf8_lossy(line);
             return Err(error::from_stream_error(
@@ -236,11 +236,9 @@ impl ChunkAssembler {
             } else {
                 " in the middle of a line"
             };
-            return Err(ProviderError::Transport {
-                message: format!(
-                    "the stream ended{cut} before the reply was complete (no object with \"done\": true)"
-                ),
-            });
+            return Err(ProviderError::transport(format!(
+                "the stream ended{cut} before the reply was complete (no object with \"done\": true)"
+            )));
         };
         let finish_reason = reply::finish_reason(
             reply::parse_finish_reason(done.reason.as_deref()),
@@ -355,7 +353,13 @@ mod tests {
             FinishReason::Other("unload".into())
         );
         let (r, _) = assemble("{\"error\":\"model 'x' not found\"}\n");
-        assert!(matches!(r, Err(ProviderError::Http { status: 503, .. })));
+        assert!(matches!(
+            r,
+            Err(ProviderError::Refused {
+                retryable: true,
+                ..
+            })
+        ));
         let (r, _) = assemble("{\"error\":\"input length exceeds the context length\"}\n");
         assert!(matches!(
             r,
@@ -377,13 +381,19 @@ mod tests {
         let (r, _) = assemble(&stream[..stream.len() - 1]);
         let err = r.unwrap_err();
         assert!(
-            matches!(&err, ProviderError::Transport { message } if message.contains("middle of a line")),
+            matches!(&err, ProviderError::Transport { message, .. } if message.contains("middle of a line")),
             "{err:?}"
         );
         // An error line at the end, whole.
         let (r, _) = assemble("{\"error\":\"out of memory\"}");
         assert!(
-            matches!(r, Err(ProviderError::Http { status: 503, .. })),
+            matches!(
+                r,
+                Err(ProviderError::Refused {
+                    retryable: true,
+                    ..
+                })
+            ),
             "{r:?}"
         );
         // By hand: `finish` takes the last line too.

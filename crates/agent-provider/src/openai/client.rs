@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use agent_op::{BoxFuture, Delta, MicroUsd, Prompt, Provider, ProviderError, Response};
+use agent_op::{BoxFuture, Cause, Delta, MicroUsd, Prompt, Provider, ProviderError, Response};
 use reqwest::Url;
 use reqwest::header::AUTHORIZATION;
 
@@ -202,14 +202,16 @@ impl OpenAiClient {
         let request = ChatRequest::new(model, prompt, self.inner.max_tokens_field, stream)?
             .stream_options(self.inner.stream_options)
             .structured_output(self.inner.structured_output);
-        serde_json::to_vec(&request)
-            .map_err(|e| ProviderError::Other(format!("could not encode the request: {e}")))
+        serde_json::to_vec(&request).map_err(|e| {
+            ProviderError::other(format!("could not encode the request: {e}"))
+                .with_cause(Cause::new(e))
+        })
     }
 
     fn parse_completion(&self, model: &str, body: &[u8]) -> Result<Response, ProviderError> {
         let redactor = self.inner.transport.redactor();
         let completion: ChatCompletion = serde_json::from_slice(body)
-            .map_err(|e| error::decode("chat completion", body, &e, redactor))?;
+            .map_err(|e| error::decode("chat completion", body, e, redactor))?;
         if let Some(err) = &completion.error {
             return Err(error::from_stream_error(
                 err,

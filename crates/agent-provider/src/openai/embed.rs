@@ -78,7 +78,7 @@ impl OpenAiEmbedder {
         let body = transport.body(reply).await?;
         let redactor = transport.redactor();
         let parsed: EmbeddingsResponse = serde_json::from_slice(&body)
-            .map_err(|e| error::decode("embeddings", &body, &e, redactor))?;
+            .map_err(|e| error::decode("embeddings", &body, e, redactor))?;
         let mut data = parsed.data;
         data.sort_by_key(|d| d.index);
         let in_order = data.iter().enumerate().all(|(i, d)| d.index == i);

@@ -187,7 +187,7 @@ impl ChunkAssembler {
             return Ok(());
         }
         let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
-            error::decode("chat completion chunk", data.as_bytes(), &e, &self.redactor)
+            error::decode("chat completion chunk", data.as_bytes(), e, &self.redactor)
         })?;
         if let Some(err) = &chunk.error {
             return Err(error::from_stream_error(err, data, &self.redactor));
@@ -294,10 +294,9 @@ impl ChunkAssembler {
     /// The assembled reply. Fails if `[DONE]` never arrived or a tool call has no name.
     pub fn finish(self) -> Result<Response, ProviderError> {
         if !self.done {
-            return Err(ProviderError::Transport {
-                message: "the event stream ended before the reply was complete (no `data: [DONE]`)"
-                    .to_owned(),
-            });
+            return Err(ProviderError::transport(
+                "the event stream ended before the reply was complete (no `data: [DONE]`)",
+            ));
         }
         let mut tool_calls = Vec::with_capacity(self.calls.len());
         for (i, call) in self.calls.into_iter().enumerate() {
@@ -450,14 +449,12 @@ fn sse_failure(err: sse_stream::Error, redactor: &Redactor) -> ProviderError {
     match err {
         sse_stream::Error::Body(source) => match source.downcast::<ProviderError>() {
             Ok(err) => *err,
-            Err(other) => ProviderError::Transport {
-                message: redactor.redact(&error::chain(other.as_ref())),
-            },
+            Err(other) => ProviderError::transport(redactor.redact(&error::chain(other.as_ref()))),
         },
-        other => ProviderError::Decode {
-            message: redactor.redact(&format!("invalid event stream: {}", error::chain(&other))),
-            excerpt: String::new(),
-        },
+        other => ProviderError::decode(
+            redactor.redact(&format!("invalid event stream: {}", error::chain(&other))),
+            "",
+        ),
     }
 }
 
@@ -665,13 +662,25 @@ mod tests {
         assert!(matches!(r, Err(ProviderError::Decode { .. })));
         let (r, _) =
             push_all(&[r#"{"error":{"message":"overloaded","type":"server_error","code":503}}"#]);
-        assert!(matches!(r, Err(ProviderError::Http { status: 503, .. })));
+        assert!(matches!(
+            r,
+            Err(ProviderError::Refused {
+                retryable: true,
+                ..
+            })
+        ));
         let (r, _) = push_all(&[
             r#"{"error":{"message":"The server had an error while processing your request.","type":"server_error","param":null,"code":null}}"#,
         ]);
         let err = r.unwrap_err();
         assert!(
-            matches!(err, ProviderError::Http { status: 503, .. }),
+            matches!(
+                err,
+                ProviderError::Refused {
+                    retryable: true,
+                    ..
+                }
+            ),
             "{err:?}"
         );
         assert!(err.is_retryable());

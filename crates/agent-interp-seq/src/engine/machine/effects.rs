@@ -274,11 +274,14 @@ where
     pub(super) fn checkpoint(
         &mut self,
         name: String,
-        snapshot: fn(&S) -> Result<Value, String>,
+        snapshot: fn(&S) -> Result<Value, serde_json::Error>,
     ) -> Result<(), Unwind> {
         let state = match snapshot(&self.state) {
             Ok(state) => state,
-            Err(message) => return Err(self.fail(ErrorKind::Checkpoint { name, message })),
+            Err(cause) => {
+                let cause = agent_op::Cause::new(cause);
+                return Err(self.fail(ErrorKind::Checkpoint { name, cause }));
+            }
         };
         // One clock read for the event and the checkpoint: they are the same moment.
         let at = Utc::now();
