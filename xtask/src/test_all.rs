@@ -34,6 +34,8 @@ const STEPS: &[&[&str]] = &[
         "-p",
         "agent-memory",
         "-p",
+        "agent-provider",
+        "-p",
         "effect-agents",
         "--no-default-features",
         "--all-targets",

@@ -252,30 +252,7 @@ pub(crate) fn header_pairs(headers: &HeaderMap, redactor: &Redactor) -> Vec<(Str
 /// How long the server asked us to wait: `retry-after-ms` (OpenAI, Azure), else `Retry-After`
 /// as seconds or as an HTTP date.
 pub(crate) fn retry_after(headers: &HeaderMap) -> Option<Duration> {
-    retry_after_in(|name| headers.get(name).and_then(|v| v.to_str().ok()))
-}
-
-/// [`retry_after`] over headers looked up by (lower-case) name.
-pub(crate) fn retry_after_in<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<Duration> {
-    let text = |name: &str| header(name).map(str::trim);
-    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
-        return seconds(ms / 1000.0);
-    }
-    let value = text("retry-after")?;
-    if let Ok(secs) = value.parse::<f64>() {
-        return seconds(secs);
-    }
-    let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
-    let wait = date.with_timezone(&chrono::Utc) - chrono::Utc::now();
-    Some(wait.to_std().unwrap_or(Duration::ZERO))
-}
-
-fn seconds(secs: f64) -> Option<Duration> {
-    if secs.is_finite() && secs >= 0.0 {
-        Duration::try_from_secs_f64(secs).ok()
-    } else {
-        None
-    }
+    crate::http_error::retry_after_in(|name| headers.get(name).and_then(|v| v.to_str().ok()))
 }
 
 /// The error for a successful response whose body is not what the API documents.

@@ -67,7 +67,7 @@ impl HttpError {
     /// How long the server asked us to wait, from `retry-after-ms` or `Retry-After`
     /// (seconds or an HTTP date), if it said.
     pub fn retry_after(&self) -> Option<Duration> {
-        crate::error::retry_after_in(|name| self.header(name))
+        retry_after_in(|name| self.header(name))
     }
 
     /// The value of header `name` (compared without regard to case), if it was sent.
@@ -90,3 +90,27 @@ impl fmt::Display for HttpError {
 }
 
 impl std::error::Error for HttpError {}
+
+/// How long a server asked us to wait: `retry-after-ms` (OpenAI, Azure), else `Retry-After`
+/// as seconds or as an HTTP date; headers looked up by (lower-case) name.
+pub(crate) fn retry_after_in<'h>(header: impl Fn(&str) -> Option<&'h str>) -> Option<Duration> {
+    let text = |name: &str| header(name).map(str::trim);
+    if let Some(ms) = text("retry-after-ms").and_then(|v| v.parse::<f64>().ok()) {
+        return seconds(ms / 1000.0);
+    }
+    let value = text("retry-after")?;
+    if let Ok(secs) = value.parse::<f64>() {
+        return seconds(secs);
+    }
+    let date = chrono::DateTime::parse_from_rfc2822(value).ok()?;
+    let wait = date.with_timezone(&chrono::Utc) - chrono::Utc::now();
+    Some(wait.to_std().unwrap_or(Duration::ZERO))
+}
+
+fn seconds(secs: f64) -> Option<Duration> {
+    if secs.is_finite() && secs >= 0.0 {
+        Duration::try_from_secs_f64(secs).ok()
+    } else {
+        None
+    }
+}

@@ -21,6 +21,14 @@
 //!   [`Provider::max_cost`](agent_op::Provider::max_cost);
 //! - [`ScriptedProvider`]: answers from a script, for unit tests of programs.
 //!
+//! ## Cargo features
+//!
+//! - `openai` (default): the [`openai`] module, with `reqwest`;
+//! - `ollama` (default): the [`ollama`] module, with `reqwest`.
+//!
+//! Without either, the crate has no HTTP dependency: the layers, cassettes, pricing and the
+//! scripted provider work with any [`Provider`](agent_op::Provider).
+//!
 //! Internals: `http` (one configured `reqwest` client per provider: connect and request timeouts on
 //! by default, bounded bodies), `error` (the HTTP → [`ProviderError`] mapping both clients share;
 //! see `docs/PROVIDERS.md` for the table), `secret` (API keys never appear in `Debug` output,
@@ -50,25 +58,43 @@
 //!
 //! [`ProviderError`]: agent_op::ProviderError
 
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+// The HTTP plumbing both clients share, compiled with either.
+#[cfg(any(feature = "openai", feature = "ollama"))]
 mod assemble;
 pub mod cassette;
+#[cfg(any(feature = "openai", feature = "ollama"))]
 mod error;
+#[cfg(any(feature = "openai", feature = "ollama"))]
 mod http;
 mod http_error;
+#[cfg(any(feature = "openai", feature = "ollama"))]
 mod json;
 pub mod layers;
+#[cfg(feature = "ollama")]
+#[cfg_attr(docsrs, doc(cfg(feature = "ollama")))]
 pub mod ollama;
+#[cfg(feature = "openai")]
+#[cfg_attr(docsrs, doc(cfg(feature = "openai")))]
 pub mod openai;
 mod pricing;
+#[cfg(any(feature = "openai", feature = "ollama"))]
 mod reply;
+#[cfg(any(feature = "openai", feature = "ollama"))]
 mod request;
 mod scripted;
+#[cfg(any(feature = "openai", feature = "ollama"))]
 mod secret;
 
+#[cfg(any(feature = "openai", feature = "ollama"))]
 pub use error::ConfigError;
+#[cfg(any(feature = "openai", feature = "ollama"))]
 pub use http::{DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT};
 pub use http_error::HttpError;
+#[cfg(feature = "ollama")]
 pub use ollama::{OllamaClient, OllamaEmbedder};
+#[cfg(feature = "openai")]
 pub use openai::{OpenAiClient, OpenAiEmbedder};
 pub use pricing::{ModelPrice, Pricing};
 pub use scripted::{RecordedCall, ScriptReport, ScriptedProvider};

@@ -12,6 +12,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 /// OpenAI's limit on `stop` sequences.
+#[cfg(feature = "openai")]
 pub(crate) const OPENAI_MAX_STOP_SEQUENCES: usize = 4;
 
 /// The schema sent for a tool without parameters: an object with no properties. Both APIs
@@ -90,6 +91,7 @@ pub(crate) fn response_schema<'a>(
 }
 
 /// Fails if there are more than `max` stop sequences (no limit when `max` is `None`).
+#[cfg(feature = "openai")]
 pub(crate) fn check_stop_sequences(
     stop: &[String],
     max: Option<usize>,
@@ -165,6 +167,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "openai")]
     fn stop_sequences_and_schemas() {
         let four = vec!["a".to_owned(); 4];
         assert!(check_stop_sequences(&four, Some(4)).is_ok());

@@ -19,8 +19,12 @@
 //! ```
 
 pub use agent_provider::layers::ProviderExt;
+/// Settings and errors the HTTP clients share.
+#[cfg(any(feature = "openai", feature = "ollama"))]
 pub use agent_provider::{
     ConfigError, DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_REQUEST_TIMEOUT,
+};
+pub use agent_provider::{
     HttpError, ModelPrice, Pricing, RecordedCall, ScriptReport, ScriptedProvider, cassette, layers,
 };
 
