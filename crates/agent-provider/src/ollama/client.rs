@@ -9,7 +9,7 @@ use reqwest::header::AUTHORIZATION;
 use serde_json::{Map, Value};
 
 use super::embed::OllamaEmbedder;
-use super::stream::{self, ChunkAssembler, OllamaTimings};
+use super::stream::{self, NdjsonAssembler, OllamaTimings};
 use super::wire::{ChatRequest, KeepAlive};
 use crate::error::ConfigError;
 use crate::http::{self, HttpOptions, Transport, http_builder_methods};
@@ -142,7 +142,7 @@ impl OllamaClient {
     fn finish(
         &self,
         model: &str,
-        assembler: ChunkAssembler,
+        assembler: NdjsonAssembler,
     ) -> Result<OllamaResponse, ProviderError> {
         let usage = assembler.usage();
         let timings = assembler.timings();
@@ -163,7 +163,7 @@ impl OllamaClient {
             .post_json(&self.inner.chat_url, body, "application/json")
             .await?;
         let body = transport.body(reply).await?;
-        let mut assembler = ChunkAssembler::with_redactor(transport.redactor().clone());
+        let mut assembler = NdjsonAssembler::with_redactor(transport.redactor().clone());
         // The whole reply is one chat object; its deltas are not wanted.
         assembler.push_line(&body, &mut |_| {})?;
         self.finish(model, assembler)
@@ -191,7 +191,7 @@ impl OllamaClient {
                 .unexpected_media_type(reply, "NDJSON (`application/x-ndjson`)")
                 .await);
         }
-        let mut assembler = ChunkAssembler::with_redactor(transport.redactor().clone());
+        let mut assembler = NdjsonAssembler::with_redactor(transport.redactor().clone());
         stream::drive(&mut assembler, transport.stream(reply), on_delta).await?;
         self.finish(model, assembler)
     }

@@ -4,7 +4,7 @@
 //!   options such as `num_ctx`), `/api/chat` plain and streamed as a
 //!   [`Provider`](agent_op::Provider), with the durations Ollama reports;
 //! - [`OllamaEmbedder`]: `/api/embed` as an [`EmbeddingProvider`](agent_op::EmbeddingProvider);
-//! - [`ChunkAssembler`], [`assemble_stream`], [`assemble_bytes`]: the NDJSON streaming format,
+//! - [`NdjsonAssembler`], [`assemble_stream`], [`assemble_bytes`]: the NDJSON streaming format,
 //!   usable on any bytes, including a recording in memory;
 //! - `wire`: the request and response shapes.
 //!
@@ -22,5 +22,10 @@ mod wire;
 
 pub use client::{DEFAULT_OLLAMA_HOST, OllamaBuilder, OllamaClient, OllamaResponse};
 pub use embed::OllamaEmbedder;
-pub use stream::{ChunkAssembler, OllamaTimings, assemble_bytes, assemble_stream};
+pub use stream::{NdjsonAssembler, OllamaTimings, assemble_bytes, assemble_stream};
+
+/// The old name of [`NdjsonAssembler`], kept for one release: both clients' assemblers were
+/// called `ChunkAssembler`.
+#[deprecated(since = "0.2.0", note = "renamed to `NdjsonAssembler`")]
+pub type ChunkAssembler = NdjsonAssembler;
 pub use wire::KeepAlive;

@@ -6,7 +6,7 @@
 //! line with `"done": true` carries `done_reason`, the token counts (`prompt_eval_count`,
 //! `eval_count`) and the durations (nanoseconds). A line `{"error": "..."}` fails the call.
 //!
-//! [`ChunkAssembler::push_bytes`] takes bytes split at any point. A stream is complete only
+//! [`NdjsonAssembler::push_bytes`] takes bytes split at any point. A stream is complete only
 //! once the `done` line arrived: a body that ends before is an error
 //! ([`ProviderError::Transport`]), never a partial success. A final line without its newline
 //! counts if it is a whole JSON object; a line cut short does not.
@@ -44,19 +44,19 @@ pub struct OllamaTimings {
 /// Ollama gives none; the object with `"done": true` carries `done_reason`, the token counts
 /// (`prompt_eval_count`, `eval_count`; a missing count is zero, as Ollama omits zeros) and the
 /// durations. An object `{"error": "..."}` fails the call. The reply is complete only once the
-/// `done` object arrived; [`ChunkAssembler::finish`] fails otherwise
+/// `done` object arrived; [`NdjsonAssembler::finish`] fails otherwise
 /// ([`ProviderError::Transport`]).
 ///
 /// ```
 /// use agent_op::Delta;
-/// use agent_provider::ollama::ChunkAssembler;
+/// use agent_provider::ollama::NdjsonAssembler;
 ///
 /// let stream = concat!(
 ///     r#"{"message":{"role":"assistant","content":"Hel"},"done":false}"#, "\n",
 ///     r#"{"message":{"role":"assistant","content":"lo"},"done":false}"#, "\n",
 ///     r#"{"message":{"role":"assistant","content":""},"done":true,"done_reason":"stop","prompt_eval_count":4,"eval_count":2,"eval_duration":1000}"#, "\n",
 /// );
-/// let mut assembler = ChunkAssembler::new();
+/// let mut assembler = NdjsonAssembler::new();
 /// let mut deltas = Vec::new();
 /// let (a, b) = stream.as_bytes().split_at(30); // any split point works
 /// assembler.push_bytes(a, &mut |d| deltas.push(d))?;
@@ -69,7 +69,7 @@ pub struct OllamaTimings {
 /// # Ok::<(), agent_op::ProviderError>(())
 /// ```
 #[derive(Debug, Default)]
-pub struct ChunkAssembler {
+pub struct NdjsonAssembler {
     /// The start of a line whose end has not arrived yet.
     partial_line: Vec<u8>,
     content: String,
@@ -85,16 +85,16 @@ struct Done {
     timings: OllamaTimings,
 }
 
-impl ChunkAssembler {
+impl NdjsonAssembler {
     /// An assembler with nothing received yet.
-    pub fn new() -> ChunkAssembler {
-        ChunkAssembler::default()
+    pub fn new() -> NdjsonAssembler {
+        NdjsonAssembler::default()
     }
 
-    pub(crate) fn with_redactor(redactor: Redactor) -> ChunkAssembler {
-        ChunkAssembler {
+    pub(crate) fn with_redactor(redactor: Redactor) -> NdjsonAssembler {
+        NdjsonAssembler {
             redactor,
-            ..ChunkAssembler::default()
+            ..NdjsonAssembler::default()
         }
     }
 
@@ -145,7 +145,7 @@ impl ChunkAssembler {
 
     /// Marks the end of the input. A final line without its newline is taken if it is a whole
     /// JSON object, passing what it adds to `on_delta`; a line cut short is left for
-    /// [`ChunkAssembler::finish`] to report. ([`ChunkAssembler::finish`] does this too, but
+    /// [`NdjsonAssembler::finish`] to report. ([`NdjsonAssembler::finish`] does this too, but
     /// without a way to pass the line's deltas on.)
     pub fn push_end(&mut self, on_delta: &mut dyn FnMut(Delta)) -> Result<(), ProviderError> {
         if self.done.is_some() || self.partial_line.iter().all(u8::is_ascii_whitespace) {
@@ -264,7 +264,7 @@ where
     S: Stream<Item = Result<B, ProviderError>>,
     B: Buf,
 {
-    let mut assembler = ChunkAssembler::new();
+    let mut assembler = NdjsonAssembler::new();
     drive(&mut assembler, body, &mut on_delta).await?;
     assembler.finish()
 }
@@ -279,7 +279,7 @@ pub fn assemble_bytes<'a>(
 
 /// Feeds `body` to `assembler` until the final object arrived or the body ends.
 pub(crate) async fn drive<S, B, F>(
-    assembler: &mut ChunkAssembler,
+    assembler: &mut NdjsonAssembler,
     body: S,
     on_delta: &mut F,
 ) -> Result<(), ProviderError>
@@ -397,7 +397,7 @@ mod tests {
             "{r:?}"
         );
         // By hand: `finish` takes the last line too.
-        let mut assembler = ChunkAssembler::new();
+        let mut assembler = NdjsonAssembler::new();
         assembler
             .push_bytes(b"{\"done\":true,\"done_reason\":\"stop\"}", &mut |_| {})
             .unwrap();

@@ -8,7 +8,7 @@ use reqwest::Url;
 use reqwest::header::AUTHORIZATION;
 
 use super::embed::OpenAiEmbedder;
-use super::stream::{self, ChunkAssembler};
+use super::stream::{self, SseAssembler};
 use super::wire::{ChatCompletion, ChatRequest};
 use crate::error::{self, ConfigError};
 use crate::http::{self, ExtraHeader, HttpOptions, Transport, http_builder_methods};
@@ -267,7 +267,7 @@ impl OpenAiClient {
                     .await);
             }
         }
-        let mut assembler = ChunkAssembler::with_redactor(transport.redactor().clone());
+        let mut assembler = SseAssembler::with_redactor(transport.redactor().clone());
         stream::drive(&mut assembler, transport.stream(reply), on_delta).await?;
         let usage = assembler.usage();
         let mut response = assembler.finish()?;

@@ -4,7 +4,7 @@
 //! - [`client`](OpenAiClient): configuration, `/chat/completions` (plain and streamed) as a
 //!   [`Provider`](agent_op::Provider);
 //! - [`OpenAiEmbedder`]: `/embeddings` as an [`EmbeddingProvider`](agent_op::EmbeddingProvider);
-//! - [`ChunkAssembler`], [`assemble_stream`], [`assemble_bytes`]: the streaming format
+//! - [`SseAssembler`], [`assemble_stream`], [`assemble_bytes`]: the streaming format
 //!   (server-sent events), usable on any bytes, including a recording in memory;
 //! - `wire`: the request and response shapes.
 //!
@@ -21,4 +21,9 @@ mod wire;
 
 pub use client::{MaxTokensField, OPENAI_BASE_URL, OpenAiBuilder, OpenAiClient, StructuredOutput};
 pub use embed::{MAX_BATCH, OpenAiEmbedder};
-pub use stream::{ChunkAssembler, assemble_bytes, assemble_stream};
+pub use stream::{SseAssembler, assemble_bytes, assemble_stream};
+
+/// The old name of [`SseAssembler`], kept for one release: both clients' assemblers were
+/// called `ChunkAssembler`.
+#[deprecated(since = "0.2.0", note = "renamed to `SseAssembler`")]
+pub type ChunkAssembler = SseAssembler;

@@ -1,7 +1,7 @@
 //! Streamed chat completions: server-sent events of `chat.completion.chunk` objects, assembled
 //! into one [`Response`] while their pieces are passed on as [`Delta`]s.
 //!
-//! The SSE framing is parsed by [`sse_stream`]; [`ChunkAssembler`] handles what the events
+//! The SSE framing is parsed by [`sse_stream`]; [`SseAssembler`] handles what the events
 //! carry. Both work on bytes split at any point (inside a UTF-8 character, an SSE line or a
 //! JSON document), so the same code serves a network body and a recording in memory.
 //!
@@ -35,8 +35,8 @@ use crate::secret::Redactor;
 
 /// Assembles the `data` payloads of a streamed chat completion into a [`Response`].
 ///
-/// Feed it each event's data with [`ChunkAssembler::push_data`], then call
-/// [`ChunkAssembler::finish`]. Most users want [`assemble_stream`] or [`assemble_bytes`],
+/// Feed it each event's data with [`SseAssembler::push_data`], then call
+/// [`SseAssembler::finish`]. Most users want [`assemble_stream`] or [`assemble_bytes`],
 /// which also parse the SSE framing.
 ///
 /// Text deltas (`content`, and `refusal`, which becomes part of the reply's text) are appended
@@ -53,14 +53,14 @@ use crate::secret::Redactor;
 ///   call;
 /// - an `error` object inside the stream, which fails the call with the matching error.
 ///
-/// The reply is complete only once `[DONE]` arrived; [`ChunkAssembler::finish`] fails
+/// The reply is complete only once `[DONE]` arrived; [`SseAssembler::finish`] fails
 /// otherwise ([`ProviderError::Transport`]), so a cut stream is never a partial success.
 ///
 /// ```
 /// use agent_op::Delta;
-/// use agent_provider::openai::ChunkAssembler;
+/// use agent_provider::openai::SseAssembler;
 ///
-/// let mut assembler = ChunkAssembler::new();
+/// let mut assembler = SseAssembler::new();
 /// let mut deltas = Vec::new();
 /// for data in [
 ///     r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}"#,
@@ -77,7 +77,7 @@ use crate::secret::Redactor;
 /// # Ok::<(), agent_op::ProviderError>(())
 /// ```
 #[derive(Debug, Default)]
-pub struct ChunkAssembler {
+pub struct SseAssembler {
     content: String,
     calls: Vec<PartialCall>,
     finish_reason: Option<FinishReason>,
@@ -143,16 +143,16 @@ struct ChunkFunction {
     arguments: Option<Value>,
 }
 
-impl ChunkAssembler {
+impl SseAssembler {
     /// An assembler with nothing received yet.
-    pub fn new() -> ChunkAssembler {
-        ChunkAssembler::default()
+    pub fn new() -> SseAssembler {
+        SseAssembler::default()
     }
 
-    pub(crate) fn with_redactor(redactor: Redactor) -> ChunkAssembler {
-        ChunkAssembler {
+    pub(crate) fn with_redactor(redactor: Redactor) -> SseAssembler {
+        SseAssembler {
             redactor,
-            ..ChunkAssembler::default()
+            ..SseAssembler::default()
         }
     }
 
@@ -332,7 +332,7 @@ impl ChunkAssembler {
 /// `on_delta` as it arrives.
 ///
 /// `body` yields chunks of bytes split anywhere; a transport failure is passed through
-/// unchanged. See [`ChunkAssembler`] for what is accepted; an `event: error` also fails the
+/// unchanged. See [`SseAssembler`] for what is accepted; an `event: error` also fails the
 /// call.
 pub async fn assemble_stream<S, B>(
     body: S,
@@ -342,7 +342,7 @@ where
     S: Stream<Item = Result<B, ProviderError>>,
     B: Buf,
 {
-    let mut assembler = ChunkAssembler::new();
+    let mut assembler = SseAssembler::new();
     drive(&mut assembler, body, &mut on_delta).await?;
     assembler.finish()
 }
@@ -371,7 +371,7 @@ pub fn assemble_bytes<'a>(
 /// only if it is complete: `data: [DONE]`, or data that is a whole JSON document. Anything
 /// else there was cut short, and is left out (so the stream is incomplete).
 pub(crate) async fn drive<S, B, F>(
-    assembler: &mut ChunkAssembler,
+    assembler: &mut SseAssembler,
     body: S,
     on_delta: &mut F,
 ) -> Result<(), ProviderError>
@@ -465,7 +465,7 @@ mod tests {
     use serde_json::json;
 
     fn push_all(data: &[&str]) -> (Result<Response, ProviderError>, Vec<Delta>) {
-        let mut assembler = ChunkAssembler::new();
+        let mut assembler = SseAssembler::new();
         let mut deltas = Vec::new();
         for d in data {
             if let Err(e) = assembler.push_data(d, &mut |x| deltas.push(x)) {
