@@ -71,8 +71,14 @@ pub enum ConfigError {
         var: String,
     },
     /// The HTTP client could not be created (for example, TLS initialisation failed).
-    #[error("could not build the HTTP client: {0}")]
-    Client(String),
+    #[error("could not build the HTTP client: {message}")]
+    Client {
+        /// What failed, with its causes, credentials redacted.
+        message: String,
+        /// The HTTP library's error. It holds no request yet, so no URL or credential.
+        #[source]
+        source: reqwest::Error,
+    },
 }
 
 /// What an error body says, in the shapes the supported servers use:

@@ -208,9 +208,10 @@ impl Transport {
             builder = builder.read_timeout(read);
         }
         let redactor = Redactor::new(secrets);
-        let client = builder
-            .build()
-            .map_err(|e| ConfigError::Client(redactor.redact(&error::chain(&e))))?;
+        let client = builder.build().map_err(|source| ConfigError::Client {
+            message: redactor.redact(&error::chain(&source)),
+            source,
+        })?;
         Ok(Transport {
             client,
             options: options.clone(),

@@ -67,14 +67,15 @@ pub enum CassetteError {
         source: std::io::Error,
     },
     /// A line is not a cassette entry.
-    #[error("cassette `{path}`, line {line}: {message}")]
+    #[error("cassette `{path}`, line {line}: {source}")]
     Parse {
         /// The cassette's path.
         path: PathBuf,
         /// The 1-based line number.
         line: usize,
         /// What is wrong with it.
-        message: String,
+        #[source]
+        source: serde_json::Error,
     },
 }
 
@@ -92,10 +93,10 @@ pub fn read_entries(
         if line.trim().is_empty() {
             continue;
         }
-        let entry = serde_json::from_str(&line).map_err(|e| CassetteError::Parse {
+        let entry = serde_json::from_str(&line).map_err(|source| CassetteError::Parse {
             path: path.to_owned(),
             line: i + 1,
-            message: e.to_string(),
+            source,
         })?;
         entries.push(entry);
     }
