@@ -76,6 +76,14 @@ pub mod par {
     pub use agent_interp_par::*;
 }
 
+/// The Prompt IR (`agent-prompt`): labeled, budgeted sections compiled into a prompt under
+/// a token budget, with a report of what was kept, shrunk and dropped.
+#[cfg(feature = "prompt")]
+#[cfg_attr(docsrs, doc(cfg(feature = "prompt")))]
+pub mod prompt {
+    pub use agent_prompt::*;
+}
+
 pub use agent_op::{agent, crdt, message, op, trace};
 
 pub use agent_interp_seq::{

@@ -1,0 +1,681 @@
+//! [`compile`]: a [`PromptIr`] into the [`Prompt`] providers take, under its budget, with a
+//! [`CompileReport`] of what was kept, shrunk and dropped, and why.
+//!
+//! # The rules
+//!
+//! 1. The prompt may use `total × (1 − reserve_ratio)` tokens
+//!    ([`TokenBudget::available`](crate::TokenBudget::available)), counting every section as
+//!    rendered (label included), each message's and the reply's overhead, the observation and
+//!    the tool definitions.
+//! 2. `Critical` sections and tools, and the observation, are always sent whole. If they
+//!    alone do not fit, compilation fails with [`PromptError::CriticalOverBudget`].
+//! 3. Everything else is ranked: by priority first, then (for sections) by relevance ×
+//!    recency decay — or information density × recency decay under
+//!    [`BudgetAllocation::InformationWeighted`]. Within a priority, tools rank below sections,
+//!    so tools of `Medium` or `Low` priority are dropped before `Medium` sections. Ties go to
+//!    the earlier item.
+//! 4. Under [`BudgetAllocation::FixedRatios`], system sections (hierarchical and constraint
+//!    text) and context (every other section, and the tools) are each held to their share
+//!    first.
+//! 5. While over budget, the lowest-ranked sections that have a `min_tokens` are shrunk
+//!    toward it; then the lowest-ranked items are dropped; then shrunk sections grow back, the
+//!    highest-ranked first, into whatever the drops freed.
+//! 6. A text section is shrunk at a token boundary, keeping its start — or its end, for a
+//!    section of the recent conversation ([`SectionSource::Temporal`]). A message section
+//!    keeps its newest messages, and an assistant message that calls tools stays with the
+//!    tool results answering it; a message section never starts with a tool result whose
+//!    call is not in it.
+//! 7. Sections with no content are dropped; of sections with the same label and content,
+//!    the highest-priority one (the first among equals) is kept.
+//! 8. Output order is the IR's: one system message of the kept text sections, then the kept
+//!    message sections, then the observation as the user's message. The same IR, budget and
+//!    encoding always give the same messages, byte for byte.
+//!
+//! A relevance that is NaN counts as 0; relevance is clamped to 0–1.
+
+use agent_op::{Message, Prompt};
+use serde::{Deserialize, Serialize};
+
+use crate::budget::BudgetAllocation;
+use crate::error::PromptError;
+use crate::ir::PromptIr;
+use crate::render;
+use crate::section::{CompositionMode, Priority, Section, SectionContent, SectionSource};
+use crate::tokens::{MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter};
+
+/// A compiled prompt and how it was made.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Compiled {
+    /// What to send.
+    pub prompt: Prompt,
+    /// What was kept, shrunk and dropped, and why.
+    pub report: CompileReport,
+}
+
+/// What compilation did with each section and tool: enough to answer "why did the model not
+/// see X?" from the trace alone.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct CompileReport {
+    /// Every section, in IR order.
+    pub sections: Vec<SectionReport>,
+    /// Every tool, in IR order.
+    pub tools: Vec<ToolReport>,
+    /// The tokens of everything before compilation (overheads included).
+    pub tokens_before: u32,
+    /// The tokens of the compiled prompt.
+    pub tokens_after: u32,
+    /// The budget's total.
+    pub budget: u32,
+    /// The tokens held in reserve.
+    pub reserve: u32,
+    /// The tokens the prompt could use.
+    pub available: u32,
+    /// `tokens_after / tokens_before` (1 when nothing was there).
+    pub compression_ratio: f32,
+}
+
+/// What happened to one section.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SectionReport {
+    /// The section's id.
+    pub id: String,
+    /// Where it came from.
+    pub source: SectionSource,
+    /// Its priority.
+    pub priority: Priority,
+    /// Its tokens in the IR.
+    pub tokens_before: u32,
+    /// Its tokens in the prompt (0 when dropped).
+    pub tokens_after: u32,
+    /// Kept, shrunk or dropped.
+    pub outcome: Outcome,
+}
+
+/// What happened to one tool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolReport {
+    /// The tool's name.
+    pub name: String,
+    /// Its priority.
+    pub priority: Priority,
+    /// Its tokens.
+    pub tokens: u32,
+    /// Kept or dropped (a tool is never shrunk). A dropped tool cannot be called.
+    pub outcome: Outcome,
+}
+
+/// What compilation did with a section or tool.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "outcome", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Outcome {
+    /// Sent whole.
+    Kept,
+    /// Sent in part, to fit.
+    Shrunk,
+    /// Not sent.
+    Dropped {
+        /// Why.
+        reason: DropReason,
+    },
+}
+
+impl Outcome {
+    /// Whether it was sent, whole or in part.
+    pub fn is_sent(&self) -> bool {
+        !matches!(self, Outcome::Dropped { .. })
+    }
+}
+
+/// Why a section or tool was not sent.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DropReason {
+    /// Higher-ranked items used the budget.
+    OverBudget,
+    /// Its share of a [`BudgetAllocation::FixedRatios`] budget was used up.
+    OverAllocation,
+    /// Another section has the same label and content.
+    Duplicate,
+    /// It has no content.
+    Empty,
+}
+
+/// Which share of a fixed-ratio budget an item draws on.
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Share {
+    System,
+    Context,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Kind {
+    Section(usize),
+    Tool(usize),
+}
+
+struct Item {
+    kind: Kind,
+    priority: Priority,
+    value: f64,
+    share: Share,
+    /// Tokens whole.
+    full: u32,
+    /// The fewest tokens it may be shrunk to (`full` when it may not be).
+    min: u32,
+    /// Tokens planned.
+    size: u32,
+    dropped: Option<DropReason>,
+}
+
+impl Item {
+    fn critical(&self) -> bool {
+        self.priority == Priority::Critical
+    }
+
+    fn live(&self) -> bool {
+        self.dropped.is_none()
+    }
+}
+
+/// Compiles `ir` under its budget ([`PromptMeta::budget`](crate::PromptMeta::budget)),
+/// counting with `counter`. Sections and tools not yet counted are counted (and cached);
+/// counting the IR first ([`PromptIr::count`]) makes compiling it again cheap.
+///
+/// See the [module docs](self) for the rules.
+pub fn compile(ir: &PromptIr, counter: &TokenCounter) -> Result<Compiled, PromptError> {
+    check_ids(ir)?;
+    let budget = &ir.meta.budget;
+    let available = budget.available();
+    let decay = f64::from(ir.meta.strategy.recency_decay);
+    let now = ir.meta.timestamp;
+
+    // Plan every item at its whole size.
+    let mut items: Vec<Item> = Vec::with_capacity(ir.sections.len() + ir.tools.len());
+    for (i, section) in ir.sections.iter().enumerate() {
+        let full = section_tokens(section, counter);
+        let share = match (&section.content, section.composition) {
+            (
+                SectionContent::Text(_),
+                CompositionMode::Hierarchical | CompositionMode::Constraint,
+            ) => Share::System,
+            _ => Share::Context,
+        };
+        let weight = match budget.allocation {
+            BudgetAllocation::InformationWeighted => information_density(&section.content),
+            _ => clamp_unit(section.relevance.unwrap_or(1.0)),
+        };
+        let age_hours = section
+            .recency
+            .map(|at| (now - at).num_seconds().max(0) as f64 / 3600.0)
+            .unwrap_or(0.0);
+        let recency = if decay.is_finite() && decay > 0.0 {
+            decay.clamp(0.0, 1.0).powf(age_hours)
+        } else {
+            1.0
+        };
+        let min = section.min_tokens.map_or(full, |m| m.min(full));
+        items.push(Item {
+            kind: Kind::Section(i),
+            priority: section.priority,
+            value: weight * recency,
+            share,
+            full,
+            min,
+            size: full,
+            dropped: section.content.is_empty().then_some(DropReason::Empty),
+        });
+    }
+    for (i, tool) in ir.tools.iter().enumerate() {
+        let full = if tool.tokens == 0 {
+            counter.count_tool(tool)
+        } else {
+            tool.tokens
+        };
+        items.push(Item {
+            kind: Kind::Tool(i),
+            priority: tool.priority,
+            value: 1.0,
+            share: Share::Context,
+            full,
+            min: full,
+            size: full,
+            dropped: None,
+        });
+    }
+    drop_duplicates(ir, &mut items);
+    for item in &mut items {
+        if item.dropped.is_some() {
+            item.size = 0;
+        }
+    }
+
+    let observation = counter.count_observation(&ir.observation);
+    let has_text = items.iter().any(|item| {
+        item.live()
+            && matches!(item.kind, Kind::Section(i) if matches!(ir.sections[i].content, SectionContent::Text(_)))
+    });
+    if observation == 0
+        && !items
+            .iter()
+            .any(|item| item.live() && matches!(item.kind, Kind::Section(_)))
+    {
+        return Err(PromptError::Empty);
+    }
+    let system_overhead = if has_text { MESSAGE_OVERHEAD } else { 0 };
+    let tokens_before = items
+        .iter()
+        .map(|item| item.full)
+        .fold(REPLY_PRIMING + system_overhead, u32::saturating_add)
+        .saturating_add(observation);
+    let fixed = items
+        .iter()
+        .filter(|item| item.critical() && item.live())
+        .map(|item| item.full)
+        .fold(REPLY_PRIMING + system_overhead, u32::saturating_add)
+        .saturating_add(observation);
+    if fixed > available {
+        return Err(PromptError::CriticalOverBudget {
+            needed: fixed,
+            available,
+        });
+    }
+
+    // Lowest rank first.
+    let mut order: Vec<usize> = (0..items.len()).filter(|&i| !items[i].critical()).collect();
+    order.sort_by(|&a, &b| {
+        let (x, y) = (&items[a], &items[b]);
+        x.priority
+            .cmp(&y.priority)
+            .then_with(|| is_section(x).cmp(&is_section(y)))
+            .then_with(|| x.value.total_cmp(&y.value))
+            .then_with(|| b.cmp(&a))
+    });
+
+    let caps = share_caps(&budget.allocation, available);
+    for &(share, cap) in &caps {
+        let used = share_used(&items, share);
+        if used > cap {
+            free(
+                &mut items,
+                &order,
+                used - cap,
+                DropReason::OverAllocation,
+                |item| item.share == share,
+            );
+        }
+    }
+    let used = fixed
+        + items
+            .iter()
+            .filter(|i| !i.critical())
+            .map(|i| i.size)
+            .sum::<u32>();
+    if used > available {
+        free(
+            &mut items,
+            &order,
+            used - available,
+            DropReason::OverBudget,
+            |_| true,
+        );
+    }
+    regrow(&mut items, &order, available - fixed, &caps);
+
+    assemble(
+        ir,
+        counter,
+        &items,
+        tokens_before,
+        available,
+        system_overhead,
+        observation,
+    )
+}
+
+fn is_section(item: &Item) -> bool {
+    matches!(item.kind, Kind::Section(_))
+}
+
+fn check_ids(ir: &PromptIr) -> Result<(), PromptError> {
+    let mut ids: Vec<&str> = ir.sections.iter().map(|s| s.id.as_str()).collect();
+    ids.sort_unstable();
+    match ids.windows(2).find(|pair| pair[0] == pair[1]) {
+        Some(pair) => Err(PromptError::DuplicateSectionId {
+            id: pair[0].to_owned(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// A section's tokens: its count when it has been counted, else counted now (and cached).
+fn section_tokens(section: &Section, counter: &TokenCounter) -> u32 {
+    match &section.hash {
+        Some(_) => section.tokens,
+        None => counter.count_section(section, &render::content_hash(section)),
+    }
+}
+
+/// Of sections with the same content hash, keeps the highest priority (the first among
+/// equals).
+fn drop_duplicates(ir: &PromptIr, items: &mut [Item]) {
+    let mut by_hash: Vec<(String, usize)> = Vec::new();
+    for (at, item) in items.iter().enumerate() {
+        if let (Kind::Section(i), None) = (item.kind, item.dropped) {
+            let section = &ir.sections[i];
+            let hash = section
+                .hash
+                .clone()
+                .unwrap_or_else(|| render::content_hash(section));
+            by_hash.push((hash, at));
+        }
+    }
+    by_hash.sort();
+    for group in by_hash.chunk_by(|a, b| a.0 == b.0) {
+        if group.len() < 2 {
+            continue;
+        }
+        let keep = group
+            .iter()
+            .map(|(_, at)| *at)
+            .min_by(|&a, &b| items[b].priority.cmp(&items[a].priority).then(a.cmp(&b)))
+            .unwrap_or(group[0].1);
+        for &(_, at) in group {
+            if at != keep {
+                items[at].dropped = Some(DropReason::Duplicate);
+            }
+        }
+    }
+}
+
+/// The cap of each share of a fixed-ratio budget (shares summing past 1 are normalised).
+fn share_caps(allocation: &BudgetAllocation, available: u32) -> Vec<(Share, u32)> {
+    let BudgetAllocation::FixedRatios {
+        system,
+        context,
+        observation,
+    } = allocation
+    else {
+        return Vec::new();
+    };
+    let ratio = |r: f32| {
+        if r.is_finite() {
+            f64::from(r).max(0.0)
+        } else {
+            0.0
+        }
+    };
+    let (system, context) = (ratio(*system), ratio(*context));
+    let sum = system + context + ratio(*observation);
+    let scale = if sum > 1.0 { 1.0 / sum } else { 1.0 };
+    let cap = |r: f64| (f64::from(available) * r * scale).floor() as u32;
+    vec![(Share::System, cap(system)), (Share::Context, cap(context))]
+}
+
+fn share_used(items: &[Item], share: Share) -> u32 {
+    items
+        .iter()
+        .filter(|item| item.share == share)
+        .map(|item| item.size)
+        .sum()
+}
+
+/// Frees `need` tokens from the items `eligible` accepts: shrinks the lowest-ranked toward
+/// their minimum first, then drops the lowest-ranked.
+fn free(
+    items: &mut [Item],
+    order: &[usize],
+    need: u32,
+    reason: DropReason,
+    eligible: impl Fn(&Item) -> bool,
+) {
+    let mut freed = 0u32;
+    for &i in order {
+        let item = &mut items[i];
+        if item.live() && eligible(item) && item.size > item.min {
+            let cut = (item.size - item.min).min(need - freed);
+            item.size -= cut;
+            freed += cut;
+            if freed >= need {
+                return;
+            }
+        }
+    }
+    for &i in order {
+        let item = &mut items[i];
+        if item.live() && eligible(item) {
+            freed = freed.saturating_add(item.size);
+            item.size = 0;
+            item.dropped = Some(reason);
+            if freed >= need {
+                return;
+            }
+        }
+    }
+}
+
+/// Grows shrunk items back, the highest-ranked first, into the room left.
+fn regrow(items: &mut [Item], order: &[usize], room: u32, caps: &[(Share, u32)]) {
+    for &i in order.iter().rev() {
+        let item = &items[i];
+        if !item.live() || item.size >= item.full {
+            continue;
+        }
+        let used: u32 = items
+            .iter()
+            .filter(|it| !it.critical())
+            .map(|it| it.size)
+            .sum();
+        let mut grow = (item.full - item.size).min(room.saturating_sub(used));
+        if let Some(&(_, cap)) = caps.iter().find(|(share, _)| *share == item.share) {
+            grow = grow.min(cap.saturating_sub(share_used(items, item.share)));
+        }
+        items[i].size += grow;
+    }
+}
+
+/// Renders the plan into the prompt and its report.
+fn assemble(
+    ir: &PromptIr,
+    counter: &TokenCounter,
+    items: &[Item],
+    tokens_before: u32,
+    available: u32,
+    system_overhead: u32,
+    observation: u32,
+) -> Result<Compiled, PromptError> {
+    let mut system = String::new();
+    let mut conversation: Vec<Message> = Vec::new();
+    let mut sections = Vec::with_capacity(ir.sections.len());
+    let mut tools = Vec::new();
+    let mut definitions = Vec::new();
+    let mut after = REPLY_PRIMING.saturating_add(observation);
+    let mut any_text = false;
+    for item in items {
+        match item.kind {
+            Kind::Section(i) => {
+                let section = &ir.sections[i];
+                let (tokens, outcome) = match item.dropped {
+                    Some(reason) => (0, Outcome::Dropped { reason }),
+                    None => {
+                        let sent = place(section, item, counter, &mut system, &mut conversation);
+                        match sent {
+                            0 => (
+                                0,
+                                Outcome::Dropped {
+                                    reason: DropReason::OverBudget,
+                                },
+                            ),
+                            n if n < item.full => (n, Outcome::Shrunk),
+                            n => (n, Outcome::Kept),
+                        }
+                    }
+                };
+                if tokens > 0 && matches!(section.content, SectionContent::Text(_)) {
+                    any_text = true;
+                }
+                after = after.saturating_add(tokens);
+                sections.push(SectionReport {
+                    id: section.id.clone(),
+                    source: section.source.clone(),
+                    priority: section.priority,
+                    tokens_before: item.full,
+                    tokens_after: tokens,
+                    outcome,
+                });
+            }
+            Kind::Tool(i) => {
+                let tool = &ir.tools[i];
+                let outcome = match item.dropped {
+                    Some(reason) => Outcome::Dropped { reason },
+                    None => {
+                        after = after.saturating_add(item.full);
+                        definitions.push(tool.definition());
+                        Outcome::Kept
+                    }
+                };
+                tools.push(ToolReport {
+                    name: tool.name.clone(),
+                    priority: tool.priority,
+                    tokens: item.full,
+                    outcome,
+                });
+            }
+        }
+    }
+    let mut messages = Vec::with_capacity(conversation.len() + 2);
+    if any_text {
+        after = after.saturating_add(system_overhead);
+        let trimmed = system.trim_end_matches('\n').len();
+        system.truncate(trimmed);
+        messages.push(Message::system(system));
+    }
+    messages.extend(conversation);
+    if !ir.observation.is_empty() {
+        messages.push(Message::user(ir.observation.clone()));
+    }
+    let mut prompt = Prompt::from_messages(messages);
+    prompt.tools = definitions;
+    let compression_ratio = if tokens_before == 0 {
+        1.0
+    } else {
+        (f64::from(after) / f64::from(tokens_before)) as f32
+    };
+    let budget = &ir.meta.budget;
+    Ok(Compiled {
+        prompt,
+        report: CompileReport {
+            sections,
+            tools,
+            tokens_before,
+            tokens_after: after,
+            budget: budget.total,
+            reserve: budget.reserve(),
+            available,
+            compression_ratio,
+        },
+    })
+}
+
+/// Adds a kept section to the prompt at its planned size; returns the tokens it takes (0 if
+/// nothing of it fits).
+fn place(
+    section: &Section,
+    item: &Item,
+    counter: &TokenCounter,
+    system: &mut String,
+    conversation: &mut Vec<Message>,
+) -> u32 {
+    match &section.content {
+        SectionContent::Text(text) => {
+            if item.size >= item.full {
+                render::push_text_section(system, &section.label, text);
+                return item.full;
+            }
+            let keep_end = section.source == SectionSource::Temporal;
+            let hash = match &section.hash {
+                Some(hash) => std::borrow::Cow::Borrowed(hash.as_str()),
+                None => std::borrow::Cow::Owned(render::content_hash(section)),
+            };
+            match counter.shrink_text(&hash, &section.label, text, item.size, keep_end) {
+                Some((len, tokens)) => {
+                    let kept = if keep_end {
+                        &text[text.len() - len..]
+                    } else {
+                        &text[..len]
+                    };
+                    render::push_text_section(system, &section.label, kept);
+                    tokens
+                }
+                None => 0,
+            }
+        }
+        SectionContent::Messages(messages) => {
+            let units = units(messages);
+            let mut kept = Vec::new();
+            let mut tokens = 0u32;
+            // Newest first: keep the longest suffix of whole units that fits.
+            for unit in units.iter().rev() {
+                let n = counter.count_messages(unit);
+                if tokens.saturating_add(n) > item.size {
+                    break;
+                }
+                tokens += n;
+                kept.push(*unit);
+            }
+            for unit in kept.iter().rev() {
+                conversation.extend(unit.iter().cloned());
+            }
+            tokens
+        }
+    }
+}
+
+/// Messages grouped so that none is split from what it needs: an assistant message with
+/// tool calls together with the tool results that follow it; any other message alone. Tool
+/// results at the start, whose call is not here, are left out.
+fn units(messages: &[Message]) -> Vec<&[Message]> {
+    let mut start = messages
+        .iter()
+        .position(|m| !matches!(m, Message::Tool { .. }))
+        .unwrap_or(messages.len());
+    let mut units = Vec::new();
+    while start < messages.len() {
+        let mut end = start + 1;
+        if matches!(&messages[start], Message::Assistant { tool_calls, .. } if !tool_calls.is_empty())
+        {
+            while end < messages.len() && matches!(messages[end], Message::Tool { .. }) {
+                end += 1;
+            }
+        }
+        units.push(&messages[start..end]);
+        start = end;
+    }
+    units
+}
+
+/// A relevance in 0–1; NaN counts as 0.
+fn clamp_unit(x: f32) -> f64 {
+    if x.is_nan() {
+        0.0
+    } else {
+        f64::from(x).clamp(0.0, 1.0)
+    }
+}
+
+/// The share of distinct words among a section's words (1 for an empty one).
+fn information_density(content: &SectionContent) -> f64 {
+    let text = match content {
+        SectionContent::Text(text) => text.as_str(),
+        SectionContent::Messages(_) => return 1.0,
+    };
+    let mut words: Vec<&str> = text.split_whitespace().collect();
+    let total = words.len();
+    if total == 0 {
+        return 1.0;
+    }
+    words.sort_unstable();
+    words.dedup();
+    words.len() as f64 / total as f64
+}

@@ -1,0 +1,58 @@
+//! # agent-prompt: the context window as data
+//!
+//! A model call's context is built, not written: labeled [`Section`]s from different
+//! sources (instructions, the recent conversation, memories, values from the program's
+//! state), each with a priority, a relevance, a time and a size in tokens, plus the tools
+//! and the observation to answer. That is a [`PromptIr`]. [`compile`] turns it into the
+//! [`Prompt`](agent_op::Prompt) providers take, under a [`TokenBudget`]: critical sections
+//! always, the rest by rank, shrunk before dropped — and says in a [`CompileReport`] what
+//! happened to every section and why.
+//!
+//! - [`section`](Section): [`Section`], [`SectionSource`], [`SectionContent`], [`Priority`],
+//!   [`CompositionMode`];
+//! - [`ir`](PromptIr): [`PromptIr`], [`ToolDef`], [`PromptMeta`], and the [`ContextRequest`]
+//!   an IR is hydrated from;
+//! - budget: [`TokenBudget`], [`BudgetAllocation`], [`ContextStrategy`];
+//! - tokens: [`TokenCounter`] and [`Encoding`] — OpenAI's o200k_base and cl100k_base by
+//!   model name, an approximation for other models, counts cached by content hash;
+//! - [`compile`], [`compose`], and the embedding heuristics [`estimate_impact`] and
+//!   [`equivalent`].
+//!
+//! The crate does no I/O of its own: sources that read files or memory belong to the
+//! hydration layer.
+//!
+//! ```
+//! use agent_prompt::{compile, Priority, PromptIr, PromptMeta, Section, TokenBudget, TokenCounter};
+//!
+//! let counter = TokenCounter::for_model("gpt-4o-mini");
+//! let now = chrono::Utc::now();
+//! let mut ir = PromptIr::new("What did we decide?", PromptMeta::new(TokenBudget::new(60), now))
+//!     .section(Section::text("rules", "## Rules", "Answer in one sentence.").with_priority(Priority::Critical))
+//!     .section(Section::text("notes", "## Notes", "lorem ipsum dolor ".repeat(100)).with_priority(Priority::Low));
+//! ir.count(&counter);
+//! let compiled = compile(&ir, &counter)?;
+//! assert!(compiled.report.tokens_after <= 54); // 60 tokens minus a 10% reserve
+//! assert!(!compiled.report.sections[1].outcome.is_sent()); // the notes did not fit
+//! # Ok::<(), agent_prompt::PromptError>(())
+//! ```
+
+mod analysis;
+mod budget;
+mod compile;
+mod compose;
+mod error;
+mod ir;
+mod render;
+mod section;
+mod tokens;
+
+pub use analysis::{equivalent, estimate_impact};
+pub use budget::{BudgetAllocation, ContextStrategy, TokenBudget};
+pub use compile::{
+    CompileReport, Compiled, DropReason, Outcome, SectionReport, ToolReport, compile,
+};
+pub use compose::compose;
+pub use error::PromptError;
+pub use ir::{ContextRequest, PromptIr, PromptMeta, ToolDef};
+pub use section::{CompositionMode, Priority, Section, SectionContent, SectionSource};
+pub use tokens::{Encoding, MESSAGE_OVERHEAD, REPLY_PRIMING, TOOL_OVERHEAD, TokenCounter};
