@@ -1,37 +1,5 @@
 //! [`compile`]: a [`PromptIr`] into the [`Prompt`] providers take, under its budget, with a
 //! [`CompileReport`] of what was kept, shrunk and dropped, and why.
-//!
-//! # The rules
-//!
-//! 1. The prompt may use `total × (1 − reserve_ratio)` tokens
-//!    ([`TokenBudget::available`](crate::TokenBudget::available)), counting every section as
-//!    rendered (label included), each message's and the reply's overhead, the observation and
-//!    the tool definitions.
-//! 2. `Critical` sections and tools, and the observation, are always sent whole. If they
-//!    alone do not fit, compilation fails with [`PromptError::CriticalOverBudget`].
-//! 3. Everything else is ranked: by priority first, then (for sections) by relevance ×
-//!    recency decay — or information density × recency decay under
-//!    [`BudgetAllocation::InformationWeighted`]. Within a priority, tools rank below sections,
-//!    so tools of `Medium` or `Low` priority are dropped before `Medium` sections. Ties go to
-//!    the earlier item.
-//! 4. Under [`BudgetAllocation::FixedRatios`], system sections (hierarchical and constraint
-//!    text) and context (every other section, and the tools) are each held to their share
-//!    first.
-//! 5. While over budget, the lowest-ranked sections that have a `min_tokens` are shrunk
-//!    toward it; then the lowest-ranked items are dropped; then shrunk sections grow back, the
-//!    highest-ranked first, into whatever the drops freed.
-//! 6. A text section is shrunk at a token boundary, keeping its start — or its end, for a
-//!    section of the recent conversation ([`SectionSource::Temporal`]). A message section
-//!    keeps its newest messages, and an assistant message that calls tools stays with the
-//!    tool results answering it; a message section never starts with a tool result whose
-//!    call is not in it.
-//! 7. Sections with no content are dropped; of sections with the same label and content,
-//!    the highest-priority one (the first among equals) is kept.
-//! 8. Output order is the IR's: one system message of the kept text sections, then the kept
-//!    message sections, then the observation as the user's message. The same IR, budget and
-//!    encoding always give the same messages, byte for byte.
-//!
-//! A relevance that is NaN counts as 0; relevance is clamped to 0–1.
 
 use agent_op::{Message, Prompt};
 use serde::{Deserialize, Serialize};
@@ -183,7 +151,38 @@ impl Item {
 /// counting with `counter`. Sections and tools not yet counted are counted (and cached);
 /// counting the IR first ([`PromptIr::count`]) makes compiling it again cheap.
 ///
-/// See the [module docs](self) for the rules.
+///
+/// # The rules
+///
+/// 1. The prompt may use `total × (1 − reserve_ratio)` tokens
+///    ([`TokenBudget::available`](crate::TokenBudget::available)), counting every section as
+///    rendered (label included), each message's and the reply's overhead, the observation and
+///    the tool definitions.
+/// 2. `Critical` sections and tools, and the observation, are always sent whole. If they
+///    alone do not fit, compilation fails with [`PromptError::CriticalOverBudget`].
+/// 3. Everything else is ranked: by priority first, then (for sections) by relevance ×
+///    recency decay — or information density × recency decay under
+///    [`BudgetAllocation::InformationWeighted`]. Within a priority, tools rank below sections,
+///    so tools of `Medium` or `Low` priority are dropped before `Medium` sections. Ties go to
+///    the earlier item.
+/// 4. Under [`BudgetAllocation::FixedRatios`], system sections (hierarchical and constraint
+///    text) and context (every other section, and the tools) are each held to their share
+///    first.
+/// 5. While over budget, the lowest-ranked sections that have a `min_tokens` are shrunk
+///    toward it; then the lowest-ranked items are dropped; then shrunk sections grow back, the
+///    highest-ranked first, into whatever the drops freed.
+/// 6. A text section is shrunk at a token boundary, keeping its start — or its end, for a
+///    section of the recent conversation ([`SectionSource::Temporal`]). A message section
+///    keeps its newest messages, and an assistant message that calls tools stays with the
+///    tool results answering it; a message section never starts with a tool result whose
+///    call is not in it.
+/// 7. Sections with no content are dropped; of sections with the same label and content,
+///    the highest-priority one (the first among equals) is kept.
+/// 8. Output order is the IR's: one system message of the kept text sections, then the kept
+///    message sections, then the observation as the user's message. The same IR, budget and
+///    encoding always give the same messages, byte for byte.
+///
+/// A relevance that is NaN counts as 0; relevance is clamped to 0–1.
 pub fn compile(ir: &PromptIr, counter: &TokenCounter) -> Result<Compiled, PromptError> {
     check_ids(ir)?;
     let budget = &ir.meta.budget;
