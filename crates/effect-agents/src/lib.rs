@@ -40,6 +40,7 @@
 //!   timeout, rate limit, fallback), cassettes, pricing, and [`ScriptedProvider`] for tests.
 //! - [`memory`]: memory backends ([`memory::InMemoryBackend`], [`memory::sqlite`]),
 //!   embedders, [`memory::build_context`] and the backend conformance suite.
+//! - [`prompt`]: the Prompt IR — sections compiled into a prompt under a token budget.
 //! - [`prelude`]: what most programs need, in one `use`.
 //!
 //! ## Cargo features
@@ -50,6 +51,7 @@
 //! | `ollama` | yes | [`provider::ollama`], the Ollama client and embedder |
 //! | `openai` | no | [`provider::openai`], the OpenAI-compatible client and embedder |
 //! | `sqlite` | yes | [`memory::sqlite`], the SQLite memory backend (pulls in sqlx) |
+//! | `prompt` | yes | [`prompt`], the Prompt IR and token counting (pulls in bpe-openai) |
 //!
 //! `#[derive(Merge)]` and [`op!`] work through this crate alone: a crate depending only on
 //! `effect-agents` (not on `agent-op`) can use both.
