@@ -1,6 +1,8 @@
 //! [`compile`]: a [`PromptIr`] into the [`Prompt`] providers take, under its budget, with a
 //! [`CompileReport`] of what was kept, shrunk and dropped, and why.
 
+use std::borrow::Cow;
+
 use agent_op::{Message, Prompt};
 use serde::{Deserialize, Serialize};
 
@@ -190,10 +192,24 @@ pub fn compile(ir: &PromptIr, counter: &TokenCounter) -> Result<Compiled, Prompt
     let decay = f64::from(ir.meta.strategy.recency_decay);
     let now = ir.meta.timestamp;
 
+    // Each section's content hash, computed once: it keys the counts, the duplicates and
+    // the cuts.
+    let hashes: Vec<Cow<'_, str>> = ir
+        .sections
+        .iter()
+        .map(|section| match &section.hash {
+            Some(hash) => Cow::Borrowed(hash.as_str()),
+            None => Cow::Owned(render::content_hash(section)),
+        })
+        .collect();
+
     // Plan every item at its whole size.
     let mut items: Vec<Item> = Vec::with_capacity(ir.sections.len() + ir.tools.len());
     for (i, section) in ir.sections.iter().enumerate() {
-        let full = section_tokens(section, counter);
+        let full = match section.hash {
+            Some(_) => section.tokens,
+            None => counter.count_section(section, &hashes[i]),
+        };
         let share = match (&section.content, section.composition) {
             (
                 SectionContent::Text(_),
@@ -243,7 +259,7 @@ pub fn compile(ir: &PromptIr, counter: &TokenCounter) -> Result<Compiled, Prompt
             dropped: None,
         });
     }
-    drop_duplicates(ir, &mut items);
+    drop_duplicates(&hashes, &mut items);
     for item in &mut items {
         if item.dropped.is_some() {
             item.size = 0;
@@ -324,10 +340,10 @@ pub fn compile(ir: &PromptIr, counter: &TokenCounter) -> Result<Compiled, Prompt
 
     assemble(
         ir,
+        &hashes,
         counter,
         &items,
         tokens_before,
-        available,
         system_overhead,
         observation,
     )
@@ -348,26 +364,13 @@ fn check_ids(ir: &PromptIr) -> Result<(), PromptError> {
     }
 }
 
-/// A section's tokens: its count when it has been counted, else counted now (and cached).
-fn section_tokens(section: &Section, counter: &TokenCounter) -> u32 {
-    match &section.hash {
-        Some(_) => section.tokens,
-        None => counter.count_section(section, &render::content_hash(section)),
-    }
-}
-
 /// Of sections with the same content hash, keeps the highest priority (the first among
 /// equals).
-fn drop_duplicates(ir: &PromptIr, items: &mut [Item]) {
-    let mut by_hash: Vec<(String, usize)> = Vec::new();
+fn drop_duplicates(hashes: &[Cow<'_, str>], items: &mut [Item]) {
+    let mut by_hash: Vec<(&str, usize)> = Vec::new();
     for (at, item) in items.iter().enumerate() {
         if let (Kind::Section(i), None) = (item.kind, item.dropped) {
-            let section = &ir.sections[i];
-            let hash = section
-                .hash
-                .clone()
-                .unwrap_or_else(|| render::content_hash(section));
-            by_hash.push((hash, at));
+            by_hash.push((&hashes[i], at));
         }
     }
     by_hash.sort();
@@ -477,10 +480,10 @@ fn regrow(items: &mut [Item], order: &[usize], room: u32, caps: &[(Share, u32)])
 /// Renders the plan into the prompt and its report.
 fn assemble(
     ir: &PromptIr,
+    hashes: &[Cow<'_, str>],
     counter: &TokenCounter,
     items: &[Item],
     tokens_before: u32,
-    available: u32,
     system_overhead: u32,
     observation: u32,
 ) -> Result<Compiled, PromptError> {
@@ -498,7 +501,14 @@ fn assemble(
                 let (tokens, outcome) = match item.dropped {
                     Some(reason) => (0, Outcome::Dropped { reason }),
                     None => {
-                        let sent = place(section, item, counter, &mut system, &mut conversation);
+                        let sent = place(
+                            section,
+                            &hashes[i],
+                            item,
+                            counter,
+                            &mut system,
+                            &mut conversation,
+                        );
                         match sent {
                             0 => (
                                 0,
@@ -571,7 +581,7 @@ fn assemble(
             tokens_after: after,
             budget: budget.total,
             reserve: budget.reserve(),
-            available,
+            available: budget.available(),
             compression_ratio,
         },
     })
@@ -581,6 +591,7 @@ fn assemble(
 /// nothing of it fits).
 fn place(
     section: &Section,
+    hash: &str,
     item: &Item,
     counter: &TokenCounter,
     system: &mut String,
@@ -593,11 +604,7 @@ fn place(
                 return item.full;
             }
             let keep_end = section.source == SectionSource::Temporal;
-            let hash = match &section.hash {
-                Some(hash) => std::borrow::Cow::Borrowed(hash.as_str()),
-                None => std::borrow::Cow::Owned(render::content_hash(section)),
-            };
-            match counter.shrink_text(&hash, &section.label, text, item.size, keep_end) {
+            match counter.shrink_text(hash, &section.label, text, item.size, keep_end) {
                 Some((len, tokens)) => {
                     let kept = if keep_end {
                         &text[text.len() - len..]

@@ -258,18 +258,36 @@ impl TokenCounter {
     }
 
     fn cached(&self, hash: &str, count: impl FnOnce() -> u32) -> u32 {
-        let found = self.lock().get(hash).copied();
-        if let Some(n) = found {
+        self.memo(&self.cache, hash, str::to_owned, count)
+    }
+
+    /// The value `map` holds for `key`, or `compute`d and kept (the map forgets everything
+    /// when full), counting hits.
+    fn memo<K, Q, V>(
+        &self,
+        map: &Mutex<HashMap<K, V>>,
+        key: &Q,
+        owned: impl FnOnce(&Q) -> K,
+        compute: impl FnOnce() -> V,
+    ) -> V
+    where
+        K: std::borrow::Borrow<Q> + std::hash::Hash + Eq,
+        Q: std::hash::Hash + Eq + ?Sized,
+        V: Copy,
+    {
+        // A panic while holding the lock cannot leave an entry half-written.
+        let lock = || map.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = lock().get(key).copied() {
             self.hits.fetch_add(1, Ordering::Relaxed);
-            return n;
+            return found;
         }
-        let n = count();
-        let mut cache = self.lock();
-        if cache.len() >= CACHE_CAPACITY {
-            cache.clear();
+        let value = compute();
+        let mut map = lock();
+        if map.len() >= CACHE_CAPACITY {
+            map.clear();
         }
-        cache.insert(hash.to_owned(), n);
-        n
+        map.insert(owned(key), value);
+        value
     }
 
     /// The longest part of `text` (its start, or its end when `keep_end`) whose rendered
@@ -284,18 +302,9 @@ impl TokenCounter {
         keep_end: bool,
     ) -> Option<(usize, u32)> {
         let key = (hash.to_owned(), target, keep_end);
-        let lock = || self.cuts.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(found) = lock().get(&key).copied() {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return found;
-        }
-        let cut = self.cut_section(label, text, target, keep_end);
-        let mut cuts = lock();
-        if cuts.len() >= CACHE_CAPACITY {
-            cuts.clear();
-        }
-        cuts.insert(key, cut);
-        cut
+        self.memo(&self.cuts, &key, Clone::clone, || {
+            self.cut_section(label, text, target, keep_end)
+        })
     }
 
     fn cut_section(
@@ -322,11 +331,6 @@ impl TokenCounter {
             // The label and the text merged into more tokens than apart: try a little less.
             room = room.saturating_sub(tokens - target);
         }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, u32>> {
-        // A panic while holding the lock cannot leave a count half-written.
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
