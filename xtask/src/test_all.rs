@@ -36,6 +36,8 @@ const STEPS: &[&[&str]] = &[
         "-p",
         "agent-provider",
         "-p",
+        "agent-interp-seq",
+        "-p",
         "effect-agents",
         "--no-default-features",
         "--all-targets",

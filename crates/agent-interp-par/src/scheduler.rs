@@ -53,6 +53,10 @@ enum Mode {
 }
 
 impl Scheduler for Concurrent {
+    fn is_concurrent(&self) -> bool {
+        true
+    }
+
     fn run_par<S: Send + 'static>(
         &self,
         branches: Vec<BranchFuture<S>>,

@@ -5,7 +5,7 @@ use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
-use agent_op::{MemoryBackend, Provider, Steering, Tool, ToolSet, TraceId};
+use agent_op::{ContextPipeline, MemoryBackend, Provider, Steering, Tool, ToolSet, TraceId};
 use tokio_util::sync::CancellationToken;
 
 use crate::subscriber::Subscriber;
@@ -27,6 +27,7 @@ pub struct Config {
     pub(crate) provider: Option<Arc<dyn Provider>>,
     pub(crate) tools: ToolSet,
     pub(crate) memory: Option<Arc<dyn MemoryBackend>>,
+    pub(crate) context: Option<Arc<dyn ContextPipeline>>,
     pub(crate) subscribers: Vec<Arc<dyn Subscriber>>,
     pub(crate) steering: SteeringQueue,
     pub(crate) cancel: CancellationToken,
@@ -73,6 +74,22 @@ impl Config {
     /// Sets a shared memory backend.
     pub fn shared_memory(mut self, memory: Arc<dyn MemoryBackend>) -> Config {
         self.memory = Some(memory);
+        self
+    }
+
+    /// Sets how `op::infer` builds its prompts: the sources it gathers context from and how
+    /// it compiles them. Without one, the run uses `agent_prompt::Pipeline::new()` (no
+    /// sources: the request's observation and the run's tools, fitted to its budget) when
+    /// this crate's `prompt` feature is on, and fails `infer` calls with
+    /// [`ErrorKind::NoContextPipeline`](crate::ErrorKind::NoContextPipeline) when it is off.
+    pub fn context_pipeline(mut self, pipeline: impl ContextPipeline + 'static) -> Config {
+        self.context = Some(Arc::new(pipeline));
+        self
+    }
+
+    /// Sets a shared context pipeline (see [`Config::context_pipeline`]).
+    pub fn shared_context_pipeline(mut self, pipeline: Arc<dyn ContextPipeline>) -> Config {
+        self.context = Some(pipeline);
         self
     }
 
@@ -142,6 +159,7 @@ impl fmt::Debug for Config {
             .field("provider", &self.provider.is_some())
             .field("tools", &self.tools)
             .field("memory", &self.memory.is_some())
+            .field("context_pipeline", &self.context.is_some())
             .field("subscribers", &self.subscribers.len())
             .field("steering", &self.steering.len())
             .field("aborted", &self.cancel.is_cancelled())

@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use agent_op::context::ContextError;
 use agent_op::{Cause, Checkpoint, MemoryError, ProviderError, Trace, TraceId};
 
 /// What stopped a run.
@@ -26,6 +27,17 @@ pub enum ErrorKind {
     },
     /// The program called a model but the config has no provider.
     NoProvider,
+    /// The context of an `infer` call could not be built: a source failed, or its critical
+    /// sections do not fit the budget.
+    Context {
+        /// The model it was for.
+        model: String,
+        /// What failed.
+        error: Box<ContextError>,
+    },
+    /// The program called `infer` but the config has no context pipeline (and this crate
+    /// was built without its `prompt` feature, which provides a default).
+    NoContextPipeline,
     /// A memory operation failed.
     Memory(MemoryError),
     /// The program uses memory but the config has no memory backend.
@@ -83,6 +95,13 @@ impl fmt::Display for ErrorKind {
             ErrorKind::NoProvider => {
                 f.write_str("the program calls a model but no provider is configured")
             }
+            ErrorKind::Context { model, error } => {
+                write!(f, "building the context for `{model}` failed: {error}")
+            }
+            ErrorKind::NoContextPipeline => f.write_str(
+                "the program calls `infer` but no context pipeline is configured \
+                 (set one with Config::context_pipeline)",
+            ),
             ErrorKind::Memory(error) => write!(f, "memory operation failed: {error}"),
             ErrorKind::NoMemoryBackend => {
                 f.write_str("the program uses memory but no memory backend is configured")
@@ -120,6 +139,7 @@ impl std::error::Error for ErrorKind {
         match self.root_cause() {
             ErrorKind::Provider { error, .. } => Some(error),
             ErrorKind::Memory(error) => Some(error),
+            ErrorKind::Context { error, .. } => Some(&**error),
             ErrorKind::Checkpoint { cause, .. } => Some(cause.get_ref()),
             _ => None,
         }

@@ -235,6 +235,15 @@ pub enum Effect {
         /// The prompt.
         prompt: Prompt,
     },
+    /// Build a prompt from a request with the run's
+    /// [`ContextPipeline`](crate::ContextPipeline), then call a model with it. Yields
+    /// [`Response`](crate::Response).
+    Infer {
+        /// The model.
+        model: String,
+        /// What to ask, and how to gather and fit the context.
+        request: crate::context::ContextRequest,
+    },
     /// Call a tool. Yields `Result<serde_json::Value, ToolError>`; an unknown tool fails the run.
     Tool {
         /// The tool's name.

@@ -15,6 +15,8 @@
 //! - [`agent`]: a ready-made conversational agent loop ([`agent::react`]);
 //! - [`interp`]: for interpreter authors, the erased program tree interpreters walk;
 //! - [`message`]: messages, prompts and model responses;
+//! - [`context`]: what [`op::infer`] asks for ([`ContextRequest`]), the
+//!   [`ContextPipeline`] that builds its prompt, and the [`ContextReport`](context::ContextReport) traced for it;
 //! - [`trace`]: events, trace ids, traces and their queries, checkpoints, JSONL;
 //! - [`crdt`]: merge-able state types (counters, registers, sets, a log, a map) for `par`,
 //!   and `#[derive(Merge)]` for structs of them;
@@ -47,6 +49,7 @@ extern crate self as agent_op;
 pub mod agent;
 mod budget;
 mod cause;
+pub mod context;
 mod cost;
 pub mod crdt;
 mod future;
@@ -69,6 +72,7 @@ pub mod trace;
 pub use agent_op_derive::Merge;
 pub use budget::{Budget, Exhausted, Resource, TimedOut};
 pub use cause::Cause;
+pub use context::{ContextPipeline, ContextRequest};
 pub use cost::MicroUsd;
 pub use future::BoxFuture;
 pub use memory::{

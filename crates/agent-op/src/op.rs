@@ -291,6 +291,39 @@ pub fn infer_raw<S>(model: impl Into<String>, prompt: Prompt) -> Op<S, Response>
     })
 }
 
+/// Calls `model` with a prompt built from `request`: the run's
+/// [`ContextPipeline`](crate::ContextPipeline) gathers context from its sources (static text,
+/// the recent conversation, memory, the program's state…) and compiles it under the request's
+/// token budget. The trace gets a [`Context`](crate::EventKind::Context) event saying what
+/// every source produced and which sections and tools were kept, shrunk or dropped, and why,
+/// before the model call's own events.
+///
+/// A source that fails (unless it is optional) or critical sections that do not fit the
+/// budget fail the run. A tool the compiled prompt left out cannot be called until the
+/// branch's next model call: the run answers such a call with a
+/// [`ToolError`] of kind [`NotOffered`](crate::ToolErrorKind::NotOffered).
+///
+/// ```
+/// use agent_op::context::{ContextRequest, TokenBudget};
+/// use agent_op::op::{self, Op};
+/// use agent_op::Response;
+///
+/// let ask: Op<(), Response> = op::infer(
+///     "gpt-4o-mini",
+///     ContextRequest::new("What did we decide about the launch?").with_budget(TokenBudget::new(4_000)),
+/// );
+/// # let _ = ask;
+/// ```
+pub fn infer<S>(
+    model: impl Into<String>,
+    request: crate::context::ContextRequest,
+) -> Op<S, Response> {
+    effect(Effect::Infer {
+        model: model.into(),
+        request,
+    })
+}
+
 /// Calls the tool `name`. A failing tool is a value (`Err(ToolError)`) the program can feed
 /// back to a model; a name the run does not permit fails the run.
 pub fn tool<S>(name: impl Into<String>, args: Value) -> Op<S, Result<Value, ToolError>> {

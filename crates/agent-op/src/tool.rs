@@ -75,6 +75,9 @@ pub enum ToolErrorKind {
     InvalidArguments,
     /// The tool panicked; the interpreter caught it.
     Panicked,
+    /// The model was not offered the tool (the context of the branch's last model call
+    /// dropped it to fit the budget), so the run refused to call it.
+    NotOffered,
 }
 
 impl fmt::Display for ToolErrorKind {
@@ -83,6 +86,7 @@ impl fmt::Display for ToolErrorKind {
             ToolErrorKind::Failed => "tool failed",
             ToolErrorKind::InvalidArguments => "invalid arguments",
             ToolErrorKind::Panicked => "tool panicked",
+            ToolErrorKind::NotOffered => "tool not offered",
         })
     }
 }
@@ -108,6 +112,14 @@ impl ToolError {
     pub fn panicked(message: impl Into<String>) -> ToolError {
         ToolError {
             kind: ToolErrorKind::Panicked,
+            message: message.into(),
+        }
+    }
+
+    /// The model was not offered the tool, so the run refused to call it.
+    pub fn not_offered(message: impl Into<String>) -> ToolError {
+        ToolError {
+            kind: ToolErrorKind::NotOffered,
             message: message.into(),
         }
     }

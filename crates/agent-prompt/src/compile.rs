@@ -4,14 +4,16 @@
 use std::borrow::Cow;
 
 use agent_op::{Message, Prompt};
-use serde::{Deserialize, Serialize};
 
-use crate::budget::BudgetAllocation;
 use crate::error::PromptError;
 use crate::ir::PromptIr;
 use crate::render;
-use crate::section::{CompositionMode, Priority, Section, SectionContent, SectionSource};
+use crate::section::{CompositionMode, Section, SectionContent};
 use crate::tokens::{MESSAGE_OVERHEAD, REPLY_PRIMING, TokenCounter};
+use agent_op::context::{
+    BudgetAllocation, CompileReport, DropReason, Outcome, Priority, SectionReport, SectionSource,
+    ToolReport,
+};
 
 /// A compiled prompt and how it was made.
 #[derive(Clone, Debug, PartialEq)]
@@ -20,96 +22,6 @@ pub struct Compiled {
     pub prompt: Prompt,
     /// What was kept, shrunk and dropped, and why.
     pub report: CompileReport,
-}
-
-/// What compilation did with each section and tool: enough to answer "why did the model not
-/// see X?" from the trace alone.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct CompileReport {
-    /// Every section, in IR order.
-    pub sections: Vec<SectionReport>,
-    /// Every tool, in IR order.
-    pub tools: Vec<ToolReport>,
-    /// The tokens of everything before compilation (overheads included).
-    pub tokens_before: u32,
-    /// The tokens of the compiled prompt.
-    pub tokens_after: u32,
-    /// The budget's total.
-    pub budget: u32,
-    /// The tokens held in reserve.
-    pub reserve: u32,
-    /// The tokens the prompt could use.
-    pub available: u32,
-    /// `tokens_after / tokens_before` (1 when nothing was there).
-    pub compression_ratio: f32,
-}
-
-/// What happened to one section.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SectionReport {
-    /// The section's id.
-    pub id: String,
-    /// Where it came from.
-    pub source: SectionSource,
-    /// Its priority.
-    pub priority: Priority,
-    /// Its tokens in the IR.
-    pub tokens_before: u32,
-    /// Its tokens in the prompt (0 when dropped).
-    pub tokens_after: u32,
-    /// Kept, shrunk or dropped.
-    pub outcome: Outcome,
-}
-
-/// What happened to one tool.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ToolReport {
-    /// The tool's name.
-    pub name: String,
-    /// Its priority.
-    pub priority: Priority,
-    /// Its tokens.
-    pub tokens: u32,
-    /// Kept or dropped (a tool is never shrunk). A dropped tool cannot be called.
-    pub outcome: Outcome,
-}
-
-/// What compilation did with a section or tool.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(tag = "outcome", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum Outcome {
-    /// Sent whole.
-    Kept,
-    /// Sent in part, to fit.
-    Shrunk,
-    /// Not sent.
-    Dropped {
-        /// Why.
-        reason: DropReason,
-    },
-}
-
-impl Outcome {
-    /// Whether it was sent, whole or in part.
-    pub fn is_sent(&self) -> bool {
-        !matches!(self, Outcome::Dropped { .. })
-    }
-}
-
-/// Why a section or tool was not sent.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum DropReason {
-    /// Higher-ranked items used the budget.
-    OverBudget,
-    /// Its share of a [`BudgetAllocation::FixedRatios`] budget was used up.
-    OverAllocation,
-    /// Another section has the same label and content.
-    Duplicate,
-    /// It has no content.
-    Empty,
 }
 
 /// Which share of a fixed-ratio budget an item draws on.
@@ -181,7 +93,9 @@ impl Item {
 /// 7. Sections with no content are dropped; of sections with the same label and content,
 ///    the highest-priority one (the first among equals) is kept.
 /// 8. Output order is the IR's: one system message of the kept text sections, then the kept
-///    message sections, then the observation as the user's message. The same IR, budget and
+///    message sections, then the observation as the user's message. Text sections that
+///    follow each other with the same label share one heading (their counts still include
+///    it, so the report errs high by a few tokens, never low). The same IR, budget and
 ///    encoding always give the same messages, byte for byte.
 ///
 /// A relevance that is NaN counts as 0; relevance is clamped to 0–1.
@@ -494,6 +408,9 @@ fn assemble(
     let mut definitions = Vec::new();
     let mut after = REPLY_PRIMING.saturating_add(observation);
     let mut any_text = false;
+    // The label of the last text section placed: a run of sections with one label shares
+    // one heading.
+    let mut heading: &str = "";
     for item in items {
         match item.kind {
             Kind::Section(i) => {
@@ -506,8 +423,11 @@ fn assemble(
                             &hashes[i],
                             item,
                             counter,
-                            &mut system,
-                            &mut conversation,
+                            &mut Placed {
+                                system: &mut system,
+                                heading: &mut heading,
+                                conversation: &mut conversation,
+                            },
                         );
                         match sent {
                             0 => (
@@ -587,20 +507,33 @@ fn assemble(
     })
 }
 
+/// Where placed sections go.
+struct Placed<'o, 'a> {
+    system: &'o mut String,
+    /// The label of the last text section placed.
+    heading: &'o mut &'a str,
+    conversation: &'o mut Vec<Message>,
+}
+
 /// Adds a kept section to the prompt at its planned size; returns the tokens it takes (0 if
 /// nothing of it fits).
-fn place(
-    section: &Section,
+fn place<'a>(
+    section: &'a Section,
     hash: &str,
     item: &Item,
     counter: &TokenCounter,
-    system: &mut String,
-    conversation: &mut Vec<Message>,
+    out: &mut Placed<'_, 'a>,
 ) -> u32 {
     match &section.content {
         SectionContent::Text(text) => {
+            let label = if *out.heading == section.label {
+                ""
+            } else {
+                section.label.as_str()
+            };
             if item.size >= item.full {
-                render::push_text_section(system, &section.label, text);
+                render::push_text_section(out.system, label, text);
+                *out.heading = &section.label;
                 return item.full;
             }
             let keep_end = section.source == SectionSource::Temporal;
@@ -611,7 +544,8 @@ fn place(
                     } else {
                         &text[..len]
                     };
-                    render::push_text_section(system, &section.label, kept);
+                    render::push_text_section(out.system, label, kept);
+                    *out.heading = &section.label;
                     tokens
                 }
                 None => 0,
@@ -631,7 +565,7 @@ fn place(
                 kept.push(*unit);
             }
             for unit in kept.iter().rev() {
-                conversation.extend(unit.iter().cloned());
+                out.conversation.extend(unit.iter().cloned());
             }
             tokens
         }

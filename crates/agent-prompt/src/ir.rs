@@ -1,58 +1,14 @@
-//! [`PromptIr`], its [`ToolDef`]s and [`PromptMeta`], and the [`ContextRequest`] it is
-//! hydrated from.
+//! [`PromptIr`], its [`ToolDef`]s and [`PromptMeta`].
 
 use agent_op::{Timestamp, ToolDefinition};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::budget::{ContextStrategy, TokenBudget};
-use crate::section::{Priority, Section};
+use agent_op::context::Priority;
+use agent_op::context::{ContextStrategy, TokenBudget};
+
+use crate::section::Section;
 use crate::tokens::TokenCounter;
-
-/// What a program asks the model, before any context is gathered: the observation to answer,
-/// an optional goal, how to gather context and how much of it fits.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ContextRequest {
-    /// The current input: the user's message, or what the agent just observed.
-    pub observation: String,
-    /// What the agent is trying to do, when it says.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub goal: Option<String>,
-    /// How to gather context.
-    #[serde(default)]
-    pub strategy: ContextStrategy,
-    /// How much context fits.
-    #[serde(default)]
-    pub budget: TokenBudget,
-}
-
-impl ContextRequest {
-    /// A request to answer `observation`, with the default strategy and budget.
-    pub fn new(observation: impl Into<String>) -> ContextRequest {
-        ContextRequest {
-            observation: observation.into(),
-            ..ContextRequest::default()
-        }
-    }
-
-    /// With `goal`.
-    pub fn with_goal(mut self, goal: impl Into<String>) -> ContextRequest {
-        self.goal = Some(goal.into());
-        self
-    }
-
-    /// With `strategy`.
-    pub fn with_strategy(mut self, strategy: ContextStrategy) -> ContextRequest {
-        self.strategy = strategy;
-        self
-    }
-
-    /// With `budget`.
-    pub fn with_budget(mut self, budget: TokenBudget) -> ContextRequest {
-        self.budget = budget;
-        self
-    }
-}
 
 /// A tool the model may call, with the priority that decides whether it survives a tight
 /// budget.

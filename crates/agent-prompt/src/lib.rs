@@ -37,22 +37,29 @@
 //! ```
 
 mod analysis;
-mod budget;
 mod compile;
 mod compose;
 mod error;
+mod hydrate;
 mod ir;
+mod pipeline;
 mod render;
 mod section;
 mod tokens;
 
-pub use analysis::{equivalent, estimate_impact};
-pub use budget::{BudgetAllocation, ContextStrategy, TokenBudget};
-pub use compile::{
-    CompileReport, Compiled, DropReason, Outcome, SectionReport, ToolReport, compile,
+pub use agent_op::context::{
+    BudgetAllocation, CompileReport, ContextRequest, ContextStrategy, DropReason, Outcome,
+    Priority, SectionReport, SectionSource, TokenBudget, ToolReport,
 };
+pub use analysis::{equivalent, estimate_impact};
+pub use compile::{Compiled, compile};
 pub use compose::compose;
 pub use error::PromptError;
-pub use ir::{ContextRequest, PromptIr, PromptMeta, ToolDef};
-pub use section::{CompositionMode, Priority, Section, SectionContent, SectionSource};
+pub use hydrate::{
+    Conditional, ContextSource, Conversation, FromState, Hydrated, Knowledge, Recalled, Semantic,
+    SourceError, SourceFuture, Static,
+};
+pub use ir::{PromptIr, PromptMeta, ToolDef};
+pub use pipeline::Pipeline;
+pub use section::{CompositionMode, Section, SectionContent};
 pub use tokens::{Encoding, MESSAGE_OVERHEAD, REPLY_PRIMING, TOOL_OVERHEAD, TokenCounter};

@@ -1,66 +1,8 @@
 //! [`Section`]: one labeled, budgeted piece of a context window, and what describes it.
 
+use agent_op::context::{Priority, SectionSource};
 use agent_op::{Message, Timestamp};
 use serde::{Deserialize, Serialize};
-
-/// Where a section came from: its provenance, kept in the IR and the trace.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-#[non_exhaustive]
-pub enum SectionSource {
-    /// Fixed text: written in code, or loaded from the named file.
-    Static {
-        /// The file it was read from, or `"code"`.
-        origin: String,
-    },
-    /// The recent conversation.
-    Temporal,
-    /// A semantic search of memory; `score` is the best match's similarity (0–1).
-    Semantic {
-        /// The similarity of the best match.
-        score: f32,
-    },
-    /// Long-term knowledge: memory entries of a kind.
-    Knowledge,
-    /// A value read from the program's state (`"project"`, `"clock"`, …).
-    State {
-        /// What was read.
-        key: String,
-    },
-    /// Included because a condition held.
-    Conditional {
-        /// The condition, as a label.
-        condition: String,
-    },
-}
-
-/// How much a section matters when the budget is tight.
-///
-/// Ordered from least to most important, so `Priority::Critical > Priority::Low`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Priority {
-    /// Dropped first.
-    Low,
-    /// Dropped when the budget is tight.
-    Medium,
-    /// Kept unless only critical sections fit.
-    High,
-    /// Never dropped or shrunk: a compilation that cannot fit every critical section fails.
-    Critical,
-}
-
-impl Priority {
-    /// The weight of this priority in a section's value (critical sections are never ranked).
-    pub fn weight(self) -> f64 {
-        match self {
-            Priority::Low => 1.0,
-            Priority::Medium => 2.0,
-            Priority::High => 4.0,
-            Priority::Critical => 8.0,
-        }
-    }
-}
 
 /// How a section combines with others when two IRs are [`compose`](crate::compose)d — the
 /// note's Bayesian reading in brackets.

@@ -75,6 +75,15 @@ impl Encoding {
         }
     }
 
+    /// Its name: `o200k_base`, `cl100k_base` or `approximate`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Encoding::O200kBase => "o200k_base",
+            Encoding::Cl100kBase => "cl100k_base",
+            Encoding::Approximate => "approximate",
+        }
+    }
+
     fn tokenizer(self) -> Option<&'static bpe_openai::Tokenizer> {
         match self {
             Encoding::O200kBase => Some(bpe_openai::o200k_base()),

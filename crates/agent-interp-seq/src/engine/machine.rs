@@ -108,6 +108,9 @@ pub(crate) struct Machine<S, Sch> {
     /// stay unique when one run or branch forks several times.
     forked: usize,
     ticks: u32,
+    /// The tools the context of this branch's last model call left out (see `op::infer`):
+    /// calling one is refused until the next model call.
+    withheld: Option<Arc<[String]>>,
 }
 
 impl<S, Sch> Machine<S, Sch>
@@ -130,6 +133,7 @@ where
             iteration: 0,
             forked: 0,
             ticks: 0,
+            withheld: None,
         }
     }
 
@@ -446,6 +450,10 @@ mod tests {
         let log = BranchLog::new(TraceId::from("x"), None);
         let mut m: Machine<(), crate::Sequential> =
             Machine::root(rt, log, (), agent_op::interp::rebox::<()>);
+        // Errors travel through every frame of a deep fork nest (in `Result`s the debug build
+        // does not overlap on the stack): a bigger `ErrorKind` overflowed the 128-deep nest
+        // on a 2 MiB stack. Large payloads are boxed.
+        assert!(std::mem::size_of::<ErrorKind>() <= 88);
         let run = m.run(Node::Unit);
         assert!(
             std::mem::size_of_val(&run) <= 256,
@@ -453,9 +461,18 @@ mod tests {
             std::mem::size_of_val(&run)
         );
         drop(run);
-        let infer = m.infer(String::new(), Prompt::new());
+        let infer = m.call_model(String::new(), Prompt::new());
         assert!(
             std::mem::size_of_val(&infer) <= 1024,
+            "{}",
+            std::mem::size_of_val(&infer)
+        );
+        drop(infer);
+        // Allocated once per `op::infer` call (it holds the request, the prepared context and
+        // the model call's boxed future), not per branch.
+        let infer = m.infer(String::new(), agent_op::ContextRequest::new(""));
+        assert!(
+            std::mem::size_of_val(&infer) <= 2048,
             "{}",
             std::mem::size_of_val(&infer)
         );

@@ -64,6 +64,12 @@ impl<S> BranchOutcome<S> {
 /// Runs the branches of forks. Implementations decide only *when* branches run; see each
 /// method for what they must guarantee.
 pub trait Scheduler: Send + Sync + 'static {
+    /// Whether this scheduler runs branches concurrently. Context sources of `op::infer`
+    /// then run concurrently too (the result does not depend on it).
+    fn is_concurrent(&self) -> bool {
+        false
+    }
+
     /// Runs the branches of a `par`. Returns one entry per branch, in declaration order: the
     /// outcome of each branch that ran to its end, `None` for branches cancelled or never
     /// started.

@@ -109,6 +109,9 @@ macro_rules! event_kinds {
 }
 
 event_kinds! {
+    /// The context of an `infer` call was built: what each source produced, what compilation
+    /// kept, shrank and dropped, and why. Comes right before the call's `infer_start`.
+    Context(Box<crate::context::ContextReport>) = "context",
     /// A model call is starting.
     InferStart(InferStart) = "infer_start",
     /// A model call returned.
@@ -372,6 +375,7 @@ impl EventKind {
         match &mut kind {
             EventKind::InferEnd(e) => e.duration_us = 0,
             EventKind::ToolResult(e) => e.duration_us = 0,
+            EventKind::Context(report) => **report = report.without_timing(),
             _ => {}
         }
         kind

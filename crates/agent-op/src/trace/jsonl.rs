@@ -1,12 +1,13 @@
 //! Traces as JSON Lines: write, read back, and append one event at a time.
 //!
-//! Format version 1 (see `docs/TRACE_FORMAT.md`): every line is one JSON object with `"v": 1`.
+//! Format version 2 (see `docs/TRACE_FORMAT.md`): every line is one JSON object with `"v": 2`.
+//! Files of version 1 (version 2 without the `context` event) still read.
 //! An optional header line carries the trace's metadata, every other line one event:
 //!
 //! ```text
-//! {"v":1,"trace":{"id":"brave-otter-3f2a","start":"2026-11-22T10:00:00Z","end":"2026-11-22T10:00:02Z"}}
-//! {"v":1,"trace_id":"brave-otter-3f2a","event":{"at":"2026-11-22T10:00:00.1Z","type":"infer_start","data":{..}}}
-//! {"v":1,"trace_id":"brave-otter-3f2a.0","cancelled":true,"event":{..}}
+//! {"v":2,"trace":{"id":"brave-otter-3f2a","start":"2026-11-22T10:00:00Z","end":"2026-11-22T10:00:02Z"}}
+//! {"v":2,"trace_id":"brave-otter-3f2a","event":{"at":"2026-11-22T10:00:00.1Z","type":"infer_start","data":{..}}}
+//! {"v":2,"trace_id":"brave-otter-3f2a.0","cancelled":true,"event":{..}}
 //! ```
 //!
 //! Readers never panic on bad input. A last line torn by a crash (no final newline and not
@@ -23,8 +24,17 @@ use serde::{Deserialize, Serialize};
 use crate::serde_util::is_false;
 use crate::trace::{Event, Timestamp, Trace, TraceEntry, TraceId};
 
-/// The trace format version this library writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// The trace format version this library writes (and the newest it reads).
+pub const FORMAT_VERSION: u32 = 2;
+
+/// The oldest trace format version this library reads: every version from this one to
+/// [`FORMAT_VERSION`] reads (each adds to the one before).
+pub const OLDEST_READABLE_VERSION: u32 = 1;
+
+/// Whether lines of version `v` read.
+fn readable(v: u64) -> bool {
+    (u64::from(OLDEST_READABLE_VERSION)..=u64::from(FORMAT_VERSION)).contains(&v)
+}
 
 /// Why a JSONL trace could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +59,7 @@ pub enum JsonlError {
     },
     /// A line was written by an incompatible version of the format.
     #[error(
-        "line {line}: trace format version {version} is not supported (this library reads version {FORMAT_VERSION})"
+        "line {line}: trace format version {version} is not supported (this library reads versions {OLDEST_READABLE_VERSION} to {FORMAT_VERSION})"
     )]
     UnsupportedVersion {
         /// The 1-based line number.
@@ -194,11 +204,11 @@ fn parse_line(bytes: &[u8], last_id: &mut Option<TraceId>) -> Result<Parsed, Lin
         // A line of another version may not fit this version's shape (a new event type, say):
         // report the version, not the mismatch.
         match serde_json::from_slice::<VersionOnly>(bytes) {
-            Ok(VersionOnly { v }) if v != u64::from(FORMAT_VERSION) => LineError::Version(v),
+            Ok(VersionOnly { v }) if !readable(v) => LineError::Version(v),
             _ => LineError::Json(e),
         }
     })?;
-    if line.v != u64::from(FORMAT_VERSION) {
+    if !readable(line.v) {
         return Err(LineError::Version(line.v));
     }
     match (line.trace, line.trace_id, line.event) {

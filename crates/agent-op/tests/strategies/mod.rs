@@ -7,6 +7,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use agent_op::context::{
+    CompileReport, ContextReport, DropReason, Outcome, Priority, SectionReport, SectionSource,
+    SourceOutcome, SourceReport, ToolReport,
+};
 use agent_op::trace::event::{
     CheckpointReached, Custom, Failure, Forget, Fork, InferEnd, InferStart, Join, LimitStart,
     Recall, Remember, StateAccess, TimeoutStart, ToolCall, ToolResult,
@@ -305,6 +309,118 @@ pub fn failure() -> impl Strategy<Value = Failure> + Clone {
     text().prop_map(|message| Failure { message })
 }
 
+pub fn priority() -> impl Strategy<Value = Priority> + Clone {
+    prop_oneof![
+        Just(Priority::Low),
+        Just(Priority::Medium),
+        Just(Priority::High),
+        Just(Priority::Critical)
+    ]
+}
+
+pub fn section_source() -> impl Strategy<Value = SectionSource> + Clone {
+    prop_oneof![
+        text().prop_map(|origin| SectionSource::Static { origin }),
+        Just(SectionSource::Temporal),
+        (0.0f32..=1.0).prop_map(|score| SectionSource::Semantic { score }),
+        Just(SectionSource::Knowledge),
+        text().prop_map(|key| SectionSource::State { key }),
+        text().prop_map(|condition| SectionSource::Conditional { condition }),
+        prop::collection::vec(text(), 0..3).prop_map(|of| SectionSource::Summary { of }),
+    ]
+}
+
+pub fn outcome() -> impl Strategy<Value = Outcome> + Clone {
+    prop_oneof![
+        Just(Outcome::Kept),
+        Just(Outcome::Shrunk),
+        prop_oneof![
+            Just(DropReason::OverBudget),
+            Just(DropReason::OverAllocation),
+            Just(DropReason::Duplicate),
+            Just(DropReason::Empty),
+            Just(DropReason::Summarized),
+        ]
+        .prop_map(|reason| Outcome::Dropped { reason }),
+    ]
+}
+
+pub fn context_report() -> impl Strategy<Value = ContextReport> + Clone {
+    let source = (
+        text(),
+        any::<u32>(),
+        any::<u64>(),
+        prop_oneof![
+            Just(SourceOutcome::Hydrated),
+            Just(SourceOutcome::Skipped),
+            text().prop_map(|error| SourceOutcome::Dropped { error }),
+        ],
+    )
+        .prop_map(|(name, sections, elapsed_us, outcome)| SourceReport {
+            name,
+            sections,
+            elapsed_us,
+            outcome,
+        });
+    let section = (
+        text(),
+        section_source(),
+        priority(),
+        any::<u32>(),
+        any::<u32>(),
+        outcome(),
+    )
+        .prop_map(
+            |(id, source, priority, tokens_before, tokens_after, outcome)| SectionReport {
+                id,
+                source,
+                priority,
+                tokens_before,
+                tokens_after,
+                outcome,
+            },
+        );
+    let tool = (text(), priority(), any::<u32>(), outcome()).prop_map(
+        |(name, priority, tokens, outcome)| ToolReport {
+            name,
+            priority,
+            tokens,
+            outcome,
+        },
+    );
+    let compile = (
+        prop::collection::vec(section, 0..4),
+        prop::collection::vec(tool, 0..3),
+        any::<[u32; 5]>(),
+        0.0f32..4.0,
+    )
+        .prop_map(|(sections, tools, n, compression_ratio)| CompileReport {
+            sections,
+            tools,
+            tokens_before: n[0],
+            tokens_after: n[1],
+            budget: n[2],
+            reserve: n[3],
+            available: n[4],
+            compression_ratio,
+        });
+    (
+        text(),
+        text(),
+        prop::collection::vec(source, 0..4),
+        any::<[u64; 2]>(),
+        compile,
+    )
+        .prop_map(|(model, encoding, sources, us, compile)| ContextReport {
+            model,
+            encoding,
+            sources,
+            hydrate_us: us[0],
+            compile_us: us[1],
+            compile,
+        })
+}
+
 /// Events of one type. `EventType` is `#[non_exhaustive]`, so a new type reaches the last arm;
 /// every test drawing events covers `EventType::ALL`, so a type without a strategy here fails
 /// them.
@@ -329,6 +445,9 @@ pub fn event_kind_of(ty: EventType) -> BoxedStrategy<EventKind> {
         EventType::Forget => forget().prop_map(EventKind::Forget).boxed(),
         EventType::Custom => custom().prop_map(EventKind::Custom).boxed(),
         EventType::Error => failure().prop_map(EventKind::Error).boxed(),
+        EventType::Context => context_report()
+            .prop_map(|r| EventKind::Context(Box::new(r)))
+            .boxed(),
         other => panic!("no strategy for event type {other:?}: add one to tests/strategies"),
     }
 }

@@ -4,11 +4,12 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
+use agent_op::context::{ContextInput, ContextPipeline, ContextRequest};
 use agent_op::interp::{Effect, Feed, Node};
 use agent_op::trace::event::{self, CheckpointReached, InferEnd, InferStart};
 use agent_op::{
     Checkpoint, Event, EventKind, MemoryBackend, NewMemory, PREVIEW_CHARS, Prompt, Provider,
-    ToolError, content_hash, preview,
+    Response, ToolError, content_hash, preview,
 };
 use chrono::Utc;
 use futures_util::FutureExt;
@@ -31,7 +32,8 @@ where
     /// call allocates only what it needs.
     pub(super) async fn effect(&mut self, effect: Box<Effect>) -> Result<Node<S>, Unwind> {
         match *effect {
-            Effect::InferRaw { model, prompt } => Box::pin(self.infer(model, prompt)).await,
+            Effect::InferRaw { model, prompt } => Box::pin(self.infer_raw(model, prompt)).await,
+            Effect::Infer { model, request } => Box::pin(self.infer(model, request)).await,
             Effect::Tool { name, args } => Box::pin(self.call_tool(name, args)).await,
             Effect::ToolDefinitions => Ok(self
                 .stack
@@ -95,7 +97,70 @@ where
         }
     }
 
-    pub(super) async fn infer(&mut self, model: String, prompt: Prompt) -> Result<Node<S>, Unwind> {
+    /// `op::infer_raw`: calls the model with the program's own prompt.
+    pub(super) async fn infer_raw(
+        &mut self,
+        model: String,
+        prompt: Prompt,
+    ) -> Result<Node<S>, Unwind> {
+        // The program built this prompt itself: nothing is withheld from it.
+        self.withheld = None;
+        let response = self.call_model(model, prompt).await?;
+        Ok(self.stack.feed(&mut Some(response)))
+    }
+
+    /// `op::infer`: builds the prompt with the run's context pipeline, records what it did,
+    /// then calls the model.
+    pub(super) async fn infer(
+        &mut self,
+        model: String,
+        request: ContextRequest,
+    ) -> Result<Node<S>, Unwind> {
+        let Some(pipeline) = self.rt.config.context.clone().or_else(default_pipeline) else {
+            return Err(self.fail(ErrorKind::NoContextPipeline));
+        };
+        let tools = self.rt.config.tools.definitions();
+        let preparing = {
+            let input = ContextInput::new(&model, &request, &self.state, Utc::now())
+                .with_memory(self.rt.config.memory.as_ref())
+                .with_tools(&tools)
+                .with_concurrency(self.rt.scheduler.is_concurrent());
+            pipeline.prepare(input)
+        };
+        let mut prepared = match self.guarded(preparing).await? {
+            Ok(prepared) => prepared,
+            Err(error) => {
+                return Err(self.fail(ErrorKind::Context {
+                    model,
+                    error: Box::new(error),
+                }));
+            }
+        };
+        if let Some(summarize) = prepared.summarize.take() {
+            let summary = Box::pin(self.call_model(summarize.model, summarize.prompt)).await?;
+            prepared = match (summarize.resume)(summary.content) {
+                Ok(prepared) => prepared,
+                Err(error) => {
+                    return Err(self.fail(ErrorKind::Context {
+                        model,
+                        error: Box::new(error),
+                    }));
+                }
+            };
+        }
+        let dropped: Vec<String> = prepared.report.dropped_tools().map(str::to_owned).collect();
+        self.withheld = (!dropped.is_empty()).then(|| Arc::from(dropped));
+        self.record(EventKind::Context(Box::new(prepared.report)));
+        let response = Box::pin(self.call_model(model, prepared.prompt)).await?;
+        Ok(self.stack.feed(&mut Some(response)))
+    }
+
+    /// Calls `model` with `prompt` under the budgets in force, recording the call.
+    pub(super) async fn call_model(
+        &mut self,
+        model: String,
+        prompt: Prompt,
+    ) -> Result<Response, Unwind> {
         let Some(provider) = self.rt.config.provider.clone() else {
             return Err(self.fail(ErrorKind::NoProvider));
         };
@@ -165,7 +230,7 @@ where
                 scope,
                 exit: ScopeExit::Exhausted(exhausted),
             }),
-            None => Ok(self.stack.feed(&mut Some(response))),
+            None => Ok(response),
         }
     }
 
@@ -176,6 +241,23 @@ where
             args: args.clone(),
             iteration,
         }));
+        if let Some(withheld) = &self.withheld
+            && withheld.contains(&name)
+        {
+            let error = ToolError::not_offered(format!(
+                "the context of the last model call left the tool `{name}` out to fit its \
+                 token budget, so the model was not offered it"
+            ));
+            self.record(EventKind::ToolResult(event::ToolResult {
+                name,
+                success: false,
+                output_preview: preview(&error.to_string(), PREVIEW_CHARS),
+                duration_us: 0,
+                iteration,
+            }));
+            let result: Result<Value, ToolError> = Err(error);
+            return Ok(self.stack.feed(&mut Some(result)));
+        }
         let Some(tool) = self.rt.config.tools.get(&name).cloned() else {
             let permitted = self.rt.config.tools.names().map(str::to_owned).collect();
             return Err(self.fail(ErrorKind::UnknownTool { name, permitted }));
@@ -296,4 +378,20 @@ where
         self.rt.push_checkpoint(checkpoint);
         Ok(())
     }
+}
+
+/// The pipeline `infer` uses when the config sets none.
+#[cfg(feature = "prompt")]
+fn default_pipeline() -> Option<Arc<dyn ContextPipeline>> {
+    static DEFAULT: std::sync::OnceLock<Arc<dyn ContextPipeline>> = std::sync::OnceLock::new();
+    Some(
+        DEFAULT
+            .get_or_init(|| Arc::new(agent_prompt::Pipeline::new()))
+            .clone(),
+    )
+}
+
+#[cfg(not(feature = "prompt"))]
+fn default_pipeline() -> Option<Arc<dyn ContextPipeline>> {
+    None
 }

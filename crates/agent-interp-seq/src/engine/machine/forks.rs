@@ -34,6 +34,7 @@ where
             iteration: self.iteration,
             forked: 0,
             ticks: 0,
+            withheld: self.withheld.clone(),
         }
     }
 
