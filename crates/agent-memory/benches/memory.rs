@@ -1,6 +1,8 @@
 //! Memory benchmarks: SQLite insert throughput, top-10 search latency of both backends at
-//! 10,000 and 100,000 entries, and `build_context` over 100,000 entries, each with a baseline
-//! measured in the same run.
+//! 10,000 and 100,000 entries, `build_context` over 100,000 entries, and hydrating an
+//! `op::infer` context whose semantic source recalls from the same 100,000 entries
+//! (`prompt.hydrate_semantic_100k`, reported here beside the search it is built on), each
+//! with a baseline measured in the same run.
 //!
 //! Vectors are 384-dimension unit vectors, precomputed: the embedder used here only looks
 //! them up by text, so no embedding work is timed. Texts are 8–20 words drawn from a
@@ -268,6 +270,54 @@ fn build_context_latencies(
     (subject, baseline)
 }
 
+/// Times preparing the context of an `op::infer` call (agent-prompt's pipeline: a static
+/// rules section and semantic recall of 10 entries, counted and compiled into an 8k budget
+/// for gpt-4o, the sent entries' access recorded) against the top-10 `search` it is built on.
+fn hydrate_latencies(
+    rt: &tokio::runtime::Runtime,
+    backend: Arc<SqliteBackend>,
+    data: &Data,
+) -> (Vec<f64>, Vec<f64>) {
+    use agent_op::context::{ContextInput, ContextPipeline, ContextRequest, ContextStrategy};
+    use agent_prompt::{Pipeline, Semantic, Static};
+
+    let memory: Arc<dyn MemoryBackend> = backend.clone();
+    let pipeline = Pipeline::new()
+        .source(Static::text(
+            "rules",
+            "## Rules",
+            "Answer from the memories below.",
+        ))
+        .source(Semantic::new());
+    let strategy = ContextStrategy {
+        semantic_limit: 10,
+        semantic_threshold: -1.0,
+        ..ContextStrategy::default()
+    };
+    let prepare = |query: &str| {
+        let request = ContextRequest::new(query).with_strategy(strategy.clone());
+        let input = ContextInput::new("gpt-4o", &request, &(), chrono::Utc::now())
+            .with_memory(Some(&memory));
+        let prepared = rt.block_on(pipeline.prepare(input)).expect("prepare");
+        assert_eq!(prepared.report.sources[1].sections, 10);
+        prepared
+    };
+    for q in data.queries.iter().take(5) {
+        black_box(prepare(q));
+    }
+    let mut subject = Vec::with_capacity(QUERIES);
+    let mut baseline = Vec::with_capacity(QUERIES);
+    for q in &data.queries {
+        let start = Instant::now();
+        black_box(prepare(q));
+        subject.push(bench_kit::ms(start.elapsed()));
+        let start = Instant::now();
+        black_box(rt.block_on(backend.search(q, 10)).expect("search"));
+        baseline.push(bench_kit::ms(start.elapsed()));
+    }
+    (subject, baseline)
+}
+
 fn report_search(name: &str, subject: &[f64], baseline: &[f64]) {
     let s = bench_kit::stats(subject);
     let b = bench_kit::stats(baseline);
@@ -322,6 +372,7 @@ fn main() {
         "memory.sqlite.open_100k",
         "memory.sqlite.search_100k",
         "memory.sqlite.build_context_100k",
+        "prompt.hydrate_semantic_100k",
     ];
     let need_sqlite_large = sqlite_large.iter().any(|n| on(n));
     let need_large = need_sqlite_large || on("memory.inmem.search_100k");
@@ -396,6 +447,16 @@ fn main() {
             let (s, b) = build_context_latencies(&rt, &backend, &large);
             report_search("memory.sqlite.build_context_100k", &s, &b);
         }
+        let backend = if on("prompt.hydrate_semantic_100k") {
+            let shared = Arc::new(backend);
+            let (s, b) = hydrate_latencies(&rt, shared.clone(), &large);
+            report_search("prompt.hydrate_semantic_100k", &s, &b);
+            Arc::try_unwrap(shared)
+                .ok()
+                .expect("hydration keeps no handle on the backend")
+        } else {
+            backend
+        };
         rt.block_on(backend.close());
     }
     if on("memory.sqlite.search_10k") {

@@ -2,6 +2,8 @@
 //! [`CompileReport`] of what was kept, shrunk and dropped, and why.
 
 use std::borrow::Cow;
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 
 use agent_op::{Message, Prompt};
 
@@ -139,7 +141,7 @@ pub fn compile(ir: &PromptIr, counter: &TokenCounter) -> Result<Compiled, Prompt
             .recency
             .map(|at| (now - at).num_seconds().max(0) as f64 / 3600.0)
             .unwrap_or(0.0);
-        let recency = if decay.is_finite() && decay > 0.0 {
+        let recency = if age_hours > 0.0 && decay.is_finite() && decay > 0.0 {
             decay.clamp(0.0, 1.0).powf(age_hours)
         } else {
             1.0
@@ -211,16 +213,19 @@ pub fn compile(ir: &PromptIr, counter: &TokenCounter) -> Result<Compiled, Prompt
         });
     }
 
-    // Lowest rank first.
-    let mut order: Vec<usize> = (0..items.len()).filter(|&i| !items[i].critical()).collect();
-    order.sort_by(|&a, &b| {
-        let (x, y) = (&items[a], &items[b]);
-        x.priority
-            .cmp(&y.priority)
-            .then_with(|| is_section(x).cmp(&is_section(y)))
-            .then_with(|| x.value.total_cmp(&y.value))
-            .then_with(|| b.cmp(&a))
-    });
+    // Lowest rank first: by priority, tools below sections, by value, the later item first.
+    // Sorted on packed keys: no closure chasing items through an index.
+    let mut keys: Vec<(u8, u64, std::cmp::Reverse<usize>)> = items
+        .iter()
+        .enumerate()
+        .filter(|(_, item)| !item.critical())
+        .map(|(i, item)| {
+            let rank = (item.priority as u8) << 1 | u8::from(is_section(item));
+            (rank, ordered_bits(item.value), std::cmp::Reverse(i))
+        })
+        .collect();
+    keys.sort_unstable();
+    let order: Vec<usize> = keys.into_iter().map(|(_, _, i)| i.0).collect();
 
     let caps = share_caps(&budget.allocation, available);
     for &(share, cap) in &caps {
@@ -268,11 +273,11 @@ fn is_section(item: &Item) -> bool {
 }
 
 fn check_ids(ir: &PromptIr) -> Result<(), PromptError> {
-    let mut ids: Vec<&str> = ir.sections.iter().map(|s| s.id.as_str()).collect();
-    ids.sort_unstable();
-    match ids.windows(2).find(|pair| pair[0] == pair[1]) {
-        Some(pair) => Err(PromptError::DuplicateSectionId {
-            id: pair[0].to_owned(),
+    let mut seen: HashSet<&str, FastHash> =
+        HashSet::with_capacity_and_hasher(ir.sections.len(), FastHash);
+    match ir.sections.iter().find(|s| !seen.insert(s.id.as_str())) {
+        Some(section) => Err(PromptError::DuplicateSectionId {
+            id: section.id.clone(),
         }),
         None => Ok(()),
     }
@@ -281,25 +286,28 @@ fn check_ids(ir: &PromptIr) -> Result<(), PromptError> {
 /// Of sections with the same content hash, keeps the highest priority (the first among
 /// equals).
 fn drop_duplicates(hashes: &[Cow<'_, str>], items: &mut [Item]) {
-    let mut by_hash: Vec<(&str, usize)> = Vec::new();
-    for (at, item) in items.iter().enumerate() {
-        if let (Kind::Section(i), None) = (item.kind, item.dropped) {
-            by_hash.push((&hashes[i], at));
-        }
-    }
-    by_hash.sort();
-    for group in by_hash.chunk_by(|a, b| a.0 == b.0) {
-        if group.len() < 2 {
+    // The item kept so far for each hash.
+    let mut kept: HashMap<&str, usize, FastHash> =
+        HashMap::with_capacity_and_hasher(hashes.len(), FastHash);
+    for at in 0..items.len() {
+        let Kind::Section(i) = items[at].kind else {
+            continue;
+        };
+        if items[at].dropped.is_some() {
             continue;
         }
-        let keep = group
-            .iter()
-            .map(|(_, at)| *at)
-            .min_by(|&a, &b| items[b].priority.cmp(&items[a].priority).then(a.cmp(&b)))
-            .unwrap_or(group[0].1);
-        for &(_, at) in group {
-            if at != keep {
-                items[at].dropped = Some(DropReason::Duplicate);
+        match kept.entry(&hashes[i]) {
+            Entry::Vacant(slot) => {
+                slot.insert(at);
+            }
+            Entry::Occupied(mut slot) => {
+                let first = *slot.get();
+                if items[at].priority > items[first].priority {
+                    items[first].dropped = Some(DropReason::Duplicate);
+                    slot.insert(at);
+                } else {
+                    items[at].dropped = Some(DropReason::Duplicate);
+                }
             }
         }
     }
@@ -373,20 +381,29 @@ fn free(
 
 /// Grows shrunk items back, the highest-ranked first, into the room left.
 fn regrow(items: &mut [Item], order: &[usize], room: u32, caps: &[(Share, u32)]) {
+    let mut used: u32 = items
+        .iter()
+        .filter(|it| !it.critical())
+        .map(|it| it.size)
+        .sum();
+    let mut shares: Vec<(Share, u32, u32)> = caps
+        .iter()
+        .map(|&(share, cap)| (share, cap, share_used(items, share)))
+        .collect();
     for &i in order.iter().rev() {
         let item = &items[i];
         if !item.live() || item.size >= item.full {
             continue;
         }
-        let used: u32 = items
-            .iter()
-            .filter(|it| !it.critical())
-            .map(|it| it.size)
-            .sum();
         let mut grow = (item.full - item.size).min(room.saturating_sub(used));
-        if let Some(&(_, cap)) = caps.iter().find(|(share, _)| *share == item.share) {
-            grow = grow.min(cap.saturating_sub(share_used(items, item.share)));
+        let share = shares.iter_mut().find(|(share, _, _)| *share == item.share);
+        if let Some((_, cap, share_used)) = &share {
+            grow = grow.min(cap.saturating_sub(*share_used));
         }
+        if let Some((_, _, share_used)) = share {
+            *share_used += grow;
+        }
+        used += grow;
         items[i].size += grow;
     }
 }
@@ -593,6 +610,53 @@ fn units(messages: &[Message]) -> Vec<&[Message]> {
         start = end;
     }
     units
+}
+
+/// `x`'s bits, ordered as `f64::total_cmp` orders `x`.
+fn ordered_bits(x: f64) -> u64 {
+    let bits = x.to_bits();
+    if bits >> 63 == 1 {
+        !bits
+    } else {
+        bits | 1 << 63
+    }
+}
+
+/// A hasher for the section ids and content hashes compile looks up: FxHash's multiply and
+/// rotate, much cheaper than SipHash for short keys. Keys come from the program, and a
+/// collision costs only a slower lookup, so no DoS resistance is needed.
+#[derive(Clone, Copy, Default)]
+struct FastHash;
+
+impl std::hash::BuildHasher for FastHash {
+    type Hasher = FxHasher;
+
+    fn build_hasher(&self) -> FxHasher {
+        FxHasher(0)
+    }
+}
+
+struct FxHasher(u64);
+
+impl std::hash::Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0xf135_7aea_2e62_a9c5;
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.0 = (self.0 ^ u64::from_le_bytes(word))
+                .wrapping_mul(K)
+                .rotate_left(26);
+        }
+        for &byte in chunks.remainder() {
+            self.0 = (self.0 ^ u64::from(byte)).wrapping_mul(K).rotate_left(26);
+        }
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 /// A relevance in 0–1; NaN counts as 0.

@@ -116,7 +116,7 @@ impl Section {
             id: id.into(),
             label: label.into(),
             source: SectionSource::Static {
-                origin: "code".into(),
+                origin: std::borrow::Cow::Borrowed("code"),
             },
             content,
             tokens: 0,

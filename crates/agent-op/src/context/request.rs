@@ -57,8 +57,9 @@ impl ContextRequest {
 pub enum SectionSource {
     /// Fixed text: written in code, or loaded from the named file.
     Static {
-        /// The file it was read from, or `"code"`.
-        origin: String,
+        /// The file it was read from, or `"code"` (a `Cow`, so the common `"code"` costs no
+        /// allocation when sections and reports are copied).
+        origin: std::borrow::Cow<'static, str>,
     },
     /// The recent conversation.
     Temporal,

@@ -320,7 +320,9 @@ pub fn priority() -> impl Strategy<Value = Priority> + Clone {
 
 pub fn section_source() -> impl Strategy<Value = SectionSource> + Clone {
     prop_oneof![
-        text().prop_map(|origin| SectionSource::Static { origin }),
+        text().prop_map(|origin| SectionSource::Static {
+            origin: origin.into()
+        }),
         Just(SectionSource::Temporal),
         (0.0f32..=1.0).prop_map(|score| SectionSource::Semantic { score }),
         Just(SectionSource::Knowledge),

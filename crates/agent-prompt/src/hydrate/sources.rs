@@ -90,8 +90,8 @@ impl ContextSource for Static {
 
     fn hydrate(&self, _input: &ContextInput<'_>) -> SourceFuture {
         let origin = match &self.path {
-            Some(path) => path.display().to_string(),
-            None => "code".to_owned(),
+            Some(path) => std::borrow::Cow::Owned(path.display().to_string()),
+            None => std::borrow::Cow::Borrowed("code"),
         };
         ready(self.load().map(|text| {
             Hydrated::new(vec![
