@@ -22,12 +22,14 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use agent_interp_seq::{Config, ErrorKind, Outcome, RunError};
+use agent_op::context::{ContextRequest, TokenBudget};
 use agent_op::crdt::{AppendLog, GCounter, LwwRegister, MaxRegister, ORSet};
 use agent_op::{
     BoxFuture, Budget, Checkpoint, EventKind, FnTool, MemoryBackend, MemoryEntry, MemoryError,
     MemoryId, Merge, NewMemory, Op, Prompt, Provider, ProviderError, PrunePolicy, PruneReport,
     Response, ScoredMemory, Tag, ToolError, Trace, TraceId, op,
 };
+use agent_prompt::{FromState, Pipeline, Priority, Static};
 use proptest::prelude::*;
 use serde_json::{Value, json};
 
@@ -68,6 +70,14 @@ enum P {
         tag: u8,
         fail: bool,
         bounded: bool,
+    },
+    /// `op::infer` with a context request: the pipeline adds rules and the counter's value
+    /// read from the branch's state; `tight` makes the budget drop the rules' long tail
+    /// sections; then a model call like `Infer`'s.
+    Context {
+        tens: u8,
+        tag: u8,
+        tight: bool,
     },
     Fail(u8),
     Incr(u8),
@@ -110,6 +120,8 @@ fn leaf() -> impl Strategy<Value = P> {
         1 => Just(P::UnknownTool),
         5 => (0u8..5, 0u8..10, prop::bool::weighted(0.1), any::<bool>())
             .prop_map(|(tens, tag, fail, bounded)| P::Infer { tens, tag, fail, bounded }),
+        3 => (0u8..5, 0u8..10, any::<bool>())
+            .prop_map(|(tens, tag, tight)| P::Context { tens, tag, tight }),
         1 => (0u8..3).prop_map(P::Fail),
         3 => (1u8..4).prop_map(P::Incr),
         2 => Just(P::Read),
@@ -153,7 +165,9 @@ fn forks(p: &P) -> bool {
 /// sequence, including the time slots of races.
 fn worst_ms(p: &P) -> u64 {
     match p {
-        P::Tool { tens, .. } | P::Infer { tens, .. } => u64::from(*tens) * 10,
+        P::Tool { tens, .. } | P::Infer { tens, .. } | P::Context { tens, .. } => {
+            u64::from(*tens) * 10
+        }
         P::Seq(ps) | P::Par(ps) => ps.iter().map(worst_ms).sum(),
         P::Race(ps) => race_slots(ps)
             .iter()
@@ -181,7 +195,7 @@ fn race_slots(branches: &[P]) -> Vec<u64> {
 /// Model calls `p` can make.
 fn max_calls(p: &P) -> u64 {
     match p {
-        P::Infer { .. } => 1,
+        P::Infer { .. } | P::Context { .. } => 1,
         P::Seq(ps) | P::Par(ps) | P::Race(ps) => ps.iter().map(max_calls).sum(),
         P::Limit { body, .. } | P::Timeout { body, .. } => max_calls(body),
         _ => 0,
@@ -213,6 +227,12 @@ fn compile(p: &P) -> Op<St, i64> {
                 prompt = prompt.max_tokens(16);
             }
             op::infer_raw("m", prompt).map(|r| r.content.len() as i64)
+        }
+        P::Context { tens, tag, tight } => {
+            let budget = TokenBudget::new(if *tight { 60 } else { 4_000 });
+            let request = ContextRequest::new(format!("{}|{tag}|false", u64::from(*tens) * 10))
+                .with_budget(budget);
+            op::infer("m", request).map(|r| r.content.len() as i64)
         }
         P::Fail(n) => op::fail(format!("f{n}")),
         P::Incr(n) => {
@@ -464,6 +484,20 @@ fn config() -> Config {
         .tool(calc)
         .tool(sleep)
         .memory(Notes::default())
+        .context_pipeline(
+            Pipeline::new()
+                .source(Static::text("rules", "## Rules", "Be brief."))
+                .source(FromState::new("count", "## Count", |s: &St| {
+                    Some(format!("The count is {}.", s.count.value()))
+                }))
+                .source(
+                    Static::text("notes", "## Notes", "Notes from earlier. ".repeat(30))
+                        .priority(Priority::Low),
+                )
+                // Races are staggered with `sleep` (see `delay`): it must never be withheld.
+                // `calc` is dropped by tight budgets, and then refused until the next call.
+                .tool_priority("sleep", Priority::Critical),
+        )
         .trace_id("calm-owl-7777")
 }
 

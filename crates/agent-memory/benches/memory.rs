@@ -451,9 +451,10 @@ fn main() {
             let shared = Arc::new(backend);
             let (s, b) = hydrate_latencies(&rt, shared.clone(), &large);
             report_search("prompt.hydrate_semantic_100k", &s, &b);
-            Arc::try_unwrap(shared)
-                .ok()
-                .expect("hydration keeps no handle on the backend")
+            match Arc::try_unwrap(shared) {
+                Ok(backend) => backend,
+                Err(_) => panic!("hydration keeps no handle on the backend"),
+            }
         } else {
             backend
         };

@@ -40,7 +40,9 @@
 //!   timeout, rate limit, fallback), cassettes, pricing, and [`ScriptedProvider`] for tests.
 //! - [`memory`]: memory backends ([`memory::InMemoryBackend`], [`memory::sqlite`]),
 //!   embedders, [`memory::build_context`] and the backend conformance suite.
-//! - [`prompt`]: the Prompt IR — sections compiled into a prompt under a token budget.
+//! - [`context`]: what `op::infer` asks for ([`ContextRequest`]) and the report the trace
+//!   records for it; [`prompt`]: the context sources, the pipeline and the Prompt IR —
+//!   sections compiled into a prompt under a token budget.
 //! - [`prelude`]: what most programs need, in one `use`.
 //!
 //! ## Cargo features
@@ -51,7 +53,7 @@
 //! | `ollama` | yes | [`provider::ollama`], the Ollama client and embedder |
 //! | `openai` | no | [`provider::openai`], the OpenAI-compatible client and embedder |
 //! | `sqlite` | yes | [`memory::sqlite`], the SQLite memory backend (pulls in sqlx) |
-//! | `prompt` | yes | [`prompt`], the Prompt IR and token counting (pulls in bpe-openai) |
+//! | `prompt` | yes | [`prompt`], the Prompt IR, token counting (pulls in bpe-openai) and the default context pipeline of `op::infer` |
 //!
 //! `#[derive(Merge)]` and [`op!`] work through this crate alone: a crate depending only on
 //! `effect-agents` (not on `agent-op`) can use both.
@@ -78,27 +80,28 @@ pub mod par {
     pub use agent_interp_par::*;
 }
 
-/// The Prompt IR (`agent-prompt`): labeled, budgeted sections compiled into a prompt under
-/// a token budget, with a report of what was kept, shrunk and dropped.
+/// The Prompt IR (`agent-prompt`): context sources and the [`Pipeline`](agent_prompt::Pipeline)
+/// `op::infer` runs, labeled, budgeted sections compiled into a prompt under a token budget,
+/// with a report of what was kept, shrunk and dropped.
 #[cfg(feature = "prompt")]
 #[cfg_attr(docsrs, doc(cfg(feature = "prompt")))]
 pub mod prompt {
     pub use agent_prompt::*;
 }
 
-pub use agent_op::{agent, crdt, message, op, trace};
+pub use agent_op::{agent, context, crdt, message, op, trace};
 
 pub use agent_interp_seq::{
     CancellationToken, Config, ErrorKind, JsonlSubscriber, Outcome, RunError, SteeringQueue,
     Subscriber, run, run_agent,
 };
 pub use agent_op::{
-    BoxFuture, Budget, Candidate, Checkpoint, Delta, EmbeddingError, EmbeddingProvider, Event,
-    EventKind, EventType, Exhausted, FinishReason, FnTool, InferOptions, MemoryBackend,
-    MemoryEntry, MemoryError, MemoryId, Merge, Message, MicroUsd, NewMemory, Op, Prompt, Provider,
-    ProviderError, PrunePolicy, PruneReport, Resource, Response, ResponseFormat, ScoredMemory,
-    Steering, Tag, TimedOut, Timestamp, Tool, ToolCall, ToolChoice, ToolDefinition, ToolError,
-    ToolErrorKind, ToolSet, Trace, TraceEntry, TraceId, Usage,
+    BoxFuture, Budget, Candidate, Checkpoint, ContextRequest, Delta, EmbeddingError,
+    EmbeddingProvider, Event, EventKind, EventType, Exhausted, FinishReason, FnTool, InferOptions,
+    MemoryBackend, MemoryEntry, MemoryError, MemoryId, Merge, Message, MicroUsd, NewMemory, Op,
+    Prompt, Provider, ProviderError, PrunePolicy, PruneReport, Resource, Response, ResponseFormat,
+    ScoredMemory, Steering, Tag, TimedOut, Timestamp, Tool, ToolCall, ToolChoice, ToolDefinition,
+    ToolError, ToolErrorKind, ToolSet, Trace, TraceEntry, TraceId, Usage,
 };
 pub use agent_provider::ScriptedProvider;
 

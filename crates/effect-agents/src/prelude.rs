@@ -1,7 +1,7 @@
 //! What most agent programs need, in one `use effect_agents::prelude::*;`.
 //!
 //! The DSL's vocabulary ([`Op`], the [`op`](mod@crate::op) module and the `op!` macro, [`Prompt`],
-//! [`Response`]), running a program ([`run`], [`Config`], [`RunError`]), JSON for tool
+//! [`ContextRequest`], [`Response`]), running a program ([`run`], [`Config`], [`RunError`]), JSON for tool
 //! arguments and schemas ([`json!`](crate::serde_json::json), [`Value`]), a scripted model
 //! for trying things offline ([`ScriptedProvider`]), and the traits whose methods programs
 //! call ([`Merge`], [`Provider`], [`Tool`], [`MemoryBackend`], [`ProviderExt`]). The
@@ -10,7 +10,7 @@
 
 pub use crate::provider::ProviderExt;
 pub use crate::{
-    Config, FnTool, MemoryBackend, Merge, Op, Prompt, Provider, Response, RunError,
+    Config, ContextRequest, FnTool, MemoryBackend, Merge, Op, Prompt, Provider, Response, RunError,
     ScriptedProvider, Tool, ToolError, op, run,
 };
 pub use serde_json::{Value, json};
