@@ -109,6 +109,8 @@ enum P {
         tens: u8,
         body: Box<P>,
     },
+    /// `with_tools` allowing only `sleep`: `calc` calls inside are denied.
+    NoCalc(Box<P>),
 }
 
 fn leaf() -> impl Strategy<Value = P> {
@@ -146,7 +148,8 @@ fn program() -> impl Strategy<Value = P> {
             3 => prop::collection::vec(inner.clone(), 1..5).prop_map(P::Race),
             2 => (prop::option::of(0u8..4), prop::option::of(0u8..40), prop::option::of(0u8..8), inner.clone())
                 .prop_map(|(calls, tokens, tens, body)| P::Limit { calls, tokens, tens, body: Box::new(body) }),
-            2 => (0u8..8, inner).prop_map(|(tens, body)| P::Timeout { tens, body: Box::new(body) }),
+            2 => (0u8..8, inner.clone()).prop_map(|(tens, body)| P::Timeout { tens, body: Box::new(body) }),
+            1 => inner.prop_map(|body| P::NoCalc(Box::new(body))),
         ]
     })
 }
@@ -156,7 +159,7 @@ fn forks(p: &P) -> bool {
     match p {
         P::Par(_) | P::Race(_) => true,
         P::Seq(ps) => ps.iter().any(forks),
-        P::Limit { body, .. } | P::Timeout { body, .. } => forks(body),
+        P::Limit { body, .. } | P::Timeout { body, .. } | P::NoCalc(body) => forks(body),
         _ => false,
     }
 }
@@ -174,7 +177,7 @@ fn worst_ms(p: &P) -> u64 {
             .zip(ps)
             .map(|(start, b)| start + worst_ms(b))
             .sum(),
-        P::Limit { body, .. } | P::Timeout { body, .. } => worst_ms(body),
+        P::Limit { body, .. } | P::Timeout { body, .. } | P::NoCalc(body) => worst_ms(body),
         _ => 0,
     }
 }
@@ -197,7 +200,7 @@ fn max_calls(p: &P) -> u64 {
     match p {
         P::Infer { .. } | P::Context { .. } => 1,
         P::Seq(ps) | P::Par(ps) | P::Race(ps) => ps.iter().map(max_calls).sum(),
-        P::Limit { body, .. } | P::Timeout { body, .. } => max_calls(body),
+        P::Limit { body, .. } | P::Timeout { body, .. } | P::NoCalc(body) => max_calls(body),
         _ => 0,
     }
 }
@@ -323,6 +326,14 @@ fn compile(p: &P) -> Op<St, i64> {
                 b
             };
             op::limit(budget, compile(body)).map(|r| r.unwrap_or_else(|e| -100 - e.spent as i64))
+        }
+        P::NoCalc(body) => {
+            let sleep = FnTool::new("sleep", "waits", json!({}), |args: Value| async move {
+                tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap_or(0))).await;
+                Ok(Value::Null)
+            });
+            let scope = agent_op::ToolScope::new("no-calc", agent_op::ToolSet::new().with(sleep));
+            op::with_tools(scope, compile(body))
         }
         P::Timeout { tens, body } => {
             let ms = if forks(body) {

@@ -35,6 +35,9 @@ pub enum ErrorKind {
         /// What failed.
         error: Box<ContextError>,
     },
+    /// A `with_tools` scope grants a tool or capability its enclosing scope does not: scopes
+    /// only narrow. (Boxed: errors travel through every frame of a deep fork nest.)
+    ScopeWidens(Box<ScopeWidening>),
     /// The program called `infer` but the config has no context pipeline (and this crate
     /// was built without its `prompt` feature, which provides a default).
     NoContextPipeline,
@@ -98,6 +101,28 @@ impl fmt::Display for ErrorKind {
             ErrorKind::Context { model, error } => {
                 write!(f, "building the context for `{model}` failed: {error}")
             }
+            ErrorKind::ScopeWidens(widening) => {
+                let ScopeWidening {
+                    scope,
+                    enclosing,
+                    tools,
+                    capabilities,
+                } = &**widening;
+                write!(
+                    f,
+                    "tool scope `{scope}` asks for more than {enclosing} grants:"
+                )?;
+                if !tools.is_empty() {
+                    write!(f, " tools {}", tools.join(", "))?;
+                }
+                if !capabilities.is_empty() {
+                    if !tools.is_empty() {
+                        f.write_str(";")?;
+                    }
+                    write!(f, " capabilities {}", capabilities.join(", "))?;
+                }
+                Ok(())
+            }
             ErrorKind::NoContextPipeline => f.write_str(
                 "the program calls `infer` but no context pipeline is configured \
                  (set one with Config::context_pipeline)",
@@ -144,6 +169,19 @@ impl std::error::Error for ErrorKind {
             _ => None,
         }
     }
+}
+
+/// What a widening `with_tools` scope asked for: see [`ErrorKind::ScopeWidens`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ScopeWidening {
+    /// The scope entered.
+    pub scope: String,
+    /// The scope around it (or "the run's config").
+    pub enclosing: String,
+    /// Tools it names that the enclosing scope lacks.
+    pub tools: Vec<String>,
+    /// Capabilities it grants that the enclosing scope lacks.
+    pub capabilities: Vec<String>,
 }
 
 fn permitted_list(names: &[String]) -> String {

@@ -22,7 +22,7 @@ pub use agent::run_agent;
 pub use config::{Config, SteeringQueue};
 pub use engine::scheduler::{BranchFuture, BranchOutcome, Scheduler, Sequential};
 pub use engine::{Engine, MAX_FORK_DEPTH, Outcome};
-pub use error::{ErrorKind, RunError};
+pub use error::{ErrorKind, RunError, ScopeWidening};
 pub use subscriber::{JsonlSubscriber, Subscriber};
 pub use tokio_util::sync::CancellationToken;
 

@@ -160,7 +160,9 @@ pub fn dismantle<S>(node: Node<S>) {
             // `bind` now holds nothing, so dropping it is shallow.
             Some(Node::Bind(mut bind)) => current = Some(bind.take()),
             Some(Node::Scope(scope)) => match *scope {
-                Scope::Limit { mut body, .. } | Scope::Timeout { mut body, .. } => {
+                Scope::Limit { mut body, .. }
+                | Scope::Timeout { mut body, .. }
+                | Scope::Tools { mut body, .. } => {
                     current = body.0.take();
                 }
             },
@@ -294,6 +296,15 @@ pub enum Scope<S> {
         /// Feeds `Err(exhausted)` on.
         exhausted: fn(Exhausted, &mut dyn Feed<S>) -> Node<S>,
     },
+    /// `with_tools(scope, body)`: yields `A`.
+    Tools {
+        /// The tools in scope.
+        scope: std::sync::Arc<crate::tool::ToolScope>,
+        /// The body.
+        body: Subtree<S>,
+        /// Feeds the body's value on.
+        pass: ScopePass<S>,
+    },
     /// `timeout(limit, body)`: yields `Result<A, TimedOut>`.
     Timeout {
         /// The time limit.
@@ -306,6 +317,9 @@ pub enum Scope<S> {
         timed_out: fn(TimedOut, &mut dyn Feed<S>) -> Node<S>,
     },
 }
+
+/// Continues after a tool scope's body: feeds its value on unchanged.
+pub type ScopePass<S> = fn(&mut dyn Any, &mut dyn Feed<S>) -> Node<S>;
 
 /// Branches that run from the same state.
 #[non_exhaustive]

@@ -519,6 +519,33 @@ pub fn timeout<S, A: Send + 'static>(
     })))
 }
 
+/// Runs `body` with exactly the tools of `scope` (see [`ToolScope`](crate::ToolScope)): other
+/// tool names are refused with a [`ToolError`] of kind
+/// [`Denied`](crate::ToolErrorKind::Denied) and a `tool_denied` trace event; the model is
+/// offered only these tools. Nested scopes only narrow: one naming a tool or capability the
+/// enclosing scope lacks fails the run when entered.
+///
+/// ```
+/// use agent_op::op::{self, Op};
+/// use agent_op::{FnTool, ToolScope, ToolSet};
+/// use serde_json::{json, Value};
+///
+/// let read = FnTool::new("read", "Reads a file", json!({"type": "object"}), |_: Value| async { Ok(json!("…")) });
+/// let scope = ToolScope::new("reader", ToolSet::new().with(read)).grant("fs.read");
+/// let program: Op<(), _> = op::with_tools(scope, op::tool("write", json!({})));
+/// # let _ = program;
+/// ```
+pub fn with_tools<S, A: Send + 'static>(scope: crate::ToolScope, body: Op<S, A>) -> Op<S, A> {
+    fn pass<S>(slot: &mut dyn Any, next: &mut dyn Feed<S>) -> Node<S> {
+        next.feed(slot)
+    }
+    Op::from_node(Node::Scope(Box::new(Scope::Tools {
+        scope: std::sync::Arc::new(scope),
+        body: Subtree::new(body.into_node()),
+        pass: pass::<S>,
+    })))
+}
+
 // ----------------------------------------------------------------------------------------
 // Branches
 // ----------------------------------------------------------------------------------------

@@ -78,6 +78,9 @@ pub enum ToolErrorKind {
     /// The model was not offered the tool (the context of the branch's last model call
     /// dropped it to fit the budget), so the run refused to call it.
     NotOffered,
+    /// The tool is outside the tool scope in force ([`op::with_tools`](crate::op::with_tools)),
+    /// so the run refused to call it (a `tool_denied` trace event records the attempt).
+    Denied,
 }
 
 impl fmt::Display for ToolErrorKind {
@@ -87,6 +90,7 @@ impl fmt::Display for ToolErrorKind {
             ToolErrorKind::InvalidArguments => "invalid arguments",
             ToolErrorKind::Panicked => "tool panicked",
             ToolErrorKind::NotOffered => "tool not offered",
+            ToolErrorKind::Denied => "tool denied",
         })
     }
 }
@@ -112,6 +116,14 @@ impl ToolError {
     pub fn panicked(message: impl Into<String>) -> ToolError {
         ToolError {
             kind: ToolErrorKind::Panicked,
+            message: message.into(),
+        }
+    }
+
+    /// The tool is outside the scope in force, so the run refused to call it.
+    pub fn denied(message: impl Into<String>) -> ToolError {
+        ToolError {
+            kind: ToolErrorKind::Denied,
             message: message.into(),
         }
     }
@@ -260,5 +272,41 @@ impl<T: Tool + 'static> FromIterator<T> for ToolSet {
             set.insert(Arc::new(tool));
         }
         set
+    }
+}
+
+/// The tools, and the capabilities they need, that a part of a program may use: the payload
+/// of [`op::with_tools`](crate::op::with_tools).
+///
+/// Inside the scope, `op::tool` calls only its tools (using the scope's implementations),
+/// `op::tool_definitions` and `op::infer` offer only them, and any other name is refused
+/// with [`ToolErrorKind::Denied`] and a `tool_denied` trace event. Scopes nest and only
+/// narrow: a scope naming a tool or capability the enclosing scope lacks fails the run as it
+/// is entered. The run's [`ToolSet`] is the outermost scope (with every capability).
+#[derive(Clone, Debug, Default)]
+pub struct ToolScope {
+    /// A name for the scope, in errors and the trace.
+    pub name: String,
+    /// The tools in scope.
+    pub tools: ToolSet,
+    /// The capabilities granted (`fs.read`, `net`, …): a nested scope may only grant a
+    /// subset.
+    pub capabilities: std::collections::BTreeSet<String>,
+}
+
+impl ToolScope {
+    /// A scope named `name` with `tools` and no capabilities.
+    pub fn new(name: impl Into<String>, tools: ToolSet) -> ToolScope {
+        ToolScope {
+            name: name.into(),
+            tools,
+            capabilities: Default::default(),
+        }
+    }
+
+    /// Grants `capability`.
+    pub fn grant(mut self, capability: impl Into<String>) -> ToolScope {
+        self.capabilities.insert(capability.into());
+        self
     }
 }

@@ -58,8 +58,8 @@ enum Frame<S> {
 
 struct ScopeFrame<S> {
     id: ScopeId,
-    /// The state on entry, restored if the scope ends early.
-    saved: S,
+    /// The state on entry, restored if the scope ends early (`None` for scopes that cannot).
+    saved: Option<S>,
     ok: ScopeOk<S>,
     early: EarlyExit<S>,
 }
@@ -67,6 +67,8 @@ struct ScopeFrame<S> {
 enum EarlyExit<S> {
     Limit(fn(Exhausted, &mut dyn Feed<S>) -> Node<S>),
     Timeout(fn(TimedOut, &mut dyn Feed<S>) -> Node<S>),
+    /// A `with_tools` scope: it only ends with its body.
+    Never,
 }
 
 /// The continuation stack and the scopes in force. Separate from the state so a state read can
@@ -331,6 +333,7 @@ where
                     deadline: budget.time.and_then(|t| now.checked_add(t)),
                     budget: BudgetCell::new(budget),
                     is_timeout: false,
+                    tools: None,
                 };
                 (active, body, ok, EarlyExit::Limit(exhausted))
             }
@@ -348,19 +351,79 @@ where
                     deadline: now.checked_add(limit),
                     budget: None,
                     is_timeout: true,
+                    tools: None,
                 };
                 (active, body, ok, EarlyExit::Timeout(timed_out))
+            }
+            Scope::Tools { scope, body, pass } => {
+                self.check_narrows(&scope)?;
+                let active = ActiveScope {
+                    id,
+                    started: now,
+                    deadline: None,
+                    budget: None,
+                    is_timeout: false,
+                    tools: Some(scope),
+                };
+                (active, body, pass, EarlyExit::Never)
             }
             _ => return Err(self.unsupported("a kind of scope")),
         };
         self.stack.push_scope(active);
+        // Only scopes that can end early restore the state they were entered with.
+        let saved = match early {
+            EarlyExit::Never => None,
+            _ => Some(self.state.clone()),
+        };
         self.stack.frames.push(Frame::Scope(Box::new(ScopeFrame {
             id,
-            saved: self.state.clone(),
+            saved,
             ok,
             early,
         })));
         Ok(body.into_node())
+    }
+
+    /// Fails unless `scope` grants only tools and capabilities the enclosing scope (or, at
+    /// the top, the run's config) grants.
+    fn check_narrows(&mut self, scope: &agent_op::ToolScope) -> Result<(), Unwind> {
+        let (enclosing, tools, capabilities) = match self.stack.tool_scope() {
+            Some(outer) => (
+                outer.name.clone(),
+                scope
+                    .tools
+                    .names()
+                    .filter(|n| outer.tools.get(n).is_none())
+                    .map(str::to_owned)
+                    .collect::<Vec<_>>(),
+                scope
+                    .capabilities
+                    .difference(&outer.capabilities)
+                    .cloned()
+                    .collect::<Vec<_>>(),
+            ),
+            None => (
+                "the run's config".to_owned(),
+                scope
+                    .tools
+                    .names()
+                    .filter(|n| self.rt.config.tools.get(n).is_none())
+                    .map(str::to_owned)
+                    .collect(),
+                Vec::new(),
+            ),
+        };
+        if tools.is_empty() && capabilities.is_empty() {
+            return Ok(());
+        }
+        Err(self.fail(ErrorKind::ScopeWidens(Box::new(
+            crate::error::ScopeWidening {
+                scope: scope.name.clone(),
+                enclosing,
+                tools,
+                capabilities,
+            },
+        ))))
     }
 
     /// Handles an unwind: if one of this machine's scopes is its target, ends that scope early
@@ -386,7 +449,9 @@ where
             self.stack.truncate_scopes(spos);
         }
         self.stack.depth = 0;
-        self.state = frame.saved;
+        if let Some(saved) = frame.saved {
+            self.state = saved;
+        }
         let next = match (frame.early, exit) {
             (EarlyExit::Limit(feed_err), ScopeExit::Exhausted(exhausted)) => {
                 self.record(EventKind::Exhausted(exhausted.clone()));

@@ -33,6 +33,8 @@ pub(crate) struct ActiveScope {
     pub(crate) deadline: Option<Instant>,
     pub(crate) budget: Option<Arc<BudgetCell>>,
     pub(crate) is_timeout: bool,
+    /// For a `with_tools` scope, the tools (and capabilities) it allows.
+    pub(crate) tools: Option<Arc<agent_op::ToolScope>>,
 }
 
 impl ActiveScope {

@@ -120,6 +120,8 @@ event_kinds! {
     ToolCall(ToolCall) = "tool_call",
     /// A tool returned (successfully or with a tool error).
     ToolResult(ToolResult) = "tool_result",
+    /// A call of a tool outside the tool scope in force was refused (nothing ran).
+    ToolDenied(ToolDenied) = "tool_denied",
     /// The program read a labelled part of its state.
     StateRead(StateAccess) = "state_read",
     /// The program wrote a labelled part of its state.
@@ -214,6 +216,19 @@ pub struct ToolResult {
     /// How long the call took, in microseconds.
     pub duration_us: u64,
     /// The iteration of the matching [`ToolCall`].
+    pub iteration: u32,
+}
+
+/// Payload of [`EventKind::ToolDenied`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ToolDenied {
+    /// The tool asked for.
+    pub name: String,
+    /// The innermost scope that refused it.
+    pub scope: String,
+    /// The tools that scope allows.
+    pub allowed: Vec<String>,
+    /// How many model calls this branch had made when the tool was asked for.
     pub iteration: u32,
 }
 
@@ -364,6 +379,7 @@ impl EventKind {
             EventKind::InferEnd(e) => Some(e.iteration),
             EventKind::ToolCall(e) => Some(e.iteration),
             EventKind::ToolResult(e) => Some(e.iteration),
+            EventKind::ToolDenied(e) => Some(e.iteration),
             _ => None,
         }
     }

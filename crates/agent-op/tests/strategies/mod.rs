@@ -447,6 +447,21 @@ pub fn event_kind_of(ty: EventType) -> BoxedStrategy<EventKind> {
         EventType::Forget => forget().prop_map(EventKind::Forget).boxed(),
         EventType::Custom => custom().prop_map(EventKind::Custom).boxed(),
         EventType::Error => failure().prop_map(EventKind::Error).boxed(),
+        EventType::ToolDenied => (
+            text(),
+            text(),
+            prop::collection::vec(text(), 0..3),
+            any::<u32>(),
+        )
+            .prop_map(|(name, scope, allowed, iteration)| {
+                EventKind::ToolDenied(agent_op::trace::event::ToolDenied {
+                    name,
+                    scope,
+                    allowed,
+                    iteration,
+                })
+            })
+            .boxed(),
         EventType::Context => context_report()
             .prop_map(|r| EventKind::Context(Box::new(r)))
             .boxed(),

@@ -9,7 +9,7 @@ use agent_op::interp::{Effect, Feed, Node};
 use agent_op::trace::event::{self, CheckpointReached, InferEnd, InferStart};
 use agent_op::{
     Checkpoint, Event, EventKind, MemoryBackend, NewMemory, PREVIEW_CHARS, Prompt, Provider,
-    Response, ToolError, content_hash, preview,
+    Response, ToolError, ToolSet, content_hash, preview,
 };
 use chrono::Utc;
 use futures_util::FutureExt;
@@ -35,9 +35,10 @@ where
             Effect::InferRaw { model, prompt } => Box::pin(self.infer_raw(model, prompt)).await,
             Effect::Infer { model, request } => Box::pin(self.infer(model, request)).await,
             Effect::Tool { name, args } => Box::pin(self.call_tool(name, args)).await,
-            Effect::ToolDefinitions => Ok(self
-                .stack
-                .feed(&mut Some(self.rt.config.tools.definitions()))),
+            Effect::ToolDefinitions => {
+                let definitions = self.tools_in_scope().definitions();
+                Ok(self.stack.feed(&mut Some(definitions)))
+            }
             Effect::Emit(kind) => {
                 self.record(kind);
                 Ok(self.stack.feed(&mut Some(())))
@@ -119,7 +120,7 @@ where
         let Some(pipeline) = self.rt.config.context.clone().or_else(default_pipeline) else {
             return Err(self.fail(ErrorKind::NoContextPipeline));
         };
-        let tools = self.rt.config.tools.definitions();
+        let tools = self.tools_in_scope().definitions();
         let preparing = {
             let input = ContextInput::new(&model, &request, &self.state, Utc::now())
                 .with_memory(self.rt.config.memory.as_ref())
@@ -234,8 +235,44 @@ where
         }
     }
 
+    /// The tools the program may call here: the innermost `with_tools` scope's, or the
+    /// run's.
+    fn tools_in_scope(&self) -> &ToolSet {
+        match self.stack.tool_scope() {
+            Some(scope) => &scope.tools,
+            None => &self.rt.config.tools,
+        }
+    }
+
     pub(super) async fn call_tool(&mut self, name: String, args: Value) -> Result<Node<S>, Unwind> {
         let iteration = self.iteration;
+        let scoped = match self.stack.tool_scope().cloned() {
+            None => None,
+            Some(scope) => match scope.tools.get(&name) {
+                Some(tool) => Some(tool.clone()),
+                None => {
+                    // Refused before anything runs; the attempt is in the trace.
+                    let allowed: Vec<String> = scope.tools.names().map(str::to_owned).collect();
+                    let error = ToolError::denied(format!(
+                        "the tool `{name}` is not in scope `{}` (allowed: {})",
+                        scope.name,
+                        if allowed.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            allowed.join(", ")
+                        }
+                    ));
+                    self.record(EventKind::ToolDenied(event::ToolDenied {
+                        name,
+                        scope: scope.name.clone(),
+                        allowed,
+                        iteration,
+                    }));
+                    let result: Result<Value, ToolError> = Err(error);
+                    return Ok(self.stack.feed(&mut Some(result)));
+                }
+            },
+        };
         self.record(EventKind::ToolCall(event::ToolCall {
             name: name.clone(),
             args: args.clone(),
@@ -258,7 +295,7 @@ where
             let result: Result<Value, ToolError> = Err(error);
             return Ok(self.stack.feed(&mut Some(result)));
         }
-        let Some(tool) = self.rt.config.tools.get(&name).cloned() else {
+        let Some(tool) = scoped.or_else(|| self.rt.config.tools.get(&name).cloned()) else {
             let permitted = self.rt.config.tools.names().map(str::to_owned).collect();
             return Err(self.fail(ErrorKind::UnknownTool { name, permitted }));
         };

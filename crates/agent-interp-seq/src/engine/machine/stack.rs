@@ -34,8 +34,13 @@ impl<S> Stack<S> {
         }
     }
 
-    pub(super) fn all_scopes(&self) -> impl Iterator<Item = &ActiveScope> {
+    pub(super) fn all_scopes(&self) -> impl DoubleEndedIterator<Item = &ActiveScope> {
         self.inherited.iter().chain(self.scopes.iter())
+    }
+
+    /// The innermost `with_tools` scope in force, if any.
+    pub(super) fn tool_scope(&self) -> Option<&Arc<agent_op::ToolScope>> {
+        self.all_scopes().rev().find_map(|s| s.tools.as_ref())
     }
 
     /// Enters `scope`, innermost.
