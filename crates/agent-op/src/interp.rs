@@ -255,6 +255,13 @@ pub enum Effect {
     },
     /// The definitions of the tools this run permits. Yields `Vec<ToolDefinition>`.
     ToolDefinitions,
+    /// Whether the run's provider enforces JSON-schema response formats for a model
+    /// ([`Provider::supports_json_schema`](crate::Provider::supports_json_schema)). Yields
+    /// `bool` (`false` without a provider).
+    SupportsJsonSchema {
+        /// The model.
+        model: String,
+    },
     /// Record an event. Yields `()`.
     Emit(EventKind),
     /// The trace so far. Yields [`Trace`](crate::Trace).

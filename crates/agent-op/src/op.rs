@@ -338,6 +338,16 @@ pub fn tool_definitions<S>() -> Op<S, Vec<ToolDefinition>> {
     effect(Effect::ToolDefinitions)
 }
 
+/// Whether the run's provider makes `model`'s replies follow a JSON schema given as
+/// [`ResponseFormat::JsonSchema`](crate::ResponseFormat::JsonSchema) (see
+/// [`Provider::supports_json_schema`](crate::Provider::supports_json_schema)): typed output
+/// asks before choosing between the native format and instructions in the prompt.
+pub fn supports_json_schema<S>(model: impl Into<String>) -> Op<S, bool> {
+    effect(Effect::SupportsJsonSchema {
+        model: model.into(),
+    })
+}
+
 /// Records an event in the trace.
 pub fn emit<S>(kind: impl Into<EventKind>) -> Op<S, ()> {
     effect(Effect::Emit(kind.into()))

@@ -61,6 +61,15 @@ pub trait Provider: Send + Sync {
         let _ = (model, prompt);
         None
     }
+
+    /// Whether this provider makes `model`'s reply follow a
+    /// [`ResponseFormat::JsonSchema`](crate::ResponseFormat::JsonSchema) (structured output),
+    /// so typed output can rely on it instead of format instructions in the prompt. `false`
+    /// (the default) when unknown.
+    fn supports_json_schema(&self, model: &str) -> bool {
+        let _ = model;
+        false
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for Arc<P> {
@@ -84,6 +93,10 @@ impl<P: Provider + ?Sized> Provider for Arc<P> {
     fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
         (**self).max_cost(model, prompt)
     }
+
+    fn supports_json_schema(&self, model: &str) -> bool {
+        (**self).supports_json_schema(model)
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for Box<P> {
@@ -106,6 +119,10 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
 
     fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
         (**self).max_cost(model, prompt)
+    }
+
+    fn supports_json_schema(&self, model: &str) -> bool {
+        (**self).supports_json_schema(model)
     }
 }
 

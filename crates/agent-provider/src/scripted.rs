@@ -36,6 +36,7 @@ pub struct ScriptedProvider {
     inner: Arc<Mutex<Script>>,
     responder: Option<Arc<Responder>>,
     latency: Duration,
+    json_schema: bool,
 }
 
 #[derive(Default)]
@@ -80,6 +81,14 @@ fn describe(unexpected: &[String], unconsumed: usize) -> String {
 }
 
 impl ScriptedProvider {
+    /// Claims to enforce JSON-schema response formats
+    /// ([`Provider::supports_json_schema`]), as OpenAI's and Ollama's clients do, so typed
+    /// output sends the schema natively instead of format instructions.
+    pub fn with_json_schema(mut self) -> ScriptedProvider {
+        self.json_schema = true;
+        self
+    }
+
     /// Answers calls with `responses`, in order.
     pub fn new(responses: impl IntoIterator<Item = Response>) -> ScriptedProvider {
         ScriptedProvider::from_results(responses.into_iter().map(Ok))
@@ -96,6 +105,7 @@ impl ScriptedProvider {
             })),
             responder: None,
             latency: Duration::ZERO,
+            json_schema: false,
         }
     }
 
@@ -108,6 +118,7 @@ impl ScriptedProvider {
             inner: Arc::new(Mutex::new(Script::default())),
             responder: Some(Arc::new(f)),
             latency: Duration::ZERO,
+            json_schema: false,
         }
     }
 
@@ -196,6 +207,10 @@ impl Provider for ScriptedProvider {
             }
             self.answer(model, prompt)
         })
+    }
+
+    fn supports_json_schema(&self, _model: &str) -> bool {
+        self.json_schema
     }
 }
 

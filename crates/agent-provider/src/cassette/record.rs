@@ -165,6 +165,10 @@ impl<P: Provider> Provider for RecordingProvider<P> {
     fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
         self.inner.max_cost(model, prompt)
     }
+
+    fn supports_json_schema(&self, model: &str) -> bool {
+        self.inner.supports_json_schema(model)
+    }
 }
 
 impl<P: fmt::Debug> fmt::Debug for RecordingProvider<P> {

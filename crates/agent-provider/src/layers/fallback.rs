@@ -134,6 +134,14 @@ impl<P: Provider, Q: Provider> Provider for Fallback<P, Q> {
         let secondary = self.secondary.max_cost(self.second_model(model), prompt)?;
         Some(primary.saturating_add(secondary))
     }
+
+    fn supports_json_schema(&self, model: &str) -> bool {
+        // Either may answer: only a schema both enforce is enforced.
+        self.primary.supports_json_schema(model)
+            && self
+                .secondary
+                .supports_json_schema(self.second_model(model))
+    }
 }
 
 /// Both errors, in the order tried, as one flat [`ProviderError::AllFailed`] list (a

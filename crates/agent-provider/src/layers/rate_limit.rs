@@ -105,4 +105,8 @@ impl<P: Provider> Provider for RateLimit<P> {
     fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
         self.inner.max_cost(model, prompt)
     }
+
+    fn supports_json_schema(&self, model: &str) -> bool {
+        self.inner.supports_json_schema(model)
+    }
 }

@@ -234,6 +234,10 @@ impl<P: Provider> Provider for Retry<P> {
         let one = self.inner.max_cost(model, prompt)?;
         Some(MicroUsd(one.0.saturating_mul(u64::from(self.max_attempts))))
     }
+
+    fn supports_json_schema(&self, model: &str) -> bool {
+        self.inner.supports_json_schema(model)
+    }
 }
 
 impl<P: Clone> Clone for Retry<P> {

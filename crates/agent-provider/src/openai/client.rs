@@ -316,6 +316,11 @@ impl Provider for OpenAiClient {
     fn max_cost(&self, model: &str, prompt: &Prompt) -> Option<MicroUsd> {
         self.inner.pricing.max_cost(model, prompt)
     }
+
+    fn supports_json_schema(&self, model: &str) -> bool {
+        let _ = model;
+        true
+    }
 }
 
 impl fmt::Debug for OpenAiClient {

@@ -39,6 +39,15 @@ where
                 let definitions = self.tools_in_scope().definitions();
                 Ok(self.stack.feed(&mut Some(definitions)))
             }
+            Effect::SupportsJsonSchema { model } => {
+                let native = self
+                    .rt
+                    .config
+                    .provider
+                    .as_ref()
+                    .is_some_and(|p| p.supports_json_schema(&model));
+                Ok(self.stack.feed(&mut Some(native)))
+            }
             Effect::Emit(kind) => {
                 self.record(kind);
                 Ok(self.stack.feed(&mut Some(())))

@@ -1,0 +1,59 @@
+//! # agent-agents: the typed layer over the effect system
+//!
+//! The only untyped boundary of an agent should be the model's text. This crate makes the
+//! rest typed, as `Op` programs (so both interpreters, traces, budgets, abort and steering
+//! apply unchanged):
+//!
+//! - [`LlmOutput`]: values a model can produce — every `T: Deserialize + JsonSchema`
+//!   (schema by schemars), text, numbers, enums of names, [`Lines`] — with a forgiving
+//!   parser ([`parse_json`]: code fences, leading prose, bare scalars) and typed
+//!   [`ParseError`]s;
+//! - [`infer_as`] / [`Structured`]: ask for a `T`, natively (JSON-schema response formats)
+//!   when the provider enforces them, with format instructions otherwise, and repair bad
+//!   replies progressively (the error, the full format and examples only after a failure);
+//!   [`OutputError`] keeps every attempt;
+//! - [`tool`] / [`TypedTool`]: a tool from an async function of typed arguments, its schema
+//!   generated and arguments validated (`jsonschema`) before it runs; marks for read-only,
+//!   blocking, a timeout and the capabilities it needs ([`ToolMarks`]);
+//! - [`Toolbox`] / [`with_toolbox`]: tools plus capabilities as one value, and runtime
+//!   scopes that only narrow (`op::with_tools` underneath).
+//!
+//! ```
+//! use agent_agents::{infer_as, tool, with_toolbox, Toolbox};
+//! use agent_op::op::{self, Op};
+//! use agent_op::Prompt;
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct City { name: String, country: String }
+//!
+//! #[derive(serde::Deserialize, schemars::JsonSchema)]
+//! struct Query { city: String }
+//!
+//! let weather = tool("weather", "Today's weather in a city", |q: Query| async move {
+//!     Ok(format!("Sunny in {}", q.city))
+//! })
+//! .read_only()
+//! .needs("net");
+//! let toolbox = Toolbox::new("travel").with(weather);
+//!
+//! let program: Op<(), _> = with_toolbox(
+//!     &toolbox,
+//!     infer_as::<_, City>("gpt-4o-mini", Prompt::new().user("Which city hosts the Louvre?"))
+//!         .and_then(|city| match city {
+//!             Ok(city) => op::tool("weather", serde_json::json!({ "city": city.name })),
+//!             Err(e) => op::pure(Err(agent_op::ToolError::failed(e.to_string()))),
+//!         }),
+//! );
+//! # let _ = program;
+//! ```
+
+mod extract;
+mod infer_as;
+mod output;
+mod tool;
+mod toolbox;
+
+pub use infer_as::{Ask, Attempt, AttemptError, OutputError, Structured, infer_as};
+pub use output::{Lines, LlmOutput, OutputFormat, ParseError, parse_json, schema_of};
+pub use tool::{ToolMarks, TypedTool, tool};
+pub use toolbox::{Toolbox, ToolboxError, with_toolbox};

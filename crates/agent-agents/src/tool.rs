@@ -1,0 +1,206 @@
+//! Typed tools: a Rust function with typed arguments and output, its JSON schema generated,
+//! arguments validated before it runs.
+
+use std::fmt;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_op::{BoxFuture, Tool, ToolError};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::output::schema_of;
+
+/// How a tool affects the world, and how it must be run. Set with [`TypedTool`]'s builder.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolMarks {
+    /// It only reads: safe to retry, safe to run in parallel with others.
+    pub read_only: bool,
+    /// It blocks its thread (CPU work, blocking I/O): run off the async workers.
+    pub blocking: bool,
+    /// The longest a call may take; a call still running then is a tool error.
+    pub timeout: Option<Duration>,
+    /// The capabilities it needs (`fs.read`, `net`, …), checked by [`Toolbox`](crate::Toolbox).
+    pub capabilities: Vec<String>,
+}
+
+type Handler<A, O> = dyn Fn(A) -> BoxFuture<'static, Result<O, ToolError>> + Send + Sync;
+
+/// A tool made from an async Rust function of typed arguments: build one with [`tool`].
+///
+/// Its parameters are the JSON schema of `A` (schemars). Arguments a model sends are checked
+/// against that schema first (the `jsonschema` crate): arguments that do not fit are a
+/// [`ToolError`] of kind `InvalidArguments` carrying every validation message, and the
+/// function does not run. The output is serialized to JSON.
+pub struct TypedTool<A, O> {
+    name: String,
+    description: String,
+    schema: Value,
+    /// `None` if the schema did not compile (never seen: schemars writes valid schemas);
+    /// the arguments are then only checked by deserializing them.
+    validator: Option<Arc<jsonschema::Validator>>,
+    handler: Arc<Handler<A, O>>,
+    marks: ToolMarks,
+    _types: PhantomData<fn(A) -> O>,
+}
+
+/// A typed tool named `name`, described by `description`, running `f`.
+///
+/// ```
+/// use agent_agents::tool;
+/// use agent_op::{Tool, ToolError};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Add {
+///     /// The first addend.
+///     a: i64,
+///     /// The second addend.
+///     b: i64,
+/// }
+///
+/// let add = tool("add", "Adds two integers", |args: Add| async move {
+///     args.a.checked_add(args.b).ok_or_else(|| ToolError::failed("overflow"))
+/// })
+/// .read_only();
+/// assert_eq!(add.parameters()["required"], serde_json::json!(["a", "b"]));
+/// ```
+pub fn tool<A, O, F, Fut>(
+    name: impl Into<String>,
+    description: impl Into<String>,
+    f: F,
+) -> TypedTool<A, O>
+where
+    A: DeserializeOwned + JsonSchema + Send + 'static,
+    O: Serialize + Send + 'static,
+    F: Fn(A) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, ToolError>> + Send + 'static,
+{
+    let schema = schema_of::<A>();
+    let validator = jsonschema::validator_for(&schema).ok().map(Arc::new);
+    TypedTool {
+        name: name.into(),
+        description: description.into(),
+        schema,
+        validator,
+        handler: Arc::new(move |args| Box::pin(f(args))),
+        marks: ToolMarks::default(),
+        _types: PhantomData,
+    }
+}
+
+impl<A, O> TypedTool<A, O> {
+    /// Marks it read-only.
+    pub fn read_only(mut self) -> Self {
+        self.marks.read_only = true;
+        self
+    }
+
+    /// Marks it blocking: interpreters run it on a blocking thread.
+    pub fn blocking(mut self) -> Self {
+        self.marks.blocking = true;
+        self
+    }
+
+    /// Bounds each call by `limit`: a call still running is stopped and is a tool error.
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.marks.timeout = Some(limit);
+        self
+    }
+
+    /// Declares a capability it needs (`fs.read`, `fs.write:./out`, `net`, `shell`, …).
+    pub fn needs(mut self, capability: impl Into<String>) -> Self {
+        self.marks.capabilities.push(capability.into());
+        self
+    }
+
+    /// Its marks.
+    pub fn marks(&self) -> &ToolMarks {
+        &self.marks
+    }
+}
+
+impl<A, O> fmt::Debug for TypedTool<A, O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TypedTool")
+            .field("name", &self.name)
+            .field("marks", &self.marks)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Checks `args` against `validator`: every message, joined, if they do not fit.
+pub(crate) fn check_args(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolError> {
+    let errors: Vec<String> = validator
+        .iter_errors(args)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            if at.is_empty() {
+                e.to_string()
+            } else {
+                format!("{at}: {e}")
+            }
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ToolError::invalid_arguments(format!(
+            "the arguments do not fit the tool's schema: {}",
+            errors.join("; ")
+        )))
+    }
+}
+
+impl<A, O> Tool for TypedTool<A, O>
+where
+    A: DeserializeOwned + Send + 'static,
+    O: Serialize + Send + 'static,
+{
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn parameters(&self) -> Value {
+        self.schema.clone()
+    }
+
+    fn is_blocking(&self) -> bool {
+        self.marks.blocking
+    }
+
+    fn call(&self, args: Value) -> BoxFuture<'_, Result<Value, ToolError>> {
+        Box::pin(async move {
+            if let Some(validator) = &self.validator {
+                check_args(validator, &args)?;
+            }
+            let args: A = serde_json::from_value(args).map_err(|e| {
+                ToolError::invalid_arguments(format!("the arguments do not fit: {e}"))
+            })?;
+            let run = (self.handler)(args);
+            let output = match self.marks.timeout {
+                Some(limit) => match tokio::time::timeout(limit, run).await {
+                    Ok(output) => output?,
+                    Err(_) => {
+                        return Err(ToolError::failed(format!(
+                            "the tool `{}` did not finish within {limit:?}",
+                            self.name
+                        )));
+                    }
+                },
+                None => run.await?,
+            };
+            serde_json::to_value(output).map_err(|e| {
+                ToolError::failed(format!("the tool's output could not be serialized: {e}"))
+            })
+        })
+    }
+}
