@@ -213,23 +213,32 @@ pub fn parse_json<T: DeserializeOwned + JsonSchema>(text: &str) -> Result<T, Par
         Err(e) => e,
     };
     let expected = || std::any::type_name::<T>().to_owned();
-    let scalar = extract::scalar_kind(&schema_of::<T>());
-    if let Some(kind) = &scalar {
-        let value = extract::scalar(trimmed, kind)?;
+    // JSON inside a fence or after prose (before asking for the schema, which costs more
+    // than the parse).
+    let extracted = extract::json(trimmed);
+    let inner = match extracted {
+        Extracted::Found(json) if json.len() != trimmed.len() => {
+            match serde_json::from_str::<T>(json) {
+                Ok(value) => return Ok(value),
+                Err(e) => Some(e),
+            }
+        }
+        _ => None,
+    };
+    if let Some(kind) = extract::scalar_kind(&schema_of::<T>()) {
+        let value = extract::scalar(trimmed, &kind)?;
         return serde_json::from_value::<T>(value).map_err(|e| ParseError::Invalid {
             expected: expected(),
             message: e.to_string(),
         });
     }
-    match extract::json(trimmed) {
-        Extracted::Found(json) if json.len() != trimmed.len() => {
-            serde_json::from_str::<T>(json).map_err(|e| invalid(e, expected()))
-        }
-        Extracted::Found(_) => Err(invalid(first, expected())),
-        Extracted::Truncated => Err(ParseError::Truncated {
+    match (extracted, inner) {
+        (_, Some(e)) => Err(invalid(e, expected())),
+        (Extracted::Found(_), None) => Err(invalid(first, expected())),
+        (Extracted::Truncated, None) => Err(ParseError::Truncated {
             message: first.to_string(),
         }),
-        Extracted::None => Err(ParseError::NoJson),
+        (Extracted::None, None) => Err(ParseError::NoJson),
     }
 }
 

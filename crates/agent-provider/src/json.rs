@@ -12,6 +12,28 @@ where
     Ok(Option::<T>::deserialize(deserializer)?.unwrap_or_default())
 }
 
+/// An embedding vector, read as `f64`s and narrowed to `f32`: a value beyond `f32`'s range
+/// becomes an infinity, which the embedders then report as non-finite — whatever float
+/// features serde_json was built with (with `float_roundtrip`, reading such a value as
+/// `f32` directly is a parse error instead).
+#[cfg_attr(not(feature = "openai"), allow(dead_code))]
+pub(crate) fn vector<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<f32>, D::Error> {
+    let wide = Vec::<f64>::deserialize(deserializer)?;
+    Ok(wide.into_iter().map(|x| x as f32).collect())
+}
+
+/// Embedding vectors as [`vector`] reads one; `null` or missing is none.
+#[cfg_attr(not(feature = "ollama"), allow(dead_code))]
+pub(crate) fn vectors<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<Vec<f32>>, D::Error> {
+    let wide = Option::<Vec<Vec<f64>>>::deserialize(deserializer)?.unwrap_or_default();
+    Ok(wide
+        .into_iter()
+        .map(|v| v.into_iter().map(|x| x as f32).collect())
+        .collect())
+}
+
 /// Tool arguments from their JSON text: `""` is no arguments (`{}`); text that is not valid
 /// JSON is kept as a JSON string so nothing the model said is lost (the tool then rejects it).
 pub(crate) fn parse_arguments(text: &str) -> Value {

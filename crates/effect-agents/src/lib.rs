@@ -43,6 +43,8 @@
 //! - [`context`]: what `op::infer` asks for ([`ContextRequest`]) and the report the trace
 //!   records for it; [`prompt`]: the context sources, the pipeline and the Prompt IR —
 //!   sections compiled into a prompt under a token budget.
+//! - [`agents`]: typed model output ([`agents::infer_as`]), typed tools ([`agents::tool`]) and
+//!   capability-scoped toolboxes ([`agents::Toolbox`]).
 //! - [`prelude`]: what most programs need, in one `use`.
 //!
 //! ## Cargo features
@@ -52,6 +54,7 @@
 //! | `par` | yes | [`par`], the concurrent interpreter |
 //! | `ollama` | yes | [`provider::ollama`], the Ollama client and embedder |
 //! | `openai` | no | [`provider::openai`], the OpenAI-compatible client and embedder |
+//! | `agents` | yes | [`agents`], typed output, typed tools and toolboxes (pulls in schemars and jsonschema) |
 //! | `sqlite` | yes | [`memory::sqlite`], the SQLite memory backend (pulls in sqlx) |
 //! | `prompt` | yes | [`prompt`], the Prompt IR, token counting (pulls in bpe-openai) and the default context pipeline of `op::infer` |
 //!
@@ -87,6 +90,16 @@ pub mod par {
 #[cfg_attr(docsrs, doc(cfg(feature = "prompt")))]
 pub mod prompt {
     pub use agent_prompt::*;
+}
+
+/// The typed layer (`agent-agents`): typed model output with progressive repairs
+/// ([`infer_as`](agent_agents::infer_as)), typed tools validated against their schema
+/// ([`tool`](agent_agents::tool)), and capability-scoped toolboxes
+/// ([`Toolbox`](agent_agents::Toolbox), [`with_toolbox`](agent_agents::with_toolbox)).
+#[cfg(feature = "agents")]
+#[cfg_attr(docsrs, doc(cfg(feature = "agents")))]
+pub mod agents {
+    pub use agent_agents::*;
 }
 
 pub use agent_op::{agent, context, crdt, message, op, trace};

@@ -234,7 +234,7 @@ pub(crate) struct EmbedRequest<'a> {
 /// The `/api/embed` response.
 #[derive(Deserialize)]
 pub(crate) struct EmbedResponse {
-    #[serde(default, deserialize_with = "nullable")]
+    #[serde(default, deserialize_with = "crate::json::vectors")]
     pub(crate) embeddings: Vec<Vec<f32>>,
 }
 

@@ -354,6 +354,7 @@ pub(crate) struct EmbeddingsResponse {
 pub(crate) struct EmbeddingData {
     #[serde(default)]
     pub(crate) index: usize,
+    #[serde(deserialize_with = "crate::json::vector")]
     pub(crate) embedding: Vec<f32>,
 }
 
