@@ -4,6 +4,11 @@
 //!   [`LlmOutput::parse`]; baseline: `serde_json::from_str` of the same text.
 //! - `agent.parse_typed_fenced`: the same reply inside a Markdown code fence after a line of
 //!   prose (the extraction path); baseline: `serde_json::from_str` of the bare JSON.
+//! - `agent.loop_turn`: µs per turn of [`agent`] (a scripted reply calling one tool, the
+//!   tool's result fed back), over 200 turns under the sequential interpreter; baseline: the
+//!   same turns written by hand as a loop of `infer_raw` and `tool` with the same model,
+//!   tool and message bookkeeping — so the ratio is what the agent layer adds (the toolbox
+//!   scope, the `par` of tool calls, typed parsing).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -47,7 +52,112 @@ fn rate(bytes: usize, samples: &[Duration], per: u32) -> f64 {
     bytes as f64 / 1e6 / bench_kit::median_per(samples, f64::from(per), bench_kit::secs)
 }
 
+const TURNS: usize = 200;
+
+fn model() -> agent_provider::ScriptedProvider {
+    let n = std::sync::atomic::AtomicUsize::new(0);
+    agent_provider::ScriptedProvider::from_fn(move |_, _| {
+        let i = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if (i + 1) % TURNS == 0 {
+            Ok(agent_op::Response::text("{\"done\": true}"))
+        } else {
+            Ok(agent_op::Response::tool_call(
+                format!("c{i}"),
+                "echo",
+                serde_json::json!({"text": "hi"}),
+            ))
+        }
+    })
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Echo {
+    text: String,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+#[allow(dead_code)]
+struct Done {
+    done: bool,
+}
+
+fn by_hand(
+    model: String,
+    messages: Vec<agent_op::Message>,
+    left: usize,
+) -> agent_op::Op<(), usize> {
+    use agent_op::op;
+    let prompt = agent_op::Prompt::from_messages(messages.clone());
+    op::infer_raw(model.clone(), prompt).and_then(move |reply| {
+        if reply.tool_calls.is_empty() || left == 0 {
+            return op::pure(left);
+        }
+        let call = reply.tool_calls[0].clone();
+        let mut messages = messages;
+        messages.push(reply.to_message());
+        op::tool(call.name.clone(), call.arguments.clone()).and_then(move |result| {
+            let text = result
+                .map(|v| v.to_string())
+                .unwrap_or_else(|e| e.to_string());
+            messages.push(agent_op::Message::tool_result(call.id, text));
+            by_hand(model, messages, left - 1)
+        })
+    })
+}
+
+fn loop_turn() {
+    use agent_agents::{Toolbox, agent, tool};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let echo = tool("echo", "Echoes", |e: Echo| async move { Ok(e.text) });
+    let toolbox = Toolbox::new("echo").with(echo);
+    let (subject, baseline) = bench_kit::interleaved(
+        9,
+        || {
+            let config = agent_interp_seq::Config::new()
+                .provider(model())
+                .tools(toolbox.tool_set());
+            let program = agent::<(), Done>("m", &toolbox, "go")
+                .max_turns(TURNS as u32)
+                .run();
+            bench_kit::time(|| {
+                let outcome = rt.block_on(agent_interp_seq::run(&config, (), program));
+                assert!(outcome.expect("runs").value.is_ok());
+            })
+            .0
+        },
+        || {
+            let config = agent_interp_seq::Config::new()
+                .provider(model())
+                .tools(toolbox.tool_set());
+            let opening = vec![
+                agent_op::Message::system("Use the tools."),
+                agent_op::Message::user("go"),
+            ];
+            let program = by_hand("m".into(), opening, TURNS);
+            bench_kit::time(|| {
+                black_box(
+                    rt.block_on(agent_interp_seq::run(&config, (), program))
+                        .ok(),
+                );
+            })
+            .0
+        },
+    );
+    bench_kit::report(
+        "agent.loop_turn",
+        bench_kit::median_per(&subject, TURNS as f64, bench_kit::us),
+        "µs/turn",
+        bench_kit::median_per(&baseline, TURNS as f64, bench_kit::us),
+    );
+}
+
 fn main() {
+    if bench_kit::enabled("agent.loop_turn") {
+        loop_turn();
+    }
     let json = reply();
     let fenced = format!("Here is the report you asked for:\n```json\n{json}\n```\n");
     const PER: u32 = 200;

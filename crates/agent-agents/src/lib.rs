@@ -16,7 +16,10 @@
 //!   generated and arguments validated (`jsonschema`) before it runs; marks for read-only,
 //!   blocking, a timeout and the capabilities it needs ([`ToolMarks`]);
 //! - [`Toolbox`] / [`with_toolbox`]: tools plus capabilities as one value, and runtime
-//!   scopes that only narrow (`op::with_tools` underneath).
+//!   scopes that only narrow (`op::with_tools` underneath);
+//! - [`agent`] / [`Agent`]: the agent loop as a program — model, tools (a reply's calls run
+//!   in one `par`), repeat until a typed answer; `max_turns`, repairs, and
+//!   [`verified`](Agent::verified) answers that a check program must accept.
 //!
 //! ```
 //! use agent_agents::{infer_as, tool, with_toolbox, Toolbox};
@@ -47,12 +50,14 @@
 //! # let _ = program;
 //! ```
 
+mod agent_loop;
 mod extract;
 mod infer_as;
 mod output;
 mod tool;
 mod toolbox;
 
+pub use agent_loop::{Agent, AgentError, agent};
 pub use infer_as::{Ask, Attempt, AttemptError, OutputError, Structured, infer_as};
 pub use output::{Lines, LlmOutput, OutputFormat, ParseError, parse_json, schema_of};
 pub use tool::{ToolMarks, TypedTool, tool};

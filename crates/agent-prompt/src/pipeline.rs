@@ -10,7 +10,7 @@ use agent_op::context::{
     Outcome, PreparedContext, Priority, SectionReport, SectionSource, SourceOutcome, SourceReport,
     Summarize,
 };
-use agent_op::{BoxFuture, Message, Prompt, Timestamp, ToolDefinition};
+use agent_op::{BoxFuture, Prompt, Timestamp, ToolDefinition};
 use futures_util::future::join_all;
 
 use crate::compile::{Compiled, compile};
@@ -358,7 +358,7 @@ impl Call {
                 SectionContent::Text(body) => text.push_str(body),
                 SectionContent::Messages(messages) => {
                     for message in messages {
-                        text.push_str(role(message));
+                        text.push_str(message.role());
                         text.push_str(": ");
                         text.push_str(message.content());
                         text.push('\n');
@@ -477,16 +477,6 @@ async fn record_access(compiled: &Compiled, recalled: &[Recalled]) -> Result<(),
             .map_err(|e| ContextError::source_failed("memory access", e))?;
     }
     Ok(())
-}
-
-fn role(message: &Message) -> &'static str {
-    match message {
-        Message::System { .. } => "system",
-        Message::User { .. } => "user",
-        Message::Assistant { .. } => "assistant",
-        Message::Tool { .. } => "tool",
-        _ => "message",
-    }
 }
 
 fn micros(d: Duration) -> u64 {

@@ -1,0 +1,323 @@
+//! [`agent`]: the agent loop as an `Op` program — ask the model, run the tools it calls,
+//! repeat until it answers with a `T`.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use agent_op::op::{self, Op};
+use agent_op::{Merge, Message, Prompt, Response, ToolCall};
+
+use crate::infer_as::{Attempt, AttemptError, OutputError};
+use crate::output::LlmOutput;
+use crate::toolbox::{Toolbox, with_toolbox};
+
+/// Why an agent stopped without an answer.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// It used every turn it had without answering.
+    #[error("the agent did not answer within {turns} turn(s)")]
+    MaxTurns {
+        /// The turns it had.
+        turns: u32,
+    },
+    /// Its answers could not be used, even after the allowed repairs.
+    #[error("{0}")]
+    Output(OutputError),
+    /// Verification kept failing ([`Agent::verified`]).
+    #[error("the answer failed verification {rounds} time(s); the last: {last}")]
+    Unverified {
+        /// How many rounds were run.
+        rounds: u32,
+        /// The last check's message.
+        last: String,
+    },
+}
+
+type Check<S, T> = Arc<dyn Fn(&T) -> Op<S, Result<(), String>> + Send + Sync>;
+
+/// An agent: a model, a toolbox, a goal, and how long it may go on. Build one with
+/// [`agent`], then [`run`](Agent::run) it.
+///
+/// Each turn asks the model with the conversation so far and the toolbox's tools. A reply
+/// that calls tools runs them — all of one reply's calls at once under the parallel
+/// interpreter, in one `par` — and their results are added in the order the model asked
+/// for them; a tool error is shown to the model as the call's result. A reply without tool
+/// calls is the answer, parsed as a `T` ([`LlmOutput`]); one that does not parse is
+/// repaired (the error and the format shown), `repairs` times. The whole loop runs inside
+/// [`with_toolbox`], so the runtime refuses any tool outside the toolbox.
+///
+/// It is an ordinary program: its model and tool calls are traced, budgets and timeouts
+/// around it bound it, abort stops it, and both interpreters run it the same way.
+pub struct Agent<S, T> {
+    model: String,
+    toolbox: Toolbox,
+    goal: String,
+    instructions: Option<String>,
+    context: Vec<String>,
+    max_turns: u32,
+    repairs: u32,
+    check: Option<(Check<S, T>, u32)>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<S, T> Clone for Agent<S, T> {
+    fn clone(&self) -> Self {
+        Agent {
+            model: self.model.clone(),
+            toolbox: self.toolbox.clone(),
+            goal: self.goal.clone(),
+            instructions: self.instructions.clone(),
+            context: self.context.clone(),
+            max_turns: self.max_turns,
+            repairs: self.repairs,
+            check: self.check.clone(),
+            _t: PhantomData,
+        }
+    }
+}
+
+impl<S, T> fmt::Debug for Agent<S, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("model", &self.model)
+            .field("toolbox", &self.toolbox)
+            .field("goal", &self.goal)
+            .field("max_turns", &self.max_turns)
+            .field("repairs", &self.repairs)
+            .field("verified", &self.check.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// An agent asking `model` to reach `goal` with `toolbox`: 10 turns, one repair.
+///
+/// ```
+/// use agent_agents::{agent, tool, Toolbox};
+/// use agent_op::op::Op;
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Query { city: String }
+/// let weather = tool("weather", "Today's weather", |q: Query| async move { Ok(format!("Sunny in {}", q.city)) });
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Advice { umbrella: bool }
+///
+/// let program: Op<(), _> = agent::<(), Advice>("gpt-4o-mini", &Toolbox::new("w").with(weather), "Do I need an umbrella in Oslo?")
+///     .max_turns(4)
+///     .run();
+/// # let _ = program;
+/// ```
+pub fn agent<S, T: LlmOutput>(
+    model: impl Into<String>,
+    toolbox: &Toolbox,
+    goal: impl Into<String>,
+) -> Agent<S, T> {
+    Agent {
+        model: model.into(),
+        toolbox: toolbox.clone(),
+        goal: goal.into(),
+        instructions: None,
+        context: Vec::new(),
+        max_turns: 10,
+        repairs: 1,
+        check: None,
+        _t: PhantomData,
+    }
+}
+
+impl<S, T> Agent<S, T>
+where
+    S: Merge + Clone + Send + 'static,
+    T: LlmOutput,
+{
+    /// At most `n` model calls that are turns (repairs count too).
+    pub fn max_turns(mut self, n: u32) -> Self {
+        self.max_turns = n;
+        self
+    }
+
+    /// Repairs of final answers that do not parse (default 1).
+    pub fn repairs(mut self, n: u32) -> Self {
+        self.repairs = n;
+        self
+    }
+
+    /// Instructions put first in the system message.
+    pub fn instructions(mut self, text: impl Into<String>) -> Self {
+        self.instructions = Some(text.into());
+        self
+    }
+
+    /// Adds context the model sees with the goal.
+    pub fn context(mut self, text: impl Into<String>) -> Self {
+        self.context.push(text.into());
+        self
+    }
+
+    /// The agent cannot return until `check` (a program: run the compiler tool, validate
+    /// against a schema…) accepts its answer: a refusal is given back to it as context and
+    /// it runs again, at most `rounds` times in all.
+    pub fn verified(
+        mut self,
+        rounds: u32,
+        check: impl Fn(&T) -> Op<S, Result<(), String>> + Send + Sync + 'static,
+    ) -> Self {
+        self.check = Some((Arc::new(check), rounds.max(1)));
+        self
+    }
+
+    /// The program running the agent.
+    pub fn run(self) -> Op<S, Result<T, AgentError>> {
+        match self.check.clone() {
+            None => self.run_once(),
+            Some((check, rounds)) => verify(self, check, rounds, 1),
+        }
+    }
+
+    fn run_once(self) -> Op<S, Result<T, AgentError>> {
+        let toolbox = self.toolbox.clone();
+        let state = Turns {
+            messages: self.opening(),
+            model: self.model,
+            tools: toolbox.definitions(),
+            turns_left: self.max_turns,
+            max_turns: self.max_turns,
+            repairs_left: self.repairs,
+            attempts: Vec::new(),
+            _t: PhantomData,
+        };
+        with_toolbox(&toolbox, state.turn())
+    }
+
+    fn opening(&self) -> Vec<Message> {
+        let mut system = String::new();
+        if let Some(instructions) = &self.instructions {
+            system.push_str(instructions);
+            system.push_str("\n\n");
+        }
+        system.push_str(
+            "Use the tools when they help. When you have the answer, reply without calling a \
+             tool.",
+        );
+        let format = T::format().instructions(true);
+        if !format.is_empty() {
+            system.push(' ');
+            system.push_str(&format);
+        }
+        let mut goal = self.goal.clone();
+        for context in &self.context {
+            goal.push_str("\n\n");
+            goal.push_str(context);
+        }
+        vec![Message::system(system), Message::user(goal)]
+    }
+}
+
+/// Runs the agent, checks its answer, and runs it again with the refusal as context.
+fn verify<S, T>(
+    agent: Agent<S, T>,
+    check: Check<S, T>,
+    rounds: u32,
+    round: u32,
+) -> Op<S, Result<T, AgentError>>
+where
+    S: Merge + Clone + Send + 'static,
+    T: LlmOutput,
+{
+    let again = agent.clone();
+    agent.run_once().and_then(move |answer| match answer {
+        Err(e) => op::pure(Err(e)),
+        Ok(value) => check(&value).and_then(move |verdict| match verdict {
+            Ok(()) => op::pure(Ok(value)),
+            Err(last) if round >= rounds => op::pure(Err(AgentError::Unverified { rounds, last })),
+            Err(why) => verify(
+                again.context(format!(
+                    "A previous answer was refused: {why}. Fix that in your answer."
+                )),
+                check,
+                rounds,
+                round + 1,
+            ),
+        }),
+    })
+}
+
+/// The loop's state between turns.
+struct Turns<T> {
+    model: String,
+    messages: Vec<Message>,
+    tools: Vec<agent_op::ToolDefinition>,
+    turns_left: u32,
+    max_turns: u32,
+    repairs_left: u32,
+    attempts: Vec<Attempt>,
+    _t: PhantomData<fn() -> T>,
+}
+
+impl<T: LlmOutput> Turns<T> {
+    fn turn<S: Merge + Clone + Send + 'static>(mut self) -> Op<S, Result<T, AgentError>> {
+        if self.turns_left == 0 {
+            return op::pure(Err(AgentError::MaxTurns {
+                turns: self.max_turns,
+            }));
+        }
+        self.turns_left -= 1;
+        let prompt = Prompt::from_messages(self.messages.clone()).tools(self.tools.clone());
+        op::infer_raw(self.model.clone(), prompt).and_then(move |reply| self.answer(reply))
+    }
+
+    fn answer<S: Merge + Clone + Send + 'static>(
+        mut self,
+        reply: Response,
+    ) -> Op<S, Result<T, AgentError>> {
+        if !reply.tool_calls.is_empty() {
+            let calls: Vec<ToolCall> = reply.tool_calls.clone();
+            self.messages.push(reply.to_message());
+            let runs: Vec<Op<S, String>> = calls
+                .iter()
+                .map(|call| {
+                    op::tool(call.name.clone(), call.arguments.clone()).map(|result| match result {
+                        Ok(value) => match value {
+                            serde_json::Value::String(text) => text,
+                            other => other.to_string(),
+                        },
+                        Err(error) => format!("error: {error}"),
+                    })
+                })
+                .collect();
+            return op::par(runs).and_then(move |results| {
+                for (call, result) in calls.iter().zip(results) {
+                    self.messages
+                        .push(Message::tool_result(call.id.clone(), result));
+                }
+                self.turn()
+            });
+        }
+        match T::parse(&reply.content) {
+            Ok(value) => op::pure(Ok(value)),
+            Err(error) => {
+                let error = AttemptError::Parse(error);
+                let message = format!(
+                    "Your answer could not be read: {error}. {}\nAnswer again.",
+                    T::format().instructions(false)
+                );
+                self.attempts.push(Attempt {
+                    raw: reply.content.clone(),
+                    error,
+                });
+                if self.repairs_left == 0 {
+                    return op::pure(Err(AgentError::Output(OutputError {
+                        type_name: T::name(),
+                        attempts: self.attempts,
+                    })));
+                }
+                self.repairs_left -= 1;
+                self.messages.push(reply.to_message());
+                self.messages.push(Message::user(message));
+                self.turn()
+            }
+        }
+    }
+}

@@ -1,0 +1,241 @@
+//! The agent loop against scripted models, under both interpreters.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use agent_agents::{AgentError, Toolbox, agent, tool};
+use agent_interp_seq::Config;
+use agent_op::op::{self, Op};
+use agent_op::{Budget, EventType, FnTool, Message, Response, ToolCall};
+use agent_provider::ScriptedProvider;
+use serde_json::{Value, json};
+
+#[derive(Debug, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+struct Advice {
+    umbrella: bool,
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Query {
+    city: String,
+}
+
+fn weather_box(runs: Arc<AtomicUsize>) -> Toolbox {
+    let weather = tool("weather", "Today's weather in a city", move |q: Query| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        async move {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            Ok(format!("rain in {}", q.city))
+        }
+    })
+    .read_only()
+    .needs("net");
+    Toolbox::new("weather").with(weather)
+}
+
+fn calls(pairs: &[(&str, &str, Value)]) -> Response {
+    let mut reply = Response::text("");
+    reply.tool_calls = pairs
+        .iter()
+        .map(|(id, name, args)| ToolCall {
+            id: (*id).into(),
+            name: (*name).into(),
+            arguments: args.clone(),
+        })
+        .collect();
+    reply
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_loop_runs_tools_feeds_results_back_in_order_and_returns_a_typed_answer() {
+    for parallel in [false, true] {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let provider = Arc::new(ScriptedProvider::new([
+            calls(&[
+                ("c1", "weather", json!({"city": "Oslo"})),
+                ("c2", "weather", json!({"city": "Bergen"})),
+            ]),
+            Response::text("{\"umbrella\": true}"),
+        ]));
+        let toolbox = weather_box(runs.clone());
+        let config = Config::new()
+            .shared_provider(provider.clone())
+            .tools(toolbox.tool_set());
+        let program = agent::<(), Advice>("small", &toolbox, "Umbrella in Oslo or Bergen?").run();
+        let started = Instant::now();
+        let outcome = if parallel {
+            agent_interp_par::run(&config, (), program).await
+        } else {
+            agent_interp_seq::run(&config, (), program).await
+        }
+        .unwrap();
+        let elapsed = started.elapsed();
+        assert_eq!(outcome.value.unwrap(), Advice { umbrella: true });
+        assert_eq!(runs.load(Ordering::SeqCst), 2);
+        let second = &provider.calls()[1].prompt;
+        let n = second.messages.len();
+        assert_eq!(
+            second.messages[n - 2],
+            Message::tool_result("c1", "rain in Oslo")
+        );
+        assert_eq!(
+            second.messages[n - 1],
+            Message::tool_result("c2", "rain in Bergen")
+        );
+        assert_eq!(provider.calls()[0].prompt.tools.len(), 1);
+        if parallel {
+            assert!(
+                elapsed < Duration::from_millis(290),
+                "tools ran one after the other: {elapsed:?}"
+            );
+        } else {
+            assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_tool_outside_the_toolbox_is_denied_and_the_model_is_told() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let deleted = Arc::new(AtomicUsize::new(0));
+    let deleted_in_tool = deleted.clone();
+    let delete = FnTool::new(
+        "delete_all",
+        "Deletes everything",
+        json!({"type": "object"}),
+        move |_: Value| {
+            deleted_in_tool.fetch_add(1, Ordering::SeqCst);
+            std::future::ready(Ok(json!("done")))
+        },
+    );
+    let toolbox = weather_box(runs);
+    let provider = Arc::new(ScriptedProvider::new([
+        calls(&[("c1", "delete_all", json!({}))]),
+        Response::text("{\"umbrella\": false}"),
+    ]));
+    let config = Config::new()
+        .shared_provider(provider.clone())
+        .tools(toolbox.tool_set().with(delete));
+    let outcome = agent_interp_par::run(
+        &config,
+        (),
+        agent::<(), Advice>("small", &toolbox, "Clean up").run(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(outcome.value.unwrap(), Advice { umbrella: false });
+    assert_eq!(deleted.load(Ordering::SeqCst), 0, "never executed");
+    assert_eq!(outcome.trace.events_of(EventType::ToolDenied).count(), 1);
+    let told = provider.calls()[1]
+        .prompt
+        .messages
+        .last()
+        .unwrap()
+        .content()
+        .to_owned();
+    assert!(told.starts_with("error: tool denied"), "{told}");
+}
+
+#[tokio::test]
+async fn turns_repairs_and_budgets_bound_the_loop() {
+    let toolbox = weather_box(Arc::default());
+    let forever = || {
+        Arc::new(ScriptedProvider::from_fn(|_, _| {
+            Ok(calls(&[("c", "weather", json!({"city": "Oslo"}))]))
+        }))
+    };
+    let config = Config::new()
+        .shared_provider(forever())
+        .tools(toolbox.tool_set());
+    let outcome = agent_interp_seq::run(
+        &config,
+        (),
+        agent::<(), Advice>("small", &toolbox, "Loop")
+            .max_turns(3)
+            .run(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        outcome.value.unwrap_err(),
+        AgentError::MaxTurns { turns: 3 }
+    );
+    assert_eq!(outcome.trace.infer_calls(), 3);
+
+    let program: Op<(), _> = op::limit(
+        Budget::new().calls(2),
+        agent::<(), Advice>("small", &toolbox, "Loop")
+            .max_turns(50)
+            .run(),
+    );
+    let outcome = agent_interp_seq::run(&config, (), program).await.unwrap();
+    assert!(outcome.value.is_err(), "the budget stops it");
+    assert_eq!(outcome.trace.events_of(EventType::Exhausted).count(), 1);
+
+    // A bad answer is repaired once, then it is a typed error with both replies.
+    let provider = Arc::new(ScriptedProvider::new([
+        Response::text("yes, bring one"),
+        Response::text("{\"umbrella\": \"yes\"}"),
+    ]));
+    let config = Config::new()
+        .shared_provider(provider.clone())
+        .tools(toolbox.tool_set());
+    let outcome = agent_interp_seq::run(
+        &config,
+        (),
+        agent::<(), Advice>("small", &toolbox, "Umbrella?").run(),
+    )
+    .await
+    .unwrap();
+    let AgentError::Output(error) = outcome.value.unwrap_err() else {
+        panic!()
+    };
+    let raws: Vec<_> = error.attempts.iter().map(|a| a.raw.as_str()).collect();
+    assert_eq!(raws, ["yes, bring one", "{\"umbrella\": \"yes\"}"]);
+    let repair = provider.calls()[1]
+        .prompt
+        .messages
+        .last()
+        .unwrap()
+        .content()
+        .to_owned();
+    assert!(repair.contains("could not be read"), "{repair}");
+}
+
+#[tokio::test]
+async fn a_verified_agent_returns_only_what_the_check_accepts() {
+    let toolbox = weather_box(Arc::default());
+    let provider = Arc::new(ScriptedProvider::new([
+        Response::text("{\"umbrella\": false}"),
+        Response::text("{\"umbrella\": true}"),
+    ]));
+    // The check is a program: it calls a validator tool.
+    let validator = FnTool::new(
+        "validate",
+        "Checks advice",
+        json!({"type": "object"}),
+        |args: Value| {
+            std::future::ready(if args["umbrella"] == json!(true) {
+                Ok(json!("ok"))
+            } else {
+                Err(agent_op::ToolError::failed(
+                    "it is raining: bring an umbrella",
+                ))
+            })
+        },
+    );
+    let config = Config::new()
+        .shared_provider(provider.clone())
+        .tools(toolbox.tool_set().with(validator));
+    let program = agent::<(), Advice>("small", &toolbox, "Umbrella?")
+        .verified(3, |advice: &Advice| {
+            op::tool("validate", json!({"umbrella": advice.umbrella}))
+                .map(|verdict| verdict.map(|_| ()).map_err(|e| e.message))
+        })
+        .run();
+    let outcome = agent_interp_par::run(&config, (), program).await.unwrap();
+    assert_eq!(outcome.value.unwrap(), Advice { umbrella: true });
+    let second = &provider.calls()[1].prompt;
+    assert!(second.messages[1].content().contains("bring an umbrella"));
+}
