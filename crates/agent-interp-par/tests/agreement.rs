@@ -18,7 +18,7 @@
 //! - latencies are multiples of 10 ms and deadlines end in 5 ms, so nothing ties.
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_interp_seq::{Config, ErrorKind, Outcome, RunError};
@@ -79,6 +79,12 @@ enum P {
         tag: u8,
         tight: bool,
     },
+    /// The agent loop: the model calls `calc` `calls` times in one reply (a `par`), then
+    /// answers `tag`.
+    Agent {
+        calls: u8,
+        tag: u8,
+    },
     Fail(u8),
     Incr(u8),
     Read,
@@ -124,6 +130,7 @@ fn leaf() -> impl Strategy<Value = P> {
             .prop_map(|(tens, tag, fail, bounded)| P::Infer { tens, tag, fail, bounded }),
         3 => (0u8..5, 0u8..10, any::<bool>())
             .prop_map(|(tens, tag, tight)| P::Context { tens, tag, tight }),
+        2 => (0u8..3, 0u8..10).prop_map(|(calls, tag)| P::Agent { calls, tag }),
         1 => (0u8..3).prop_map(P::Fail),
         3 => (1u8..4).prop_map(P::Incr),
         2 => Just(P::Read),
@@ -135,7 +142,7 @@ fn leaf() -> impl Strategy<Value = P> {
         1 => (0u8..3).prop_map(P::Checkpoint),
         4 => (0u8..3).prop_map(P::Remember),
         3 => Just(P::Recall),
-        2 => (0u8..3).prop_map(P::Note),
+        3 => (0u8..3).prop_map(P::Note),
         1 => (0u8..3).prop_map(P::Forget),
     ]
 }
@@ -158,6 +165,8 @@ fn program() -> impl Strategy<Value = P> {
 fn forks(p: &P) -> bool {
     match p {
         P::Par(_) | P::Race(_) => true,
+        // The agent runs a reply's tool calls in a `par`.
+        P::Agent { calls, .. } => *calls > 0,
         P::Seq(ps) => ps.iter().any(forks),
         P::Limit { body, .. } | P::Timeout { body, .. } | P::NoCalc(body) => forks(body),
         _ => false,
@@ -171,6 +180,7 @@ fn worst_ms(p: &P) -> u64 {
         P::Tool { tens, .. } | P::Infer { tens, .. } | P::Context { tens, .. } => {
             u64::from(*tens) * 10
         }
+        P::Agent { calls, .. } => u64::from(*calls) * 10,
         P::Seq(ps) | P::Par(ps) => ps.iter().map(worst_ms).sum(),
         P::Race(ps) => race_slots(ps)
             .iter()
@@ -199,6 +209,7 @@ fn race_slots(branches: &[P]) -> Vec<u64> {
 fn max_calls(p: &P) -> u64 {
     match p {
         P::Infer { .. } | P::Context { .. } => 1,
+        P::Agent { .. } => 2,
         P::Seq(ps) | P::Par(ps) | P::Race(ps) => ps.iter().map(max_calls).sum(),
         P::Limit { body, .. } | P::Timeout { body, .. } | P::NoCalc(body) => max_calls(body),
         _ => 0,
@@ -236,6 +247,14 @@ fn compile(p: &P) -> Op<St, i64> {
             let request = ContextRequest::new(format!("{}|{tag}|false", u64::from(*tens) * 10))
                 .with_budget(budget);
             op::infer("m", request).map(|r| r.content.len() as i64)
+        }
+        P::Agent { calls, tag } => {
+            let calc: Arc<dyn agent_op::Tool> = Arc::new(calc_tool());
+            let toolbox = agent_agents::Toolbox::new("calc").with_tool(calc, &[]);
+            agent_agents::agent::<St, i64>("m", &toolbox, format!("agent|{calls}|{tag}"))
+                .max_turns(3)
+                .run()
+                .map(|answer| answer.unwrap_or(-9))
         }
         P::Fail(n) => op::fail(format!("f{n}")),
         P::Incr(n) => {
@@ -451,6 +470,30 @@ impl Provider for Model {
         prompt: &'a Prompt,
     ) -> BoxFuture<'a, Result<Response, ProviderError>> {
         Box::pin(async move {
+            // The agent loop: after tool results, answer the tag; on the goal, call `calc`.
+            let goal = prompt.messages.iter().find_map(|m| match m {
+                agent_op::Message::User { content } => content.strip_prefix("agent|"),
+                _ => None,
+            });
+            if let Some(goal) = goal {
+                let mut parts = goal.split('|');
+                let calls: u64 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+                let tag: u64 = parts.next().and_then(|s| s.parse().ok()).unwrap_or(0);
+                let answered =
+                    matches!(prompt.messages.last(), Some(agent_op::Message::Tool { .. }));
+                if calls == 0 || answered {
+                    return Ok(Response::text(tag.to_string()).with_usage(1, 1));
+                }
+                let mut reply = Response::text("").with_usage(1, 1);
+                reply.tool_calls = (0..calls)
+                    .map(|i| agent_op::ToolCall {
+                        id: format!("c{i}"),
+                        name: "calc".into(),
+                        arguments: json!({"ms": 10, "arg": i}),
+                    })
+                    .collect();
+                return Ok(reply);
+            }
             let text = prompt
                 .messages
                 .last()
@@ -473,8 +516,8 @@ impl Provider for Model {
     }
 }
 
-fn config() -> Config {
-    let calc = FnTool::new(
+fn calc_tool() -> impl agent_op::Tool {
+    FnTool::new(
         "calc",
         "doubles after a delay",
         json!({}),
@@ -485,7 +528,11 @@ fn config() -> Config {
             }
             Ok(json!(args["arg"].as_i64().unwrap_or(0) * 2))
         },
-    );
+    )
+}
+
+fn config() -> Config {
+    let calc = calc_tool();
     let sleep = FnTool::new("sleep", "waits", json!({}), |args: Value| async move {
         tokio::time::sleep(Duration::from_millis(args["ms"].as_u64().unwrap_or(0))).await;
         Ok(Value::Null)
