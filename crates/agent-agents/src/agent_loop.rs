@@ -9,6 +9,7 @@ use agent_op::op::{self, Op};
 use agent_op::{Merge, Message, Prompt, Response, ToolCall};
 
 use crate::infer_as::{Attempt, AttemptError, OutputError};
+use crate::middleware::ContextLayer;
 use crate::output::LlmOutput;
 use crate::toolbox::{Toolbox, with_toolbox};
 
@@ -59,6 +60,7 @@ pub struct Agent<S, T> {
     max_turns: u32,
     repairs: u32,
     check: Option<(Check<S, T>, u32)>,
+    layers: Vec<Arc<dyn ContextLayer<S>>>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -73,6 +75,7 @@ impl<S, T> Clone for Agent<S, T> {
             max_turns: self.max_turns,
             repairs: self.repairs,
             check: self.check.clone(),
+            layers: self.layers.clone(),
             _t: PhantomData,
         }
     }
@@ -123,6 +126,7 @@ pub fn agent<S, T: LlmOutput>(
         max_turns: 10,
         repairs: 1,
         check: None,
+        layers: Vec::new(),
         _t: PhantomData,
     }
 }
@@ -168,6 +172,16 @@ where
         self
     }
 
+    /// Transforms the conversation before each model call (after the layers added before
+    /// it): [`Truncate`](crate::Truncate), [`ElideToolResults`](crate::ElideToolResults),
+    /// [`Compact`](crate::Compact), or your own [`ContextLayer`]. The transformed
+    /// conversation is the one the agent goes on with (a compaction's summary is made once,
+    /// and what was elided or dropped stays so).
+    pub fn middleware(mut self, layer: impl ContextLayer<S> + 'static) -> Self {
+        self.layers.push(Arc::new(layer));
+        self
+    }
+
     /// The program running the agent.
     pub fn run(self) -> Op<S, Result<T, AgentError>> {
         match self.check.clone() {
@@ -179,6 +193,7 @@ where
     fn run_once(self) -> Op<S, Result<T, AgentError>> {
         let toolbox = self.toolbox.clone();
         let state = Turns {
+            layers: self.layers.clone().into(),
             messages: self.opening(),
             model: self.model,
             tools: toolbox.definitions(),
@@ -245,7 +260,8 @@ where
 }
 
 /// The loop's state between turns.
-struct Turns<T> {
+struct Turns<S, T> {
+    layers: Arc<[Arc<dyn ContextLayer<S>>]>,
     model: String,
     messages: Vec<Message>,
     tools: Vec<agent_op::ToolDefinition>,
@@ -256,22 +272,23 @@ struct Turns<T> {
     _t: PhantomData<fn() -> T>,
 }
 
-impl<T: LlmOutput> Turns<T> {
-    fn turn<S: Merge + Clone + Send + 'static>(mut self) -> Op<S, Result<T, AgentError>> {
+impl<S: Merge + Clone + Send + 'static, T: LlmOutput> Turns<S, T> {
+    fn turn(mut self) -> Op<S, Result<T, AgentError>> {
         if self.turns_left == 0 {
             return op::pure(Err(AgentError::MaxTurns {
                 turns: self.max_turns,
             }));
         }
         self.turns_left -= 1;
-        let prompt = Prompt::from_messages(self.messages.clone()).tools(self.tools.clone());
-        op::infer_raw(self.model.clone(), prompt).and_then(move |reply| self.answer(reply))
+        let history = std::mem::take(&mut self.messages);
+        transform(self.layers.clone(), 0, history).and_then(move |messages| {
+            self.messages = messages;
+            let prompt = Prompt::from_messages(self.messages.clone()).tools(self.tools.clone());
+            op::infer_raw(self.model.clone(), prompt).and_then(move |reply| self.answer(reply))
+        })
     }
 
-    fn answer<S: Merge + Clone + Send + 'static>(
-        mut self,
-        reply: Response,
-    ) -> Op<S, Result<T, AgentError>> {
+    fn answer(mut self, reply: Response) -> Op<S, Result<T, AgentError>> {
         if !reply.tool_calls.is_empty() {
             let calls: Vec<ToolCall> = reply.tool_calls.clone();
             self.messages.push(reply.to_message());
@@ -319,5 +336,19 @@ impl<T: LlmOutput> Turns<T> {
                 self.turn()
             }
         }
+    }
+}
+
+/// Runs `layers[from..]` over `messages`, in order.
+fn transform<S: Send + 'static>(
+    layers: Arc<[Arc<dyn ContextLayer<S>>]>,
+    from: usize,
+    messages: Vec<Message>,
+) -> Op<S, Vec<Message>> {
+    match layers.get(from).cloned() {
+        None => op::pure(messages),
+        Some(layer) => layer
+            .apply(messages)
+            .and_then(move |messages| transform(layers, from + 1, messages)),
     }
 }

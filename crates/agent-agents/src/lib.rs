@@ -19,7 +19,9 @@
 //!   scopes that only narrow (`op::with_tools` underneath);
 //! - [`agent`] / [`Agent`]: the agent loop as a program — model, tools (a reply's calls run
 //!   in one `par`), repeat until a typed answer; `max_turns`, repairs, and
-//!   [`verified`](Agent::verified) answers that a check program must accept.
+//!   [`verified`](Agent::verified) answers that a check program must accept;
+//! - context middleware ([`ContextLayer`]): [`Truncate`] to a token limit,
+//!   [`ElideToolResults`], [`Compact`] (a model-written summary), applied before each turn.
 //!
 //! ```
 //! use agent_agents::{infer_as, tool, with_toolbox, Toolbox};
@@ -53,12 +55,16 @@
 mod agent_loop;
 mod extract;
 mod infer_as;
+mod middleware;
 mod output;
 mod tool;
 mod toolbox;
 
 pub use agent_loop::{Agent, AgentError, agent};
 pub use infer_as::{Ask, Attempt, AttemptError, OutputError, Structured, infer_as};
+pub use middleware::{
+    Compact, ContextLayer, ElideToolResults, Truncate, elide_tool_results, truncate,
+};
 pub use output::{Lines, LlmOutput, OutputFormat, ParseError, parse_json, schema_of};
 pub use tool::{ToolMarks, TypedTool, tool};
 pub use toolbox::{Toolbox, ToolboxError, with_toolbox};

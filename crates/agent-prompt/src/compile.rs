@@ -569,7 +569,7 @@ fn place<'a>(
             }
         }
         SectionContent::Messages(messages) => {
-            let units = units(messages);
+            let units = crate::units::message_units(messages);
             let mut kept = Vec::new();
             let mut tokens = 0u32;
             // Newest first: keep the longest suffix of whole units that fits.
@@ -587,29 +587,6 @@ fn place<'a>(
             tokens
         }
     }
-}
-
-/// Messages grouped so that none is split from what it needs: an assistant message with
-/// tool calls together with the tool results that follow it; any other message alone. Tool
-/// results at the start, whose call is not here, are left out.
-fn units(messages: &[Message]) -> Vec<&[Message]> {
-    let mut start = messages
-        .iter()
-        .position(|m| !matches!(m, Message::Tool { .. }))
-        .unwrap_or(messages.len());
-    let mut units = Vec::new();
-    while start < messages.len() {
-        let mut end = start + 1;
-        if matches!(&messages[start], Message::Assistant { tool_calls, .. } if !tool_calls.is_empty())
-        {
-            while end < messages.len() && matches!(messages[end], Message::Tool { .. }) {
-                end += 1;
-            }
-        }
-        units.push(&messages[start..end]);
-        start = end;
-    }
-    units
 }
 
 /// `x`'s bits, ordered as `f64::total_cmp` orders `x`.
@@ -658,7 +635,6 @@ impl std::hash::Hasher for FxHasher {
         self.0
     }
 }
-
 /// A relevance in 0–1; NaN counts as 0.
 fn clamp_unit(x: f32) -> f64 {
     if x.is_nan() {

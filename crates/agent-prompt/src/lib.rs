@@ -46,6 +46,7 @@ mod pipeline;
 mod render;
 mod section;
 mod tokens;
+mod units;
 
 pub use agent_op::context::{
     BudgetAllocation, CompileReport, ContextRequest, ContextStrategy, DropReason, Outcome,
@@ -63,3 +64,4 @@ pub use ir::{PromptIr, PromptMeta, ToolDef};
 pub use pipeline::Pipeline;
 pub use section::{CompositionMode, Section, SectionContent};
 pub use tokens::{Encoding, MESSAGE_OVERHEAD, REPLY_PRIMING, TOOL_OVERHEAD, TokenCounter};
+pub use units::message_units;
