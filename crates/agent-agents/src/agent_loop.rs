@@ -6,7 +6,11 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use agent_op::op::{self, Op};
-use agent_op::{Merge, Message, Prompt, Response, ToolCall};
+use agent_op::{Budget, Merge, Message, Prompt, Response, ToolCall, ToolDefinition, ToolError};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
 
 use crate::infer_as::{Attempt, AttemptError, OutputError};
 use crate::middleware::ContextLayer;
@@ -61,6 +65,7 @@ pub struct Agent<S, T> {
     repairs: u32,
     check: Option<(Check<S, T>, u32)>,
     layers: Vec<Arc<dyn ContextLayer<S>>>,
+    subagents: Vec<SubAgent<S>>,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -76,6 +81,7 @@ impl<S, T> Clone for Agent<S, T> {
             repairs: self.repairs,
             check: self.check.clone(),
             layers: self.layers.clone(),
+            subagents: self.subagents.clone(),
             _t: PhantomData,
         }
     }
@@ -127,6 +133,7 @@ pub fn agent<S, T: LlmOutput>(
         repairs: 1,
         check: None,
         layers: Vec::new(),
+        subagents: Vec::new(),
         _t: PhantomData,
     }
 }
@@ -182,6 +189,13 @@ where
         self
     }
 
+    /// Offers the model another agent as a tool ([`SubAgent`]): its run nests in this one's
+    /// trace, under its own budget and (narrower) toolbox.
+    pub fn sub_agent(mut self, sub: SubAgent<S>) -> Self {
+        self.subagents.push(sub);
+        self
+    }
+
     /// The program running the agent.
     pub fn run(self) -> Op<S, Result<T, AgentError>> {
         match self.check.clone() {
@@ -192,11 +206,14 @@ where
 
     fn run_once(self) -> Op<S, Result<T, AgentError>> {
         let toolbox = self.toolbox.clone();
+        let mut tools = toolbox.definitions();
+        tools.extend(self.subagents.iter().map(|s| s.definition.clone()));
         let state = Turns {
+            subagents: self.subagents.clone().into(),
             layers: self.layers.clone().into(),
             messages: self.opening(),
             model: self.model,
-            tools: toolbox.definitions(),
+            tools,
             turns_left: self.max_turns,
             max_turns: self.max_turns,
             repairs_left: self.repairs,
@@ -261,6 +278,7 @@ where
 
 /// The loop's state between turns.
 struct Turns<S, T> {
+    subagents: Arc<[SubAgent<S>]>,
     layers: Arc<[Arc<dyn ContextLayer<S>>]>,
     model: String,
     messages: Vec<Message>,
@@ -295,7 +313,15 @@ impl<S: Merge + Clone + Send + 'static, T: LlmOutput> Turns<S, T> {
             let runs: Vec<Op<S, String>> = calls
                 .iter()
                 .map(|call| {
-                    op::tool(call.name.clone(), call.arguments.clone()).map(|result| match result {
+                    let run = match self
+                        .subagents
+                        .iter()
+                        .find(|s| s.definition.name == call.name)
+                    {
+                        Some(sub) => (sub.run)(call.arguments.clone()),
+                        None => op::tool(call.name.clone(), call.arguments.clone()),
+                    };
+                    run.map(|result| match result {
                         Ok(value) => match value {
                             serde_json::Value::String(text) => text,
                             other => other.to_string(),
@@ -350,5 +376,112 @@ fn transform<S: Send + 'static>(
         Some(layer) => layer
             .apply(messages)
             .and_then(move |messages| transform(layers, from + 1, messages)),
+    }
+}
+
+type RunSub<S> = Arc<dyn Fn(Value) -> Op<S, Result<Value, ToolError>> + Send + Sync>;
+
+/// An agent offered to another as a tool: typed input (its schema generated, arguments
+/// validated), a budget of its own, and its own toolbox, which must be narrower than the
+/// caller's (the runtime refuses a wider one). Its model and tool calls appear in the
+/// caller's trace, in the branch of the call, between `agent_call` and `agent_result`
+/// events.
+pub struct SubAgent<S> {
+    definition: ToolDefinition,
+    run: RunSub<S>,
+}
+
+impl<S> Clone for SubAgent<S> {
+    fn clone(&self) -> Self {
+        SubAgent {
+            definition: self.definition.clone(),
+            run: self.run.clone(),
+        }
+    }
+}
+
+impl<S> fmt::Debug for SubAgent<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SubAgent")
+            .field("name", &self.definition.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S: Merge + Clone + Send + 'static> SubAgent<S> {
+    /// The tool `name`, described by `description`: `make` builds the agent from the typed
+    /// input; it runs under `budget`. Its answer (an `O`) is returned to the caller as JSON;
+    /// its failure (no answer, budget spent) as a tool error.
+    ///
+    /// ```
+    /// use agent_agents::{agent, SubAgent, Toolbox};
+    /// use agent_op::Budget;
+    ///
+    /// #[derive(serde::Deserialize, schemars::JsonSchema)]
+    /// struct Topic { topic: String }
+    /// #[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+    /// struct Notes { points: Vec<String> }
+    ///
+    /// let researcher = SubAgent::<()>::new("research", "Researches a topic", Budget::new().calls(5),
+    ///     |t: Topic| agent::<(), Notes>("small", &Toolbox::new("none"), format!("Research {}", t.topic)));
+    /// # let _ = researcher;
+    /// ```
+    pub fn new<I, O>(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        budget: Budget,
+        make: impl Fn(I) -> Agent<S, O> + Send + Sync + 'static,
+    ) -> SubAgent<S>
+    where
+        I: DeserializeOwned + JsonSchema + Send + 'static,
+        O: LlmOutput + Serialize,
+    {
+        let name = name.into();
+        let schema = crate::output::schema_of::<I>();
+        let validator = jsonschema::validator_for(&schema).ok().map(Arc::new);
+        let definition = ToolDefinition {
+            name: name.clone(),
+            description: description.into(),
+            parameters: schema,
+        };
+        let run: RunSub<S> = Arc::new(move |args: Value| {
+            if let Some(validator) = &validator
+                && let Err(e) = crate::tool::check_args(validator, &args)
+            {
+                return op::pure(Err(e));
+            }
+            let input: I = match serde_json::from_value(args.clone()) {
+                Ok(input) => input,
+                Err(e) => {
+                    return op::pure(Err(ToolError::invalid_arguments(format!(
+                        "the arguments do not fit: {e}"
+                    ))));
+                }
+            };
+            let name = name.clone();
+            let started = agent_op::EventKind::custom(
+                "agent_call",
+                serde_json::json!({"name": name, "args": args}),
+            );
+            op::emit(started)
+                .then(op::limit(budget.clone(), make(input).run()))
+                .and_then(move |outcome| {
+                    let result = match outcome {
+                        Ok(Ok(answer)) => serde_json::to_value(&answer).map_err(|e| {
+                            ToolError::failed(format!("the answer could not be serialized: {e}"))
+                        }),
+                        Ok(Err(e)) => Err(ToolError::failed(format!("sub-agent `{name}`: {e}"))),
+                        Err(spent) => Err(ToolError::failed(format!(
+                            "sub-agent `{name}` ran out of its budget: {spent}"
+                        ))),
+                    };
+                    let ended = agent_op::EventKind::custom(
+                        "agent_result",
+                        serde_json::json!({"name": name, "ok": result.is_ok()}),
+                    );
+                    op::emit(ended).map(move |_| result)
+                })
+        });
+        SubAgent { definition, run }
     }
 }

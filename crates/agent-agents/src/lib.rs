@@ -19,7 +19,8 @@
 //!   scopes that only narrow (`op::with_tools` underneath);
 //! - [`agent`] / [`Agent`]: the agent loop as a program — model, tools (a reply's calls run
 //!   in one `par`), repeat until a typed answer; `max_turns`, repairs, and
-//!   [`verified`](Agent::verified) answers that a check program must accept;
+//!   [`verified`](Agent::verified) answers that a check program must accept; [`SubAgent`]s
+//!   offered as tools, under their own budget and narrower toolbox, nested in the trace;
 //! - context middleware ([`ContextLayer`]): [`Truncate`] to a token limit,
 //!   [`ElideToolResults`], [`Compact`] (a model-written summary), applied before each turn.
 //!
@@ -60,7 +61,7 @@ mod output;
 mod tool;
 mod toolbox;
 
-pub use agent_loop::{Agent, AgentError, agent};
+pub use agent_loop::{Agent, AgentError, SubAgent, agent};
 pub use infer_as::{Ask, Attempt, AttemptError, OutputError, Structured, infer_as};
 pub use middleware::{
     Compact, ContextLayer, ElideToolResults, Truncate, elide_tool_results, truncate,

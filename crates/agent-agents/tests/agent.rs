@@ -239,3 +239,127 @@ async fn a_verified_agent_returns_only_what_the_check_accepts() {
     let second = &provider.calls()[1].prompt;
     assert!(second.messages[1].content().contains("bring an umbrella"));
 }
+
+#[derive(serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Forecast {
+    rain: bool,
+}
+
+fn team(
+    helper_budget: u64,
+    helper_box: Toolbox,
+) -> (
+    Config,
+    Arc<ScriptedProvider>,
+    agent_agents::Agent<(), Advice>,
+) {
+    let boss_turns = Arc::new(AtomicUsize::new(0));
+    let helper_turns = Arc::new(AtomicUsize::new(0));
+    let provider = Arc::new(ScriptedProvider::from_fn(move |model, _| {
+        if model == "helper" {
+            return Ok(match helper_turns.fetch_add(1, Ordering::SeqCst) {
+                0 => calls(&[("h1", "weather", json!({"city": "Oslo"}))]),
+                _ => Response::text("{\"rain\": true}"),
+            });
+        }
+        Ok(match boss_turns.fetch_add(1, Ordering::SeqCst) {
+            0 => calls(&[("b1", "forecaster", json!({"city": "Oslo"}))]),
+            _ => Response::text("{\"umbrella\": true}"),
+        })
+    }));
+    let parent_box = weather_box(Arc::default());
+    let forecaster = agent_agents::SubAgent::new(
+        "forecaster",
+        "Forecasts rain in a city",
+        Budget::new().calls(helper_budget),
+        move |q: Query| {
+            agent::<(), Forecast>(
+                "helper",
+                &helper_box,
+                format!("Will it rain in {}?", q.city),
+            )
+        },
+    );
+    let config = Config::new()
+        .shared_provider(provider.clone())
+        .tools(parent_box.tool_set());
+    let boss = agent::<(), Advice>("boss", &parent_box, "Umbrella in Oslo?").sub_agent(forecaster);
+    (config, provider, boss)
+}
+
+#[tokio::test]
+async fn a_sub_agent_runs_as_a_tool_nested_in_the_trace_under_its_own_budget() {
+    let narrowed = weather_box(Arc::default())
+        .narrow("forecast", &["weather"])
+        .unwrap();
+    let (config, provider, boss) = team(2, narrowed.clone());
+    let outcome = agent_interp_par::run(&config, (), boss.run())
+        .await
+        .unwrap();
+    assert_eq!(outcome.value.unwrap(), Advice { umbrella: true });
+    let boss_second = provider
+        .calls()
+        .into_iter()
+        .filter(|c| c.model == "boss")
+        .nth(1)
+        .unwrap();
+    let result = boss_second
+        .prompt
+        .messages
+        .last()
+        .unwrap()
+        .content()
+        .to_owned();
+    assert_eq!(result, "{\"rain\":true}");
+    // The helper's tool call sits in the branch of the boss's call, inside its markers.
+    let helper_call = outcome
+        .trace
+        .events_of(EventType::ToolCall)
+        .find(|e| matches!(&e.event.kind, agent_op::EventKind::ToolCall(c) if c.name == "weather"))
+        .unwrap();
+    assert_eq!(
+        helper_call.trace_id.as_str().matches('.').count(),
+        2,
+        "{}",
+        helper_call.trace_id
+    );
+    let markers: Vec<_> = outcome
+        .trace
+        .events_of(EventType::Custom)
+        .map(|e| match &e.event.kind {
+            agent_op::EventKind::Custom(c) => c.name.clone(),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(markers, ["agent_call", "agent_result"]);
+
+    // Over its budget, the sub-agent is a tool error the boss is shown.
+    let (config, provider, boss) = team(1, narrowed);
+    let outcome = agent_interp_seq::run(&config, (), boss.run())
+        .await
+        .unwrap();
+    assert!(outcome.value.is_ok());
+    let shown = provider
+        .calls()
+        .into_iter()
+        .filter(|c| c.model == "boss")
+        .nth(1)
+        .unwrap();
+    let shown = shown.prompt.messages.last().unwrap().content().to_owned();
+    assert!(shown.contains("ran out of its budget"), "{shown}");
+
+    // A sub-agent asking for more tools than its caller has is refused by the runtime.
+    let wider =
+        weather_box(Arc::default()).with(tool("shell", "Runs commands", |q: Query| async move {
+            Ok(q.city)
+        }));
+    let (config, _, boss) = team(2, wider);
+    let error = agent_interp_seq::run(&config, (), boss.run())
+        .await
+        .unwrap_err();
+    assert!(
+        error.kind.to_string().contains("asks for more than"),
+        "{}",
+        error.kind
+    );
+}
