@@ -66,6 +66,7 @@ pub struct Agent<S, T> {
     check: Option<(Check<S, T>, u32)>,
     layers: Vec<Arc<dyn ContextLayer<S>>>,
     subagents: Vec<SubAgent<S>>,
+    approval_timeout: std::time::Duration,
     _t: PhantomData<fn() -> T>,
 }
 
@@ -82,6 +83,7 @@ impl<S, T> Clone for Agent<S, T> {
             check: self.check.clone(),
             layers: self.layers.clone(),
             subagents: self.subagents.clone(),
+            approval_timeout: self.approval_timeout,
             _t: PhantomData,
         }
     }
@@ -134,6 +136,7 @@ pub fn agent<S, T: LlmOutput>(
         check: None,
         layers: Vec::new(),
         subagents: Vec::new(),
+        approval_timeout: std::time::Duration::from_secs(300),
         _t: PhantomData,
     }
 }
@@ -189,6 +192,13 @@ where
         self
     }
 
+    /// How long a call of a tool that [needs approval](crate::TypedTool::needs_approval)
+    /// waits for one (default 5 minutes); then it is a tool error.
+    pub fn approval_timeout(mut self, limit: std::time::Duration) -> Self {
+        self.approval_timeout = limit;
+        self
+    }
+
     /// Offers the model another agent as a tool ([`SubAgent`]): its run nests in this one's
     /// trace, under its own budget and (narrower) toolbox.
     pub fn sub_agent(mut self, sub: SubAgent<S>) -> Self {
@@ -209,6 +219,8 @@ where
         let mut tools = toolbox.definitions();
         tools.extend(self.subagents.iter().map(|s| s.definition.clone()));
         let state = Turns {
+            approval: toolbox.needing_approval().map(str::to_owned).collect(),
+            approval_timeout: self.approval_timeout,
             subagents: self.subagents.clone().into(),
             layers: self.layers.clone().into(),
             messages: self.opening(),
@@ -278,6 +290,8 @@ where
 
 /// The loop's state between turns.
 struct Turns<S, T> {
+    approval: Arc<[String]>,
+    approval_timeout: std::time::Duration,
     subagents: Arc<[SubAgent<S>]>,
     layers: Arc<[Arc<dyn ContextLayer<S>>]>,
     model: String,
@@ -319,6 +333,9 @@ impl<S: Merge + Clone + Send + 'static, T: LlmOutput> Turns<S, T> {
                         .find(|s| s.definition.name == call.name)
                     {
                         Some(sub) => (sub.run)(call.arguments.clone()),
+                        None if self.approval.contains(&call.name) => {
+                            approved(call.clone(), self.approval_timeout)
+                        }
                         None => op::tool(call.name.clone(), call.arguments.clone()),
                     };
                     run.map(|result| match result {
@@ -484,4 +501,34 @@ impl<S: Merge + Clone + Send + 'static> SubAgent<S> {
         });
         SubAgent { definition, run }
     }
+}
+
+/// Runs `call` once approved on the steering channel: records `approval_requested`, waits for
+/// `approve` / `approve <call id>` (run), anything else (denied) or nothing in time (error).
+fn approved<S: 'static>(
+    call: ToolCall,
+    limit: std::time::Duration,
+) -> Op<S, Result<Value, ToolError>> {
+    let request = agent_op::EventKind::custom(
+        "approval_requested",
+        serde_json::json!({"tool": call.name, "call_id": call.id, "args": call.arguments}),
+    );
+    op::emit(request)
+        .then(op::wait_steering(limit))
+        .and_then(move |answer| match answer {
+            Some(s)
+                if s.message.trim().eq_ignore_ascii_case("approve")
+                    || s.message.trim() == format!("approve {}", call.id) =>
+            {
+                op::tool(call.name, call.arguments)
+            }
+            Some(s) => op::pure(Err(ToolError::denied(format!(
+                "the user did not approve `{}`: {}",
+                call.name, s.message
+            )))),
+            None => op::pure(Err(ToolError::failed(format!(
+                "no approval for `{}` within {limit:?}",
+                call.name
+            )))),
+        })
 }

@@ -23,6 +23,9 @@ pub struct ToolMarks {
     pub read_only: bool,
     /// It blocks its thread (CPU work, blocking I/O): run off the async workers.
     pub blocking: bool,
+    /// The agent loop asks for approval on the steering channel before each call
+    /// ([`Agent::approval_timeout`](crate::Agent::approval_timeout)).
+    pub needs_approval: bool,
     /// The longest a call may take; a call still running then is a tool error.
     pub timeout: Option<Duration>,
     /// The capabilities it needs (`fs.read`, `net`, …), checked by [`Toolbox`](crate::Toolbox).
@@ -103,6 +106,15 @@ impl<A, O> TypedTool<A, O> {
     /// Marks it blocking: interpreters run it on a blocking thread.
     pub fn blocking(mut self) -> Self {
         self.marks.blocking = true;
+        self
+    }
+
+    /// Makes the agent loop ask for approval before each call: it records an
+    /// `approval_requested` event and waits on the steering channel for `approve` (or
+    /// `approve <call id>`); any other message denies the call, and no answer in time is a
+    /// tool error. Calls made with `op::tool` directly are not held.
+    pub fn needs_approval(mut self) -> Self {
+        self.marks.needs_approval = true;
         self
     }
 

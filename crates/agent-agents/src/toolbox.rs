@@ -51,6 +51,7 @@ pub struct Toolbox {
 struct Entry {
     tool: Arc<dyn Tool>,
     needs: Vec<String>,
+    approval: bool,
 }
 
 /// Why a toolbox could not be built.
@@ -83,9 +84,11 @@ impl Toolbox {
         O: Serialize + Send + 'static,
     {
         let needs = tool.marks().capabilities.clone();
+        let approval = tool.marks().needs_approval;
         self.tools.push(Entry {
             tool: Arc::new(tool),
             needs,
+            approval,
         });
         self
     }
@@ -95,6 +98,7 @@ impl Toolbox {
         self.tools.push(Entry {
             tool,
             needs: capabilities.iter().map(|c| (*c).to_owned()).collect(),
+            approval: false,
         });
         self
     }
@@ -127,6 +131,14 @@ impl Toolbox {
     /// The tools' names, in the order they were added.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.iter().map(|e| e.tool.name())
+    }
+
+    /// The names of the tools that need approval before each call.
+    pub fn needing_approval(&self) -> impl Iterator<Item = &str> {
+        self.tools
+            .iter()
+            .filter(|e| e.approval)
+            .map(|e| e.tool.name())
     }
 
     /// The definitions to offer a model.

@@ -363,3 +363,79 @@ async fn a_sub_agent_runs_as_a_tool_nested_in_the_trace_under_its_own_budget() {
         error.kind
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_needing_approval_waits_for_it_on_the_steering_channel() {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Mail {
+        to: String,
+    }
+    for (parallel, answer) in [
+        (false, Some("approve")),
+        (true, Some("approve c1")),
+        (false, Some("no, not now")),
+        (true, None),
+    ] {
+        let sent = Arc::new(AtomicUsize::new(0));
+        let sent_in_tool = sent.clone();
+        let send = tool("send_mail", "Sends an email", move |m: Mail| {
+            sent_in_tool.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(format!("sent to {}", m.to)) }
+        })
+        .needs_approval();
+        let toolbox = Toolbox::new("mail").with(send);
+        let provider = Arc::new(ScriptedProvider::new([
+            calls(&[("c1", "send_mail", json!({"to": "ana@example.com"}))]),
+            Response::text("{\"umbrella\": false}"),
+        ]));
+        let config = Config::new()
+            .shared_provider(provider.clone())
+            .tools(toolbox.tool_set());
+        let queue = config.steering_queue().clone();
+        let program = agent::<(), Advice>("small", &toolbox, "Mail Ana")
+            .approval_timeout(Duration::from_millis(300))
+            .run();
+        let approver = tokio::spawn(async move {
+            // Answer only once the run is waiting.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            if let Some(answer) = answer {
+                queue.push(agent_op::Steering::new(answer));
+            }
+        });
+        let outcome = if parallel {
+            agent_interp_par::run(&config, (), program).await
+        } else {
+            agent_interp_seq::run(&config, (), program).await
+        }
+        .unwrap();
+        approver.await.unwrap();
+        assert!(outcome.value.is_ok());
+        let requested = outcome
+            .trace
+            .events_of(EventType::Custom)
+            .filter(|e| matches!(&e.event.kind, agent_op::EventKind::Custom(c) if c.name == "approval_requested"))
+            .count();
+        assert_eq!(requested, 1);
+        let shown = provider.calls()[1]
+            .prompt
+            .messages
+            .last()
+            .unwrap()
+            .content()
+            .to_owned();
+        match answer {
+            Some(a) if a.starts_with("approve") => {
+                assert_eq!(sent.load(Ordering::SeqCst), 1);
+                assert_eq!(shown, "sent to ana@example.com");
+            }
+            Some(_) => {
+                assert_eq!(sent.load(Ordering::SeqCst), 0);
+                assert!(shown.contains("did not approve"), "{shown}");
+            }
+            None => {
+                assert_eq!(sent.load(Ordering::SeqCst), 0);
+                assert!(shown.contains("no approval"), "{shown}");
+            }
+        }
+    }
+}

@@ -174,6 +174,8 @@ impl fmt::Debug for Config {
 #[derive(Clone, Default)]
 pub struct SteeringQueue {
     inner: Arc<Mutex<VecDeque<Steering>>>,
+    /// Wakes programs waiting for a message (`op::wait_steering`).
+    arrived: Arc<tokio::sync::Notify>,
 }
 
 impl SteeringQueue {
@@ -190,6 +192,12 @@ impl SteeringQueue {
     /// Queues a message for the program's next `op::next_steering()`.
     pub fn push(&self, steering: Steering) {
         self.lock().push_back(steering);
+        self.arrived.notify_waiters();
+    }
+
+    /// Waits until a message may be waiting (a push since the returned future was created).
+    pub(crate) fn arrival(&self) -> tokio::sync::futures::OwnedNotified {
+        self.arrived.clone().notified_owned()
     }
 
     /// Takes the oldest queued message.

@@ -270,6 +270,9 @@ pub enum Effect {
     TraceId,
     /// The next steering message, if any. Yields `Option<Steering>`.
     Check,
+    /// Wait for the next steering message, at most this long. Yields `Option<Steering>`
+    /// (`None` when the time passed first).
+    AwaitSteering(Duration),
     /// Store a memory. Yields [`MemoryId`].
     Remember(NewMemory),
     /// Search memory. Yields `Vec<MemoryEntry>`.

@@ -403,6 +403,13 @@ pub fn next_steering<S>() -> Op<S, Option<Steering>> {
     effect(Effect::Check)
 }
 
+/// Waits for the next steering message, at most `limit`: `None` if none came in time. The
+/// run's abort token and enclosing deadlines still stop it. For a program that must pause
+/// for a person (an approval, an answer).
+pub fn wait_steering<S>(limit: Duration) -> Op<S, Option<Steering>> {
+    effect(Effect::AwaitSteering(limit))
+}
+
 /// The old name of [`next_steering`], which says better that it takes a message.
 #[deprecated(since = "0.2.0", note = "renamed to `next_steering`")]
 pub fn check<S>() -> Op<S, Option<Steering>> {

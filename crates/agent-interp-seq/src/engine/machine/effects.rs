@@ -61,6 +61,7 @@ where
                 }
                 Ok(self.stack.feed(&mut Some(steering)))
             }
+            Effect::AwaitSteering(limit) => Box::pin(self.await_steering(limit)).await,
             Effect::Remember(memory) => Box::pin(self.remember(memory)).await,
             Effect::Recall { query, limit } => Box::pin(self.recall(query, limit)).await,
             Effect::Forget(id) => Box::pin(self.forget(id)).await,
@@ -343,6 +344,33 @@ where
             iteration,
         }));
         Ok(self.stack.feed(&mut Some(result)))
+    }
+
+    /// `op::wait_steering`: the next message, waiting at most `limit` (under `guarded`, so
+    /// abort and deadlines still apply).
+    pub(super) async fn await_steering(
+        &mut self,
+        limit: std::time::Duration,
+    ) -> Result<Node<S>, Unwind> {
+        let queue = self.rt.config.steering.clone();
+        let wait = async move {
+            let deadline = tokio::time::Instant::now() + limit;
+            loop {
+                // Register before looking, so a push in between is not missed.
+                let arrival = queue.arrival();
+                if let Some(message) = queue.pop() {
+                    return Some(message);
+                }
+                if tokio::time::timeout_at(deadline, arrival).await.is_err() {
+                    return queue.pop();
+                }
+            }
+        };
+        let steering = self.guarded(wait).await?;
+        if let Some(s) = &steering {
+            self.record(EventKind::Steering(s.clone()));
+        }
+        Ok(self.stack.feed(&mut Some(steering)))
     }
 
     pub(super) fn memory(&mut self) -> Result<Arc<dyn MemoryBackend>, Unwind> {
