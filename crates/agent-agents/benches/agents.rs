@@ -9,6 +9,10 @@
 //!   same turns written by hand as a loop of `infer_raw` and `tool` with the same model,
 //!   tool and message bookkeeping — so the ratio is what the agent layer adds (the toolbox
 //!   scope, the `par` of tool calls, typed parsing).
+//! - `mcp.call`: µs per tool call through [`McpServer`](agent_agents::McpServer) to a local
+//!   stdio MCP server (this benchmark's own executable serving a toolbox with
+//!   [`ToolboxServer`](agent_agents::ToolboxServer)); baseline: the same tool called in
+//!   process, which is the server's own handling time (validation and the function).
 
 use std::hint::black_box;
 use std::time::Duration;
@@ -154,7 +158,70 @@ fn loop_turn() {
     );
 }
 
+/// The toolbox both sides of `mcp.call` use.
+fn echo_box() -> agent_agents::Toolbox {
+    let echo = agent_agents::tool("echo", "Echoes", |e: Echo| async move { Ok(e.text) });
+    agent_agents::Toolbox::new("bench").with(echo)
+}
+
+const SERVE: &str = "__serve_mcp_on_stdio__";
+
+fn mcp_call() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    const CALLS: u32 = 300;
+    let args = serde_json::json!({"text": "hello"});
+    let exe = std::env::current_exe().expect("this executable");
+    let server = rt
+        .block_on(agent_agents::McpServer::spawn("bench", exe, &[SERVE]))
+        .expect("the MCP server starts");
+    let remote = rt.block_on(server.toolbox(&[])).expect("tools").tool_set();
+    let remote = remote.get("echo").expect("echo").clone();
+    let local = echo_box().tool_set();
+    let local = local.get("echo").expect("echo").clone();
+    let (subject, baseline) = bench_kit::interleaved(
+        9,
+        || {
+            bench_kit::time(|| {
+                for _ in 0..CALLS {
+                    black_box(rt.block_on(remote.call(args.clone())).expect("call"));
+                }
+            })
+            .0
+        },
+        || {
+            bench_kit::time(|| {
+                for _ in 0..CALLS {
+                    black_box(rt.block_on(local.call(args.clone())).expect("call"));
+                }
+            })
+            .0
+        },
+    );
+    bench_kit::report(
+        "mcp.call",
+        bench_kit::median_per(&subject, f64::from(CALLS), bench_kit::us),
+        "µs/call",
+        bench_kit::median_per(&baseline, f64::from(CALLS), bench_kit::us),
+    );
+}
+
 fn main() {
+    if std::env::args().any(|a| a == SERVE) {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        // Serve until the benchmark disconnects.
+        let _ = rt.block_on(agent_agents::ToolboxServer::new(echo_box()).serve_stdio());
+        return;
+    }
+    if bench_kit::enabled("mcp.call") {
+        mcp_call();
+    }
     if bench_kit::enabled("agent.loop_turn") {
         loop_turn();
     }

@@ -22,7 +22,9 @@
 //!   [`verified`](Agent::verified) answers that a check program must accept; [`SubAgent`]s
 //!   offered as tools, under their own budget and narrower toolbox, nested in the trace;
 //! - context middleware ([`ContextLayer`]): [`Truncate`] to a token limit,
-//!   [`ElideToolResults`], [`Compact`] (a model-written summary), applied before each turn.
+//!   [`ElideToolResults`], [`Compact`] (a model-written summary), applied before each turn;
+//! - MCP (feature `mcp`, default): [`McpServer`] starts a server over stdio and turns its
+//!   tools into a [`Toolbox`], scoped by the capabilities you grant them.
 //!
 //! ```
 //! use agent_agents::{infer_as, tool, with_toolbox, Toolbox};
@@ -56,6 +58,8 @@
 mod agent_loop;
 mod extract;
 mod infer_as;
+#[cfg(feature = "mcp")]
+mod mcp;
 mod middleware;
 mod output;
 mod tool;
@@ -63,6 +67,8 @@ mod toolbox;
 
 pub use agent_loop::{Agent, AgentError, SubAgent, agent};
 pub use infer_as::{Ask, Attempt, AttemptError, OutputError, Structured, infer_as};
+#[cfg(feature = "mcp")]
+pub use mcp::{McpError, McpServer, ToolboxServer};
 pub use middleware::{
     Compact, ContextLayer, ElideToolResults, Truncate, elide_tool_results, truncate,
 };
