@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::infer_as::{Attempt, AttemptError, OutputError};
+use crate::infer_as::{Attempt, AttemptError, OutputError, repair_message};
 use crate::middleware::ContextLayer;
 use crate::output::LlmOutput;
 use crate::toolbox::{Toolbox, with_toolbox};
@@ -358,15 +358,13 @@ impl<S: Merge + Clone + Send + 'static, T: LlmOutput> Turns<S, T> {
         match T::parse(&reply.content) {
             Ok(value) => op::pure(Ok(value)),
             Err(error) => {
-                let error = AttemptError::Parse(error);
-                let message = format!(
-                    "Your answer could not be read: {error}. {}\nAnswer again.",
-                    T::format().instructions(false)
-                );
-                self.attempts.push(Attempt {
+                let attempt = Attempt {
                     raw: reply.content.clone(),
-                    error,
-                });
+                    error: AttemptError::Parse(error),
+                };
+                // The reply stays in the conversation: no need to quote it.
+                let message = repair_message::<T>(&T::format(), &attempt, false);
+                self.attempts.push(attempt);
                 if self.repairs_left == 0 {
                     return op::pure(Err(AgentError::Output(OutputError {
                         type_name: T::name(),
@@ -462,18 +460,9 @@ impl<S: Merge + Clone + Send + 'static> SubAgent<S> {
             parameters: schema,
         };
         let run: RunSub<S> = Arc::new(move |args: Value| {
-            if let Some(validator) = &validator
-                && let Err(e) = crate::tool::check_args(validator, &args)
-            {
-                return op::pure(Err(e));
-            }
-            let input: I = match serde_json::from_value(args.clone()) {
+            let input: I = match crate::tool::parse_args(validator.as_deref(), args.clone()) {
                 Ok(input) => input,
-                Err(e) => {
-                    return op::pure(Err(ToolError::invalid_arguments(format!(
-                        "the arguments do not fit: {e}"
-                    ))));
-                }
+                Err(e) => return op::pure(Err(e)),
             };
             let name = name.clone();
             let started = agent_op::EventKind::custom(

@@ -265,7 +265,7 @@ impl<T: LlmOutput> Repair<T> {
             // The schema itself is sent natively: no instructions needed.
             None if self.native => String::new(),
             None => format.instructions(true),
-            Some(attempt) => repair_message::<T>(&format, attempt, self.native),
+            Some(attempt) => repair_message::<T>(&format, attempt, !self.native),
         };
         match &self.ask {
             Ask::Prompt(prompt) => {
@@ -302,13 +302,19 @@ impl<T: LlmOutput> Repair<T> {
     }
 }
 
-/// What the model is told after a reply that could not be used.
-fn repair_message<T: LlmOutput>(format: &OutputFormat, attempt: &Attempt, native: bool) -> String {
+/// What the model is told after a reply that could not be used: why, the reply itself when
+/// `quote_reply` (when the model will not see it in the conversation), the whole format, the
+/// description and the examples. Shared by [`infer_as`] and the agent loop.
+pub(crate) fn repair_message<T: LlmOutput>(
+    format: &OutputFormat,
+    attempt: &Attempt,
+    quote_reply: bool,
+) -> String {
     let mut message = match &attempt.error {
         AttemptError::Parse(e) => format!("Your reply could not be read: {e}."),
         AttemptError::Invalid(why) => format!("Your reply is not acceptable: {why}."),
     };
-    if !native {
+    if quote_reply {
         message.push_str(&format!(
             "\nYour reply was:\n{}\n",
             attempt.raw.chars().take(2_000).collect::<String>()

@@ -259,12 +259,15 @@ fn result_value(result: CallToolResult) -> Result<Value, ToolError> {
 #[derive(Clone, Debug)]
 pub struct ToolboxServer {
     toolbox: Toolbox,
+    /// The toolbox's tools by name, built once (every call looks one up).
+    tools: agent_op::ToolSet,
 }
 
 impl ToolboxServer {
     /// Serves `toolbox`.
     pub fn new(toolbox: Toolbox) -> ToolboxServer {
-        ToolboxServer { toolbox }
+        let tools = toolbox.tool_set();
+        ToolboxServer { toolbox, tools }
     }
 
     /// Serves on this process's stdin and stdout until the client disconnects.
@@ -340,8 +343,7 @@ impl rmcp::ServerHandler for ToolboxServer {
         request: CallToolRequestParams,
         _context: rmcp::service::RequestContext<rmcp::RoleServer>,
     ) -> Result<CallToolResult, rmcp::ErrorData> {
-        let set = self.toolbox.tool_set();
-        let Some(tool) = set.get(&request.name) else {
+        let Some(tool) = self.tools.get(&request.name) else {
             return Err(rmcp::ErrorData::invalid_params(
                 format!(
                     "no tool `{}` in toolbox `{}`",

@@ -146,7 +146,7 @@ impl<A, O> fmt::Debug for TypedTool<A, O> {
 }
 
 /// Checks `args` against `validator`: every message, joined, if they do not fit.
-pub(crate) fn check_args(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolError> {
+fn check_args(validator: &jsonschema::Validator, args: &Value) -> Result<(), ToolError> {
     let errors: Vec<String> = validator
         .iter_errors(args)
         .map(|e| {
@@ -166,6 +166,19 @@ pub(crate) fn check_args(validator: &jsonschema::Validator, args: &Value) -> Res
             errors.join("; ")
         )))
     }
+}
+
+/// Typed arguments from a model's JSON: checked against the schema's `validator` first (when
+/// there is one), then deserialized. Either failure is an `InvalidArguments` tool error.
+pub(crate) fn parse_args<A: DeserializeOwned>(
+    validator: Option<&jsonschema::Validator>,
+    args: Value,
+) -> Result<A, ToolError> {
+    if let Some(validator) = validator {
+        check_args(validator, &args)?;
+    }
+    serde_json::from_value(args)
+        .map_err(|e| ToolError::invalid_arguments(format!("the arguments do not fit: {e}")))
 }
 
 impl<A, O> Tool for TypedTool<A, O>
@@ -191,12 +204,7 @@ where
 
     fn call(&self, args: Value) -> BoxFuture<'_, Result<Value, ToolError>> {
         Box::pin(async move {
-            if let Some(validator) = &self.validator {
-                check_args(validator, &args)?;
-            }
-            let args: A = serde_json::from_value(args).map_err(|e| {
-                ToolError::invalid_arguments(format!("the arguments do not fit: {e}"))
-            })?;
+            let args: A = parse_args(self.validator.as_deref(), args)?;
             let run = (self.handler)(args);
             let output = match self.marks.timeout {
                 Some(limit) => match tokio::time::timeout(limit, run).await {
