@@ -23,8 +23,9 @@
 //!   offered as tools, under their own budget and narrower toolbox, nested in the trace;
 //! - context middleware ([`ContextLayer`]): [`Truncate`] to a token limit,
 //!   [`ElideToolResults`], [`Compact`] (a model-written summary), applied before each turn;
-//! - MCP (feature `mcp`, default): [`McpServer`] starts a server over stdio and turns its
-//!   tools into a [`Toolbox`], scoped by the capabilities you grant them.
+//! - MCP (feature `mcp`, default): [`McpServer`] connects to a server (a child process on
+//!   stdio, or a URL over streamable HTTP) and turns its tools into a [`Toolbox`], scoped by
+//!   the capabilities you grant them; [`ToolboxServer`] serves a toolbox to MCP clients.
 //!
 //! ```
 //! use agent_agents::{infer_as, tool, with_toolbox, Toolbox};

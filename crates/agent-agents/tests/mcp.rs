@@ -107,6 +107,95 @@ async fn the_tools_of_a_real_mcp_server_are_scoped_toolbox_entries() {
     );
 }
 
+/// server-everything in its streamable-HTTP mode, on a free port of 127.0.0.1; killed on drop.
+struct HttpServer {
+    child: tokio::process::Child,
+    url: String,
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        self.child.start_kill().ok();
+    }
+}
+
+async fn server_everything_http(entry: &std::path::Path) -> HttpServer {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let preload = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/loopback_only.cjs"
+    );
+    let child = tokio::process::Command::new("node")
+        .arg("--require")
+        .arg(preload)
+        .arg(entry)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("node starts");
+    let server = HttpServer {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "server-everything did not listen on 127.0.0.1:{port} within 30 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    server
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_of_a_real_server_over_streamable_http_are_toolbox_entries() {
+    let Some(entry) = server_everything() else {
+        return;
+    };
+    let server = server_everything_http(&entry).await;
+    let remote = McpServer::connect_http("everything-http", server.url.clone())
+        .await
+        .unwrap();
+    let toolbox = remote.toolbox(&["mcp.everything"]).await.unwrap();
+    let names: Vec<&str> = toolbox.names().collect();
+    assert!(names.contains(&"get-sum"), "{names:?}");
+    let config = Config::new().tools(toolbox.tool_set());
+    let program: Op<(), _> = with_toolbox(
+        &toolbox,
+        op::tool("get-sum", json!({"a": 2, "b": 40})).and_then(|sum| {
+            op::tool("echo", json!({"message": "over HTTP"})).map(move |echo| (sum, echo))
+        }),
+    );
+    let outcome = agent_interp_par::run(&config, (), program).await.unwrap();
+    let (sum, echo) = outcome.value;
+    assert!(sum.unwrap().to_string().contains("42"));
+    assert!(echo.unwrap().to_string().contains("over HTTP"));
+
+    // Nothing listens there: a typed error, quickly.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let started = std::time::Instant::now();
+    match McpServer::connect_http("nobody", format!("http://127.0.0.1:{closed}/mcp")).await {
+        Err(McpError::Protocol { server, .. }) => assert_eq!(server, "nobody"),
+        other => panic!("{other:?}"),
+    }
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+}
+
 #[tokio::test]
 async fn a_server_that_dies_or_never_starts_is_a_typed_error() {
     match McpServer::spawn("missing", "/nonexistent/mcp-server", &[]).await {
@@ -156,4 +245,137 @@ async fn a_toolbox_served_over_mcp_works_with_the_sdk_client() {
         .expect("the server stops when the client disconnects")
         .unwrap()
         .ok();
+}
+
+#[derive(Debug, PartialEq, serde::Deserialize, schemars::JsonSchema)]
+struct Verdict {
+    ok: bool,
+}
+
+fn call(id: &str, name: &str, args: serde_json::Value) -> agent_op::Response {
+    let mut reply = agent_op::Response::text("");
+    reply.tool_calls = vec![agent_op::ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments: args,
+    }];
+    reply
+}
+
+/// A server that dies in the middle of a tool call: the call is a tool error the model is
+/// shown, the run goes on, and later calls fail at once instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_crashes_mid_call_is_a_tool_error_and_the_run_goes_on() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/crashing_mcp_server.js"
+    );
+    let server = match McpServer::spawn("crashing", "node", &[script]).await {
+        Ok(server) => server.timeout(std::time::Duration::from_secs(20)),
+        Err(McpError::Spawn { source, .. }) => {
+            eprintln!("SKIPPED: the MCP crash test needs node ({source})");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let toolbox = server.toolbox(&[]).await.unwrap();
+    let provider = std::sync::Arc::new(agent_provider::ScriptedProvider::new([
+        call("c1", "crash", json!({})),
+        call("c2", "crash", json!({})),
+        agent_op::Response::text("{\"ok\": false}"),
+    ]));
+    let config = Config::new()
+        .shared_provider(provider.clone())
+        .tools(toolbox.tool_set());
+    let program = agent_agents::agent::<(), Verdict>("m", &toolbox, "Try the tool.").run();
+    let started = std::time::Instant::now();
+    let outcome = agent_interp_par::run(&config, (), program).await.unwrap();
+    assert_eq!(outcome.value.unwrap(), Verdict { ok: false });
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(15),
+        "a dead server must not be waited on until the timeout"
+    );
+    let results: Vec<_> = outcome
+        .trace
+        .events
+        .iter()
+        .filter_map(|e| match &e.event.kind {
+            agent_op::EventKind::ToolResult(r) => Some(r.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert!(results.iter().all(|r| !r.success), "{results:?}");
+    // The model was shown both failures, naming the server.
+    let last = &provider.calls()[2].prompt.messages;
+    let shown: Vec<&str> = last
+        .iter()
+        .filter(|m| m.role() == "tool")
+        .map(|m| m.content())
+        .collect();
+    assert_eq!(shown.len(), 2, "{last:?}");
+    assert!(shown.iter().all(|s| s.contains("crashing")), "{shown:?}");
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct Question {
+    question: String,
+}
+
+/// An agent served as an MCP tool: each call runs the agent program (its own model calls and
+/// tools) under an interpreter and answers with its typed result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_served_over_mcp_answers_through_the_sdk_client() {
+    let add = agent_agents::tool(
+        "add",
+        "Adds two integers",
+        |x: Add| async move { Ok(x.a + x.b) },
+    );
+    let math = Toolbox::new("math").with(add);
+    let provider = std::sync::Arc::new(agent_provider::ScriptedProvider::new([
+        call("c1", "add", json!({"a": 2, "b": 40})),
+        agent_op::Response::text("{\"ok\": true}"),
+    ]));
+    let config = Config::new()
+        .shared_provider(provider.clone())
+        .tools(math.tool_set());
+    let inner = math.clone();
+    let solver = agent_agents::tool(
+        "solver",
+        "Answers arithmetic questions with the math tools",
+        move |q: Question| {
+            let (config, toolbox) = (config.clone(), inner.clone());
+            async move {
+                let program = agent_agents::agent::<(), Verdict>("m", &toolbox, q.question).run();
+                let outcome = agent_interp_par::run(&config, (), program)
+                    .await
+                    .map_err(|e| agent_op::ToolError::failed(e.to_string()))?;
+                let verdict = outcome
+                    .value
+                    .map_err(|e| agent_op::ToolError::failed(e.to_string()))?;
+                Ok(json!({"ok": verdict.ok, "events": outcome.trace.events.len()}))
+            }
+        },
+    );
+    let (server_io, client_io) = tokio::io::duplex(64 * 1024);
+    let served = Toolbox::new("agents").with(solver);
+    tokio::spawn(agent_agents::ToolboxServer::new(served).serve_io(server_io));
+    let remote = McpServer::connect("agents", client_io).await.unwrap();
+    let tools = remote.toolbox(&[]).await.unwrap().tool_set();
+    let answer = tools
+        .get("solver")
+        .unwrap()
+        .call(json!({"question": "Is 2 + 40 = 42?"}))
+        .await
+        .unwrap();
+    assert_eq!(answer["ok"], json!(true), "{answer}");
+    assert!(answer["events"].as_u64().unwrap() > 4, "{answer}");
+    // The agent really ran: two model calls, the tool's result fed back.
+    let calls = provider.calls();
+    assert_eq!(calls.len(), 2);
+    assert!(
+        calls[1].prompt.messages.iter().any(|m| m.content() == "42"),
+        "{:?}",
+        calls[1].prompt.messages
+    );
 }

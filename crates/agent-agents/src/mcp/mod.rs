@@ -1,5 +1,6 @@
 //! MCP: the tools of a Model Context Protocol server as [`Toolbox`] entries, through the
-//! official Rust SDK (`rmcp`), over stdio.
+//! official Rust SDK (`rmcp`), over stdio or streamable HTTP; and a [`Toolbox`] served to
+//! any MCP client.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -46,9 +47,16 @@ pub enum McpError {
     },
 }
 
+mod http;
+
 type Client = RunningService<RoleClient, ()>;
 
-/// A running MCP server (a child process speaking MCP on stdio) and a client connected to it.
+/// How long the handshake and each request may take unless [`McpServer::timeout`] says.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A client connected to an MCP server: a child process speaking MCP on stdio
+/// ([`spawn`](McpServer::spawn)), a server at a URL ([`connect_http`](McpServer::connect_http)),
+/// or one on any byte stream ([`connect`](McpServer::connect)).
 ///
 /// [`McpServer::toolbox`] turns its tools into a [`Toolbox`], with the server's JSON schemas
 /// and the capabilities you grant them, so they are scoped like any other tool: a tool of the
@@ -86,27 +94,7 @@ impl McpServer {
             server: name.clone(),
             source,
         })?;
-        let timeout = Duration::from_secs(30);
-        let client = match tokio::time::timeout(timeout, ().serve(transport)).await {
-            Ok(Ok(client)) => client,
-            Ok(Err(e)) => {
-                return Err(McpError::Protocol {
-                    server: name,
-                    message: e.to_string(),
-                });
-            }
-            Err(_) => {
-                return Err(McpError::Timeout {
-                    server: name,
-                    after: timeout,
-                });
-            }
-        };
-        Ok(McpServer {
-            name,
-            client: Arc::new(client),
-            timeout,
-        })
+        handshake(name, transport).await
     }
 
     /// Connects to a server already listening on `io` (a socket, a pipe, one end of
@@ -115,23 +103,32 @@ impl McpServer {
     where
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
+        handshake(name.into(), io).await
+    }
+
+    /// Connects to a server over MCP's streamable-HTTP transport at `url` (for example
+    /// `http://127.0.0.1:3001/mcp`): each message is a POST answered with JSON or an SSE
+    /// stream, in a session the server assigns. Connections must open within 10 s.
+    pub async fn connect_http(
+        name: impl Into<String>,
+        url: impl Into<String>,
+    ) -> Result<McpServer, McpError> {
+        use rmcp::transport::StreamableHttpClientTransport;
+        use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
         let name = name.into();
-        let timeout = Duration::from_secs(30);
-        match tokio::time::timeout(timeout, ().serve(io)).await {
-            Ok(Ok(client)) => Ok(McpServer {
-                name,
-                client: Arc::new(client),
-                timeout,
-            }),
-            Ok(Err(e)) => Err(McpError::Protocol {
-                server: name,
-                message: e.to_string(),
-            }),
-            Err(_) => Err(McpError::Timeout {
-                server: name,
-                after: timeout,
-            }),
-        }
+        let client =
+            http::HttpClient::new(Duration::from_secs(10)).map_err(|e| McpError::Protocol {
+                server: name.clone(),
+                message: format!("the HTTP client could not be built: {e}"),
+            })?;
+        let url: String = url.into();
+        let config = StreamableHttpClientTransportConfig::with_uri(url);
+        handshake(
+            name,
+            StreamableHttpClientTransport::with_client(client, config),
+        )
+        .await
     }
 
     /// Bounds every request to the server by `limit` (default 30 s).
@@ -178,6 +175,30 @@ impl McpServer {
             server: self.name.clone(),
             message,
         }
+    }
+}
+
+/// Connects a client over `transport`, doing the MCP handshake within the default timeout.
+async fn handshake<T, E, A>(name: String, transport: T) -> Result<McpServer, McpError>
+where
+    T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let timeout = DEFAULT_TIMEOUT;
+    match tokio::time::timeout(timeout, ().serve(transport)).await {
+        Ok(Ok(client)) => Ok(McpServer {
+            name,
+            client: Arc::new(client),
+            timeout,
+        }),
+        Ok(Err(e)) => Err(McpError::Protocol {
+            server: name,
+            message: e.to_string(),
+        }),
+        Err(_) => Err(McpError::Timeout {
+            server: name,
+            after: timeout,
+        }),
     }
 }
 
