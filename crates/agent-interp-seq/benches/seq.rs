@@ -1,4 +1,5 @@
-//! Benchmarks of the sequential interpreter: per-step overhead and memory of deep loops.
+//! Benchmarks of the sequential interpreter: per-step overhead, memory of deep loops, and
+//! what `tracing` spans cost with and without a subscriber.
 
 use std::hint::black_box;
 use std::process::Command;
@@ -64,6 +65,69 @@ fn seq_step(rt: &tokio::runtime::Runtime) {
     );
 }
 
+/// `trace.spans_overhead`: `seq.step` under a `tracing` subscriber that keeps spans but
+/// prints nothing (the registry), against no subscriber at all.
+fn spans_overhead(rt: &tokio::runtime::Runtime) {
+    let config = Config::new();
+    let timed = |rt: &tokio::runtime::Runtime| {
+        let program = modify_get_loop(STEPS);
+        let start = Instant::now();
+        let out = rt.block_on(run(&config, 0u64, program)).expect("run");
+        let elapsed = start.elapsed();
+        assert_eq!(out.value, STEPS);
+        elapsed
+    };
+    let (subject, baseline) = bench_kit::interleaved(
+        9,
+        || {
+            let subscriber = tracing_subscriber::registry();
+            tracing::subscriber::with_default(subscriber, || timed(rt))
+        },
+        || timed(rt),
+    );
+    let steps = STEPS as f64;
+    bench_kit::report(
+        "trace.spans_overhead",
+        bench_kit::median_per(&subject, steps, bench_kit::ns),
+        "ns/step",
+        bench_kit::median_per(&baseline, steps, bench_kit::ns),
+    );
+}
+
+/// `trace.spans_tool_call`: a tool call (one `execute_tool` span) under the registry, against
+/// the same call with no subscriber: what a span costs where there is one.
+fn spans_tool_call(rt: &tokio::runtime::Runtime) {
+    const CALLS: u64 = 20_000;
+    let config = Config::new().tool(agent_op::FnTool::new(
+        "echo",
+        "Echoes",
+        serde_json::json!({"type": "object"}),
+        |args: serde_json::Value| async move { Ok(args) },
+    ));
+    let timed = |rt: &tokio::runtime::Runtime| {
+        let program: Op<u64, ()> = op::repeat(CALLS, |_| {
+            op::tool("echo", serde_json::json!({"n": 1})).map(|_| ())
+        });
+        let start = Instant::now();
+        rt.block_on(run(&config, 0u64, program)).expect("run");
+        start.elapsed()
+    };
+    let (subject, baseline) = bench_kit::interleaved(
+        9,
+        || {
+            let subscriber = tracing_subscriber::registry();
+            tracing::subscriber::with_default(subscriber, || timed(rt))
+        },
+        || timed(rt),
+    );
+    bench_kit::report(
+        "trace.spans_tool_call",
+        bench_kit::median_per(&subject, CALLS as f64, bench_kit::ns),
+        "ns/call",
+        bench_kit::median_per(&baseline, CALLS as f64, bench_kit::ns),
+    );
+}
+
 /// Runs in a child process: the deep loop on a small stack, printing peak RSS growth in bytes.
 fn rss_child(steps: u64) {
     let growth = std::thread::Builder::new()
@@ -124,5 +188,11 @@ fn main() {
     }
     if bench_kit::enabled("seq.deep_loop_rss") {
         deep_loop_rss();
+    }
+    if bench_kit::enabled("trace.spans_overhead") {
+        spans_overhead(&rt);
+    }
+    if bench_kit::enabled("trace.spans_tool_call") {
+        spans_tool_call(&rt);
     }
 }

@@ -33,6 +33,8 @@ pub struct Config {
     pub(crate) cancel: CancellationToken,
     pub(crate) trace_id: Option<TraceId>,
     pub(crate) max_concurrency: Option<NonZeroUsize>,
+    pub(crate) name: Option<Arc<str>>,
+    pub(crate) record_content: bool,
 }
 
 impl Config {
@@ -118,6 +120,21 @@ impl Config {
         self
     }
 
+    /// Names the agent this run is: its `tracing` root span is `invoke_agent {name}`, with
+    /// `gen_ai.agent.name` set.
+    pub fn name(mut self, name: impl Into<String>) -> Config {
+        self.name = Some(Arc::from(name.into()));
+        self
+    }
+
+    /// Records message contents on the run's `tracing` spans: prompts and replies
+    /// (`gen_ai.input.messages`, `gen_ai.output.messages`), tool arguments and results. Off by
+    /// default, since they can hold secrets and personal data. Credentials are never recorded.
+    pub fn record_content(mut self, on: bool) -> Config {
+        self.record_content = on;
+        self
+    }
+
     /// Fixes the run's trace id (otherwise each run gets a fresh random one).
     pub fn trace_id(mut self, id: impl Into<TraceId>) -> Config {
         self.trace_id = Some(id.into());
@@ -165,6 +182,8 @@ impl fmt::Debug for Config {
             .field("aborted", &self.cancel.is_cancelled())
             .field("trace_id", &self.trace_id)
             .field("max_concurrency", &self.max_concurrency)
+            .field("name", &self.name)
+            .field("record_content", &self.record_content)
             .finish()
     }
 }

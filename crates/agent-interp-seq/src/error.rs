@@ -193,6 +193,29 @@ fn permitted_list(names: &[String]) -> String {
 }
 
 impl ErrorKind {
+    /// A short, stable name of the kind of failure (`provider`, `unknown_tool`, …), as
+    /// telemetry's `error.type` wants it; a failed branch is named after its own failure.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            ErrorKind::Aborted => "aborted",
+            ErrorKind::UnknownTool { .. } => "unknown_tool",
+            ErrorKind::Provider { error, .. } => error.kind_name(),
+            ErrorKind::NoProvider => "no_provider",
+            ErrorKind::Context { .. } => "context",
+            ErrorKind::ScopeWidens(_) => "scope_widens",
+            ErrorKind::NoContextPipeline => "no_context_pipeline",
+            ErrorKind::Memory(_) => "memory",
+            ErrorKind::NoMemoryBackend => "no_memory_backend",
+            ErrorKind::EmptyRace => "empty_race",
+            ErrorKind::Checkpoint { .. } => "checkpoint",
+            ErrorKind::Program(_) => "program",
+            ErrorKind::Branch { error, .. } => error.kind_name(),
+            ErrorKind::Panicked { .. } => "panicked",
+            ErrorKind::ForksTooDeep { .. } => "forks_too_deep",
+            ErrorKind::Internal(_) => "internal",
+        }
+    }
+
     /// The error itself, looking through `Branch` wrappers.
     pub fn root_cause(&self) -> &ErrorKind {
         let mut kind = self;

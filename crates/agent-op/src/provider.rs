@@ -70,6 +70,12 @@ pub trait Provider: Send + Sync {
         let _ = model;
         false
     }
+
+    /// The provider's name as telemetry reports it (`gen_ai.provider.name`: `openai`,
+    /// `ollama`, …); `unknown` by default.
+    fn name(&self) -> &str {
+        "unknown"
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for Arc<P> {
@@ -97,6 +103,10 @@ impl<P: Provider + ?Sized> Provider for Arc<P> {
     fn supports_json_schema(&self, model: &str) -> bool {
         (**self).supports_json_schema(model)
     }
+
+    fn name(&self) -> &str {
+        (**self).name()
+    }
 }
 
 impl<P: Provider + ?Sized> Provider for Box<P> {
@@ -123,6 +133,10 @@ impl<P: Provider + ?Sized> Provider for Box<P> {
 
     fn supports_json_schema(&self, model: &str) -> bool {
         (**self).supports_json_schema(model)
+    }
+
+    fn name(&self) -> &str {
+        (**self).name()
     }
 }
 

@@ -124,6 +124,25 @@ pub enum ProviderError {
 }
 
 impl ProviderError {
+    /// A short, stable name of the kind of failure (`rate_limited`, `timeout`, …), as
+    /// telemetry's `error.type` wants it.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            ProviderError::RateLimited { .. } => "rate_limited",
+            ProviderError::QuotaExhausted { .. } => "quota_exhausted",
+            ProviderError::ContextLengthExceeded { .. } => "context_length_exceeded",
+            ProviderError::Authentication { .. } => "authentication",
+            ProviderError::Refused { .. } => "refused",
+            ProviderError::Timeout { .. } => "timeout",
+            ProviderError::Transport { .. } => "transport",
+            ProviderError::Decode { .. } => "decode",
+            ProviderError::InvalidRequest { .. } => "invalid_request",
+            ProviderError::Unexpected { .. } => "unexpected",
+            ProviderError::AllFailed { .. } => "all_failed",
+            ProviderError::Other { .. } => "other",
+        }
+    }
+
     /// An [`Other`](ProviderError::Other) error with no cause.
     pub fn other(message: impl Into<String>) -> ProviderError {
         ProviderError::Other {

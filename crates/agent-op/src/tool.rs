@@ -83,6 +83,19 @@ pub enum ToolErrorKind {
     Denied,
 }
 
+impl ToolErrorKind {
+    /// The kind's name as it is serialized (`failed`, `invalid_arguments`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolErrorKind::Failed => "failed",
+            ToolErrorKind::InvalidArguments => "invalid_arguments",
+            ToolErrorKind::Panicked => "panicked",
+            ToolErrorKind::NotOffered => "not_offered",
+            ToolErrorKind::Denied => "denied",
+        }
+    }
+}
+
 impl fmt::Display for ToolErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

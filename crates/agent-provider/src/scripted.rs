@@ -212,6 +212,10 @@ impl Provider for ScriptedProvider {
     fn supports_json_schema(&self, _model: &str) -> bool {
         self.json_schema
     }
+
+    fn name(&self) -> &str {
+        "scripted"
+    }
 }
 
 impl fmt::Debug for ScriptedProvider {

@@ -78,6 +78,11 @@ impl BranchLog {
         self.lock().finished
     }
 
+    /// Whether [`mark_cancelled`](BranchLog::mark_cancelled) was called.
+    pub(crate) fn is_cancelled(&self) -> bool {
+        self.lock().cancelled
+    }
+
     /// The branch was cancelled, or its outcome discarded, because a sibling decided the fork.
     pub(crate) fn mark_cancelled(&self) {
         self.lock().cancelled = true;

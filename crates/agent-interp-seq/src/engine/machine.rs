@@ -23,7 +23,7 @@ use tokio::time::{Instant, sleep_until};
 use crate::engine::branch_log::BranchLog;
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::{ActiveScope, BudgetCell, ScopeExit, ScopeId};
-use crate::engine::{Runtime, Unwind};
+use crate::engine::{Runtime, Unwind, spans};
 use crate::error::ErrorKind;
 
 mod effects;
@@ -113,6 +113,10 @@ pub(crate) struct Machine<S, Sch> {
     /// The tools the context of this branch's last model call left out (see `op::infer`):
     /// calling one is refused until the next model call.
     withheld: Option<Arc<[String]>>,
+    /// This machine's `tracing` span: the run's, or its branch's.
+    span: tracing::Span,
+    /// How many events this machine has recorded: the next event's sequence number.
+    seq: u64,
 }
 
 impl<S, Sch> Machine<S, Sch>
@@ -125,6 +129,7 @@ where
         log: Arc<BranchLog>,
         state: S,
         finish: fn(&mut dyn Any) -> AnyValue,
+        span: tracing::Span,
     ) -> Self {
         Machine {
             id: log.id().clone(),
@@ -136,7 +141,27 @@ where
             forked: 0,
             ticks: 0,
             withheld: None,
+            span,
+            seq: 0,
         }
+    }
+
+    /// The span new spans of this machine nest under: its innermost scope's, or its own.
+    fn parent_span(&self) -> &tracing::Span {
+        self.stack
+            .scopes
+            .last()
+            .map_or(&self.span, |scope| &scope.span)
+    }
+
+    /// This machine's span, to mark how the run or branch ended.
+    pub(crate) fn span(&self) -> &tracing::Span {
+        &self.span
+    }
+
+    /// The sequence number of the last event this machine recorded.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.seq.saturating_sub(1)
     }
 
     /// Runs `node` to its end. Returns its value, or how it stopped.
@@ -235,6 +260,7 @@ where
             }));
         }
         self.log.push(event);
+        self.seq += 1;
     }
 
     /// Fails on a node, effect, scope or fork this engine does not know: the program was built
@@ -324,6 +350,7 @@ where
                 ok,
                 exhausted,
             } => {
+                let span = spans::scope(self.parent_span(), "limit", self.seq);
                 self.record(EventKind::Limit(LimitStart {
                     budget: budget.clone(),
                 }));
@@ -334,6 +361,7 @@ where
                     budget: BudgetCell::new(budget),
                     is_timeout: false,
                     tools: None,
+                    span,
                 };
                 (active, body, ok, EarlyExit::Limit(exhausted))
             }
@@ -343,6 +371,7 @@ where
                 ok,
                 timed_out,
             } => {
+                let span = spans::scope(self.parent_span(), "timeout", self.seq);
                 self.record(EventKind::Timeout(TimeoutStart { limit }));
                 let active = ActiveScope {
                     id,
@@ -352,11 +381,13 @@ where
                     budget: None,
                     is_timeout: true,
                     tools: None,
+                    span,
                 };
                 (active, body, ok, EarlyExit::Timeout(timed_out))
             }
             Scope::Tools { scope, body, pass } => {
                 self.check_narrows(&scope)?;
+                let span = spans::scope(self.parent_span(), "with_tools", self.seq);
                 let active = ActiveScope {
                     id,
                     started: now,
@@ -364,6 +395,7 @@ where
                     budget: None,
                     is_timeout: false,
                     tools: Some(scope),
+                    span,
                 };
                 (active, body, pass, EarlyExit::Never)
             }
@@ -445,7 +477,9 @@ where
             unreachable!("the frame at `pos` is the scope frame");
         };
         let frame = *frame;
+        let mut scope_span = None;
         if let Some(spos) = self.stack.scopes.iter().position(|s| s.id == scope) {
+            scope_span = Some(self.stack.scopes[spos].span.clone());
             self.stack.truncate_scopes(spos);
         }
         self.stack.depth = 0;
@@ -454,10 +488,16 @@ where
         }
         let next = match (frame.early, exit) {
             (EarlyExit::Limit(feed_err), ScopeExit::Exhausted(exhausted)) => {
+                if let Some(span) = &scope_span {
+                    spans::ended_early(span, "exhausted");
+                }
                 self.record(EventKind::Exhausted(exhausted.clone()));
                 feed_err(exhausted, &mut self.stack)
             }
             (EarlyExit::Timeout(feed_err), ScopeExit::TimedOut(timed_out)) => {
+                if let Some(span) = &scope_span {
+                    spans::ended_early(span, "timed_out");
+                }
                 self.record(EventKind::TimedOut(timed_out.clone()));
                 feed_err(timed_out, &mut self.stack)
             }
@@ -513,8 +553,13 @@ mod tests {
             next_scope: std::sync::atomic::AtomicU64::new(0),
         });
         let log = BranchLog::new(TraceId::from("x"), None);
-        let mut m: Machine<(), crate::Sequential> =
-            Machine::root(rt, log, (), agent_op::interp::rebox::<()>);
+        let mut m: Machine<(), crate::Sequential> = Machine::root(
+            rt,
+            log,
+            (),
+            agent_op::interp::rebox::<()>,
+            tracing::Span::none(),
+        );
         // Errors travel through every frame of a deep fork nest (in `Result`s the debug build
         // does not overlap on the stack): a bigger `ErrorKind` overflowed the 128-deep nest
         // on a 2 MiB stack. Large payloads are boxed.

@@ -8,6 +8,7 @@ pub mod scheduler;
 
 pub use machine::MAX_FORK_DEPTH;
 pub(crate) mod scope;
+pub mod spans;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -30,6 +31,24 @@ pub(crate) enum Unwind {
     Exit { scope: ScopeId, exit: ScopeExit },
     /// The abort token was cancelled.
     Aborted,
+}
+
+impl Unwind {
+    /// How the run or branch ended, as telemetry's `error.type`.
+    pub(crate) fn kind_name(&self) -> &'static str {
+        match self {
+            Unwind::Fail(kind) => kind.kind_name(),
+            Unwind::Exit {
+                exit: ScopeExit::Exhausted(_),
+                ..
+            } => "exhausted",
+            Unwind::Exit {
+                exit: ScopeExit::TimedOut(_),
+                ..
+            } => "timed_out",
+            Unwind::Aborted => "aborted",
+        }
+    }
 }
 
 /// A finished run: the program's value, its trace, its final state and its checkpoints.
@@ -184,10 +203,15 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
             checkpoints: Mutex::new(Vec::new()),
             next_scope: AtomicU64::new(0),
         });
+        let span = spans::run(&id, config.name.as_deref());
         let root = BranchLog::new(id, None);
-        let mut machine = Machine::root(runtime.clone(), root.clone(), state, rebox::<A>);
+        let mut machine = Machine::root(runtime.clone(), root.clone(), state, rebox::<A>, span);
         let result = machine.run_caught(program.into_node()).await;
         machine.finish();
+        spans::last_event(machine.span(), machine.last_seq());
+        if let Err(unwind) = &result {
+            spans::failed(machine.span(), unwind.kind_name());
+        }
         let trace = root.take();
         for subscriber in &config.subscribers {
             // A panicking observer must not take the run down with it.

@@ -35,6 +35,9 @@ pub(crate) struct ActiveScope {
     pub(crate) is_timeout: bool,
     /// For a `with_tools` scope, the tools (and capabilities) it allows.
     pub(crate) tools: Option<Arc<agent_op::ToolScope>>,
+    /// The scope's `tracing` span, closed when the scope (and every branch inheriting it)
+    /// is left.
+    pub(crate) span: tracing::Span,
 }
 
 impl ActiveScope {

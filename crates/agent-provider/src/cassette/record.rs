@@ -169,6 +169,10 @@ impl<P: Provider> Provider for RecordingProvider<P> {
     fn supports_json_schema(&self, model: &str) -> bool {
         self.inner.supports_json_schema(model)
     }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
 }
 
 impl<P: fmt::Debug> fmt::Debug for RecordingProvider<P> {

@@ -154,6 +154,10 @@ impl Provider for ReplayProvider {
         let first = bounds.next()??;
         bounds.try_fold(first, |max, cost| Some(max.max(cost?)))
     }
+
+    fn name(&self) -> &str {
+        "cassette"
+    }
 }
 
 impl fmt::Debug for ReplayProvider {

@@ -142,6 +142,10 @@ impl<P: Provider, Q: Provider> Provider for Fallback<P, Q> {
                 .secondary
                 .supports_json_schema(self.second_model(model))
     }
+
+    fn name(&self) -> &str {
+        self.primary.name()
+    }
 }
 
 /// Both errors, in the order tried, as one flat [`ProviderError::AllFailed`] list (a

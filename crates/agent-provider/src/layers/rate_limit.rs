@@ -109,4 +109,8 @@ impl<P: Provider> Provider for RateLimit<P> {
     fn supports_json_schema(&self, model: &str) -> bool {
         self.inner.supports_json_schema(model)
     }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
 }

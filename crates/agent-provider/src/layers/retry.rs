@@ -238,6 +238,10 @@ impl<P: Provider> Provider for Retry<P> {
     fn supports_json_schema(&self, model: &str) -> bool {
         self.inner.supports_json_schema(model)
     }
+
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
 }
 
 impl<P: Clone> Clone for Retry<P> {

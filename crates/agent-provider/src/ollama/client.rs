@@ -228,6 +228,10 @@ impl Provider for OllamaClient {
         let _ = model;
         true
     }
+
+    fn name(&self) -> &str {
+        "ollama"
+    }
 }
 
 impl fmt::Debug for OllamaClient {

@@ -321,6 +321,10 @@ impl Provider for OpenAiClient {
         let _ = model;
         true
     }
+
+    fn name(&self) -> &str {
+        "openai"
+    }
 }
 
 impl fmt::Debug for OpenAiClient {

@@ -15,11 +15,12 @@ use chrono::Utc;
 use futures_util::FutureExt;
 use serde_json::Value;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use super::{Machine, count, micros, panic_message, value_preview};
-use crate::engine::Unwind;
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::{Admission, BudgetCell, Reservation, ScopeExit, ScopeId, WorstCase};
+use crate::engine::{Unwind, spans};
 use crate::error::ErrorKind;
 
 impl<S, Sch> Machine<S, Sch>
@@ -187,6 +188,10 @@ where
             Reservation::new(WorstCase::default())
         };
         let iteration = self.iteration;
+        let span = spans::chat(self.parent_span(), provider.name(), &model, self.seq);
+        if self.rt.config.record_content {
+            spans::chat_input(&span, &prompt);
+        }
         self.record(EventKind::InferStart(InferStart {
             model: model.clone(),
             prompt_preview: prompt
@@ -211,20 +216,38 @@ where
                     }));
                 }
             };
-            self.guarded(provider.chat_stream(&model, &prompt, &mut forward))
-                .await?
+            let call = provider
+                .chat_stream(&model, &prompt, &mut forward)
+                .instrument(span.clone());
+            self.guarded(call).await
         } else {
-            self.guarded(provider.chat(&model, &prompt)).await?
+            self.guarded(provider.chat(&model, &prompt).instrument(span.clone()))
+                .await
+        };
+        let result = match result {
+            Ok(result) => result,
+            Err(unwind) => {
+                spans::failed(&span, unwind.kind_name());
+                return Err(unwind);
+            }
         };
         let response = match result {
             Ok(response) => response,
             Err(error) => {
                 // The call counts; with no known usage it cannot exceed a limit.
                 let _ = reservation.settle(None, None);
-                return Err(self.fail(ErrorKind::Provider { model, error }));
+                spans::chat_failed(&span, &error);
+                let failure = self.fail(ErrorKind::Provider { model, error });
+                spans::last_event(&span, self.last_seq());
+                return Err(failure);
             }
         };
         let exceeded = reservation.settle(Some(response.usage), response.cost);
+        let model_name = if span.is_disabled() {
+            String::new()
+        } else {
+            model.clone()
+        };
         self.record(EventKind::InferEnd(InferEnd {
             model,
             response_preview: preview(&response.content, PREVIEW_CHARS),
@@ -236,6 +259,8 @@ where
             duration_us: micros(started.elapsed()),
             iteration,
         }));
+        spans::chat_ended(&span, &model_name, &response, self.rt.config.record_content);
+        spans::last_event(&span, self.last_seq());
         match exceeded {
             Some((scope, exhausted)) => Err(Unwind::Exit {
                 scope,
@@ -272,6 +297,8 @@ where
                             allowed.join(", ")
                         }
                     ));
+                    let span = spans::tool(self.parent_span(), &name, self.seq);
+                    spans::failed(&span, "denied");
                     self.record(EventKind::ToolDenied(event::ToolDenied {
                         name,
                         scope: scope.name.clone(),
@@ -283,6 +310,7 @@ where
                 }
             },
         };
+        let span = spans::tool(self.parent_span(), &name, self.seq);
         self.record(EventKind::ToolCall(event::ToolCall {
             name: name.clone(),
             args: args.clone(),
@@ -303,19 +331,32 @@ where
                 iteration,
             }));
             let result: Result<Value, ToolError> = Err(error);
+            spans::tool_ended(&span, None, &result, false);
+            spans::last_event(&span, self.last_seq());
             return Ok(self.stack.feed(&mut Some(result)));
         }
         let Some(tool) = scoped.or_else(|| self.rt.config.tools.get(&name).cloned()) else {
             let permitted = self.rt.config.tools.names().map(str::to_owned).collect();
+            spans::failed(&span, "unknown_tool");
             return Err(self.fail(ErrorKind::UnknownTool { name, permitted }));
         };
+        let content = self.rt.config.record_content;
+        let recorded_args = (content && !span.is_disabled()).then(|| args.clone());
         let started = Instant::now();
         let result: Result<Value, ToolError> = if tool.is_blocking() {
             // Blocking work runs on tokio's blocking pool so it cannot stall other branches.
             // If the call is cancelled the thread finishes on its own; its result is dropped.
             let handle = tokio::runtime::Handle::current();
-            let task = tokio::task::spawn_blocking(move || handle.block_on(tool.call(args)));
-            match self.guarded(task).await? {
+            let in_span = span.clone();
+            let task = tokio::task::spawn_blocking(move || {
+                let _entered = in_span.enter();
+                handle.block_on(tool.call(args))
+            });
+            match self
+                .guarded(task)
+                .await
+                .inspect_err(|u| spans::failed(&span, u.kind_name()))?
+            {
                 Ok(result) => result,
                 Err(join_error) => Err(ToolError::panicked(match join_error.try_into_panic() {
                     Ok(payload) => panic_message(payload.as_ref()),
@@ -325,7 +366,15 @@ where
         } else {
             let call = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(args)));
             match call {
-                Ok(fut) => match self.guarded(AssertUnwindSafe(fut).catch_unwind()).await? {
+                Ok(fut) => match self
+                    .guarded(
+                        AssertUnwindSafe(fut)
+                            .catch_unwind()
+                            .instrument(span.clone()),
+                    )
+                    .await
+                    .inspect_err(|u| spans::failed(&span, u.kind_name()))?
+                {
                     Ok(result) => result,
                     Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
                 },
@@ -343,6 +392,8 @@ where
             duration_us: micros(started.elapsed()),
             iteration,
         }));
+        spans::tool_ended(&span, recorded_args.as_ref(), &result, content);
+        spans::last_event(&span, self.last_seq());
         Ok(self.stack.feed(&mut Some(result)))
     }
 
@@ -385,8 +436,11 @@ where
         let content_preview = preview(&memory.content, PREVIEW_CHARS);
         let hash = content_hash(&memory.content);
         let tags = memory.tags.clone();
-        match self.guarded(backend.store(memory)).await? {
+        let span = spans::memory(self.parent_span(), "remember", self.seq);
+        let stored = backend.store(memory).instrument(span.clone());
+        match self.guarded(stored).await? {
             Ok(id) => {
+                spans::last_event(&span, self.seq);
                 self.record(EventKind::Remember(event::Remember {
                     id: id.clone(),
                     content_preview,
@@ -395,25 +449,42 @@ where
                 }));
                 Ok(self.stack.feed(&mut Some(id)))
             }
-            Err(e) => Err(self.fail(ErrorKind::Memory(e))),
+            Err(e) => {
+                spans::failed(&span, "memory");
+                Err(self.fail(ErrorKind::Memory(e)))
+            }
         }
     }
 
     pub(super) async fn forget(&mut self, id: agent_op::MemoryId) -> Result<Node<S>, Unwind> {
         let backend = self.memory()?;
-        match self.guarded(backend.delete(&id)).await? {
+        let span = spans::memory(self.parent_span(), "forget", self.seq);
+        match self
+            .guarded(backend.delete(&id).instrument(span.clone()))
+            .await?
+        {
             Ok(existed) => {
+                spans::last_event(&span, self.seq);
                 self.record(EventKind::Forget(event::Forget { id, existed }));
                 Ok(self.stack.feed(&mut Some(existed)))
             }
-            Err(e) => Err(self.fail(ErrorKind::Memory(e))),
+            Err(e) => {
+                spans::failed(&span, "memory");
+                Err(self.fail(ErrorKind::Memory(e)))
+            }
         }
     }
 
     pub(super) async fn recall(&mut self, query: String, limit: usize) -> Result<Node<S>, Unwind> {
         let backend = self.memory()?;
-        match self.guarded(backend.search(&query, limit)).await? {
+        let span = spans::memory(self.parent_span(), "recall", self.seq);
+        match self
+            .guarded(backend.search(&query, limit).instrument(span.clone()))
+            .await?
+        {
             Ok(hits) => {
+                span.record("effect_agents.memory.results", hits.len() as u64);
+                spans::last_event(&span, self.seq);
                 let entries: Vec<_> = hits.into_iter().map(|hit| hit.entry).collect();
                 self.record(EventKind::Recall(event::Recall {
                     query_preview: preview(&query, PREVIEW_CHARS),
@@ -423,7 +494,10 @@ where
                 }));
                 Ok(self.stack.feed(&mut Some(entries)))
             }
-            Err(e) => Err(self.fail(ErrorKind::Memory(e))),
+            Err(e) => {
+                spans::failed(&span, "memory");
+                Err(self.fail(ErrorKind::Memory(e)))
+            }
         }
     }
 
@@ -441,6 +515,7 @@ where
         };
         // One clock read for the event and the checkpoint: they are the same moment.
         let at = Utc::now();
+        let _span = spans::checkpoint(self.parent_span(), &name, self.seq);
         let reached = CheckpointReached { name: name.clone() };
         self.record_event(Event::at(at, EventKind::Checkpoint(reached)));
         let checkpoint = Checkpoint::new(name, self.id.clone(), self.log.count(), state, at);

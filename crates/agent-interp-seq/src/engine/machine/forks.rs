@@ -8,10 +8,10 @@ use agent_op::trace::event::{self, ForkKind};
 use agent_op::{BoxFuture, EventKind, TraceId};
 
 use super::{MAX_FORK_DEPTH, Machine, Stack, count};
-use crate::engine::Unwind;
 use crate::engine::branch_log::BranchLog;
 use crate::engine::scheduler::{BranchFuture, BranchOutcome, Scheduler};
 use crate::engine::scope::ActiveScope;
+use crate::engine::{Unwind, spans};
 use crate::error::ErrorKind;
 
 impl<S, Sch> Machine<S, Sch>
@@ -24,6 +24,7 @@ where
         log: Arc<BranchLog>,
         inherited: Arc<[ActiveScope]>,
         finish: fn(&mut dyn Any) -> AnyValue,
+        span: tracing::Span,
     ) -> Self {
         Machine {
             rt: self.rt.clone(),
@@ -35,6 +36,8 @@ where
             forked: 0,
             ticks: 0,
             withheld: self.withheld.clone(),
+            span,
+            seq: 0,
         }
     }
 
@@ -66,6 +69,17 @@ where
         let first = self.forked;
         self.forked += branches.len();
         let ids: Vec<TraceId> = (first..self.forked).map(|i| self.id.child(i)).collect();
+        let fork_span = spans::fork(
+            self.parent_span(),
+            kind == ForkKind::Race,
+            ids.len(),
+            self.seq,
+        );
+        let branch_spans: Vec<tracing::Span> = ids
+            .iter()
+            .enumerate()
+            .map(|(i, id)| spans::branch(&fork_span, id, i))
+            .collect();
         self.record(EventKind::Fork(event::Fork {
             kind,
             branch_count: count(ids.len()),
@@ -80,13 +94,18 @@ where
         let futures: Vec<BranchFuture<S>> = branches
             .into_iter()
             .zip(&logs)
-            .map(|(node, log)| {
-                let mut machine = self.branch(log.clone(), inherited.clone(), finish);
+            .zip(&branch_spans)
+            .map(|((node, log), span)| {
+                let mut machine = self.branch(log.clone(), inherited.clone(), finish, span.clone());
                 // Held as a `Subtree` until the branch starts: a branch cancelled before its
                 // first poll drops its program without recursion.
                 Box::pin(async move {
                     let result = machine.run_caught(node.into_node()).await;
                     machine.finish();
+                    spans::last_event(machine.span(), machine.last_seq());
+                    if let Err(unwind) = &result {
+                        spans::failed(machine.span(), unwind.kind_name());
+                    }
                     BranchOutcome {
                         result,
                         state: machine.state,
@@ -103,16 +122,28 @@ where
             Ok(outcomes) => outcomes,
             Err(unwind) => {
                 // Interrupted from outside: every branch still running was cancelled.
-                for log in logs.iter().filter(|l| !l.is_finished()) {
-                    log.mark_cancelled();
+                for (log, span) in logs.iter().zip(&branch_spans) {
+                    if !log.is_finished() {
+                        log.mark_cancelled();
+                        span.record("effect_agents.cancelled", true);
+                    }
                 }
                 return Err(unwind);
             }
         };
-        match par {
+        let joined = match par {
             Some((merge, collect)) => self.join_par(ids, &logs, outcomes, merge, collect),
             None => self.join_race(ids, &logs, outcomes),
+        };
+        for (log, span) in logs.iter().zip(&branch_spans) {
+            if log.is_cancelled() {
+                span.record("effect_agents.cancelled", true);
+            }
         }
+        if joined.is_ok() {
+            spans::last_event(&fork_span, self.last_seq());
+        }
+        joined
     }
 
     /// Marks every branch after `decided` (and any branch that did not finish) cancelled: the

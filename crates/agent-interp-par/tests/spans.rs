@@ -1,0 +1,350 @@
+//! The `tracing` spans of a run: GenAI names and attributes, the parent/child shape (branches
+//! as siblings under their fork), the link to the JSONL trace, and contents only on opt-in.
+//! The same program gives the same span tree under both interpreters.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use agent_interp_seq::Config;
+use agent_op::op::{self, Op};
+use agent_op::{Budget, FnTool, Response, ToolError, Trace};
+use agent_provider::ScriptedProvider;
+use serde_json::json;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+use tracing_subscriber::registry::LookupSpan;
+
+/// One span as the capturing layer saw it.
+#[derive(Clone, Debug, Default)]
+struct Captured {
+    name: String,
+    parent: Option<u64>,
+    fields: HashMap<String, String>,
+    closed: bool,
+}
+
+impl Captured {
+    fn field(&self, key: &str) -> Option<&str> {
+        self.fields.get(key).map(String::as_str)
+    }
+
+    fn otel_name(&self) -> &str {
+        self.field("otel.name").unwrap_or(&self.name)
+    }
+}
+
+#[derive(Clone, Default)]
+struct Capture {
+    spans: Arc<Mutex<Vec<(u64, Captured)>>>,
+}
+
+struct Fields<'a>(&'a mut HashMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(
+            field.name().to_owned(),
+            format!("{value:?}").trim_matches('"').to_owned(),
+        );
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl<S: tracing::Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: Context<'_, S>) {
+        let mut span = Captured {
+            name: attrs.metadata().name().to_owned(),
+            parent: ctx
+                .span(id)
+                .and_then(|s| s.parent())
+                .map(|p| p.id().into_u64()),
+            ..Captured::default()
+        };
+        attrs.record(&mut Fields(&mut span.fields));
+        self.spans.lock().unwrap().push((id.into_u64(), span));
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, _ctx: Context<'_, S>) {
+        let mut spans = self.spans.lock().unwrap();
+        if let Some((_, span)) = spans.iter_mut().rev().find(|(i, _)| *i == id.into_u64()) {
+            values.record(&mut Fields(&mut span.fields));
+        }
+    }
+
+    fn on_close(&self, id: Id, _ctx: Context<'_, S>) {
+        let mut spans = self.spans.lock().unwrap();
+        if let Some((_, span)) = spans.iter_mut().rev().find(|(i, _)| *i == id.into_u64()) {
+            span.closed = true;
+        }
+    }
+}
+
+/// The run: a `par` of three model + tool branches inside a `limit`, a `race` whose second
+/// branch loses, a failing tool, a recall and a checkpoint.
+fn program() -> Op<(), ()> {
+    let branch = |city: &'static str| {
+        op::infer_raw::<()>(
+            "small",
+            agent_op::Prompt::default().user(format!("weather in {city}?")),
+        )
+        .then(op::tool("weather", json!({"city": city})))
+        .map(|_| ())
+    };
+    let fanned = op::limit(
+        Budget::new().calls(10),
+        op::par(vec![branch("Oslo"), branch("Rome"), branch("Lima")]),
+    );
+    // The first branch decides; the second's outcome is discarded.
+    let raced = op::race(vec![op::pure(1u32), op::pure(2u32)]);
+    fanned
+        .then(raced)
+        .then(op::tool("broken", json!({})))
+        .then(op::recall("weather", 3))
+        .then(op::checkpoint("done"))
+}
+
+fn config() -> Config {
+    let provider = ScriptedProvider::from_fn(|_, _| Ok(Response::text("sunny").with_usage(7, 2)));
+    Config::new()
+        .provider(provider)
+        .tool(FnTool::new(
+            "weather",
+            "Weather",
+            json!({"type": "object"}),
+            |args: serde_json::Value| async move { Ok(json!(format!("sun in {}", args["city"]))) },
+        ))
+        .tool(FnTool::new(
+            "broken",
+            "Fails",
+            json!({"type": "object"}),
+            |_: serde_json::Value| async move { Err(ToolError::failed("no luck")) },
+        ))
+        .memory(agent_memory::InMemoryBackend::new())
+        .name("forecaster")
+        .trace_id("span-test-0001")
+}
+
+/// Runs the program under a capturing subscriber and returns the spans and the trace.
+fn capture(parallel: bool, config: Config) -> (Vec<(u64, Captured)>, Trace) {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let trace = tracing::subscriber::with_default(subscriber, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let outcome = if parallel {
+                agent_interp_par::run(&config, (), program()).await
+            } else {
+                agent_interp_seq::run(&config, (), program()).await
+            };
+            outcome.unwrap().trace
+        })
+    });
+    let spans = capture.spans.lock().unwrap().clone();
+    (spans, trace)
+}
+
+fn by_id(spans: &[(u64, Captured)]) -> HashMap<u64, &Captured> {
+    spans.iter().map(|(id, s)| (*id, s)).collect()
+}
+
+/// The span tree as indented otel names, children in creation order.
+fn shape(spans: &[(u64, Captured)]) -> Vec<String> {
+    fn walk(spans: &[(u64, Captured)], parent: Option<u64>, depth: usize, out: &mut Vec<String>) {
+        for (id, span) in spans.iter().filter(|(_, s)| s.parent == parent) {
+            out.push(format!("{}{}", "  ".repeat(depth), span.otel_name()));
+            walk(spans, Some(*id), depth + 1, out);
+        }
+    }
+    let mut out = Vec::new();
+    walk(spans, None, 0, &mut out);
+    out
+}
+
+#[test]
+fn a_run_is_a_tree_of_genai_spans_linked_to_its_trace() {
+    let (spans, trace) = capture(true, config());
+    let index = by_id(&spans);
+    assert!(spans.iter().all(|(_, s)| s.closed), "every span is closed");
+
+    let (root_id, root) = spans.iter().find(|(_, s)| s.parent.is_none()).unwrap();
+    assert_eq!(root.name, "invoke_agent");
+    assert_eq!(root.otel_name(), "invoke_agent forecaster");
+    assert_eq!(root.field("gen_ai.operation.name"), Some("invoke_agent"));
+    assert_eq!(root.field("gen_ai.agent.name"), Some("forecaster"));
+    assert_eq!(root.field("effect_agents.trace_id"), Some("span-test-0001"));
+
+    // Three model calls, each under its own branch, the branches siblings under one fork
+    // inside the limit scope, itself under the run.
+    let chats: Vec<&Captured> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name == "chat")
+        .collect();
+    assert_eq!(chats.len(), 3);
+    let branches: Vec<u64> = chats.iter().map(|c| c.parent.unwrap()).collect();
+    let forks: Vec<u64> = branches.iter().map(|b| index[b].parent.unwrap()).collect();
+    assert!(branches.iter().all(|b| index[b].name == "branch"));
+    assert_eq!(
+        branches
+            .iter()
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        3
+    );
+    assert!(forks.iter().all(|f| *f == forks[0]), "siblings of one fork");
+    let fork = index[&forks[0]];
+    assert_eq!(fork.otel_name(), "par");
+    assert_eq!(fork.field("effect_agents.fork.branches"), Some("3"));
+    let limit = index[&fork.parent.unwrap()];
+    assert_eq!(limit.otel_name(), "limit");
+    assert_eq!(limit.parent, Some(*root_id));
+
+    let chat = chats[0];
+    assert_eq!(chat.otel_name(), "chat small");
+    assert_eq!(chat.field("gen_ai.operation.name"), Some("chat"));
+    assert_eq!(chat.field("gen_ai.provider.name"), Some("scripted"));
+    assert_eq!(chat.field("gen_ai.request.model"), Some("small"));
+    assert_eq!(chat.field("gen_ai.response.model"), Some("small"));
+    assert_eq!(chat.field("gen_ai.usage.input_tokens"), Some("7"));
+    assert_eq!(chat.field("gen_ai.usage.output_tokens"), Some("2"));
+    assert_eq!(
+        chat.field("gen_ai.response.finish_reasons"),
+        Some("[\"stop\"]")
+    );
+    // Contents are off by default.
+    assert_eq!(chat.field("gen_ai.input.messages"), None);
+    assert_eq!(chat.field("gen_ai.output.messages"), None);
+
+    // The span names the events it covers: in its branch, `infer_start` .. `infer_end`.
+    let branch = index[&chat.parent.unwrap()];
+    let branch_id = branch.field("effect_agents.trace_id").unwrap();
+    let events: Vec<&str> = trace
+        .events
+        .iter()
+        .filter(|e| e.trace_id.as_str() == branch_id)
+        .map(|e| e.event.event_type().as_str())
+        .collect();
+    let first: usize = chat
+        .field("effect_agents.event.first")
+        .unwrap()
+        .parse()
+        .unwrap();
+    let last: usize = chat
+        .field("effect_agents.event.last")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!((events[first], events[last]), ("infer_start", "infer_end"));
+
+    let tools: Vec<&Captured> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.name == "execute_tool")
+        .collect();
+    assert_eq!(tools.len(), 4);
+    let weather = tools
+        .iter()
+        .find(|t| t.field("gen_ai.tool.name") == Some("weather"))
+        .unwrap();
+    assert_eq!(weather.otel_name(), "execute_tool weather");
+    assert_eq!(weather.field("gen_ai.operation.name"), Some("execute_tool"));
+    assert_eq!(weather.field("error.type"), None);
+    assert_eq!(weather.field("gen_ai.tool.call.arguments"), None);
+    let broken = tools
+        .iter()
+        .find(|t| t.field("gen_ai.tool.name") == Some("broken"))
+        .unwrap();
+    assert_eq!(broken.field("error.type"), Some("failed"));
+    assert_eq!(broken.field("otel.status_code"), Some("ERROR"));
+    assert_eq!(broken.parent, Some(*root_id));
+
+    // The race: its losing branch is marked cancelled.
+    let race = spans
+        .iter()
+        .find(|(_, s)| s.otel_name() == "race")
+        .map(|(id, _)| *id)
+        .unwrap();
+    let raced: Vec<&Captured> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.parent == Some(race))
+        .collect();
+    assert_eq!(raced.len(), 2);
+    assert_eq!(raced[0].field("effect_agents.cancelled"), None);
+    assert_eq!(raced[1].field("effect_agents.cancelled"), Some("true"));
+
+    let recall = spans
+        .iter()
+        .find(|(_, s)| s.otel_name() == "recall")
+        .unwrap();
+    assert_eq!(recall.1.field("effect_agents.memory.results"), Some("0"));
+    assert!(
+        spans.iter().any(|(_, s)| s.name == "checkpoint"
+            && s.field("effect_agents.checkpoint.name") == Some("done"))
+    );
+}
+
+#[test]
+fn both_interpreters_give_the_same_span_tree() {
+    let (par, _) = capture(true, config());
+    let (seq, _) = capture(false, config());
+    let par_shape = shape(&par);
+    let seq_shape = shape(&seq);
+    // The sequential interpreter never starts the race's losing branch's work, but both
+    // open its span; the trees match line for line.
+    assert_eq!(par_shape, seq_shape, "{par_shape:#?}");
+}
+
+#[test]
+fn message_contents_are_recorded_only_on_opt_in() {
+    let (spans, _) = capture(false, config().record_content(true));
+    let chat = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.name == "chat")
+        .unwrap();
+    let input = chat.field("gen_ai.input.messages").unwrap();
+    assert!(input.contains("weather in"), "{input}");
+    assert!(
+        chat.field("gen_ai.output.messages")
+            .unwrap()
+            .contains("sunny")
+    );
+    let weather = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.field("gen_ai.tool.name") == Some("weather"))
+        .unwrap();
+    assert!(
+        weather
+            .field("gen_ai.tool.call.arguments")
+            .unwrap()
+            .contains("city")
+    );
+    assert!(
+        weather
+            .field("gen_ai.tool.call.result")
+            .unwrap()
+            .contains("sun in")
+    );
+}
+
+#[test]
+fn the_trace_is_the_same_with_or_without_a_subscriber() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap();
+    let plain = rt
+        .block_on(agent_interp_par::run(&config(), (), program()))
+        .unwrap();
+    let (_, traced) = capture(true, config());
+    assert_eq!(plain.trace.canonical(), traced.canonical());
+}

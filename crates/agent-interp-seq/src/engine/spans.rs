@@ -1,0 +1,249 @@
+//! `tracing` spans for a run, named and attributed per the OpenTelemetry GenAI semantic
+//! conventions, so any `tracing` subscriber (and, through `tracing-opentelemetry`, any OTLP
+//! backend) sees the run as it happened.
+//!
+//! Every span is created with an explicit parent (the enclosing scope's span, the branch's,
+//! or the run's), never from the thread's current span: branches run interleaved on one
+//! task under the parallel interpreter, so "current" would be whichever ran last. Work done
+//! inside a model or tool call (a provider's HTTP client, a tool's own spans) is
+//! instrumented with the call's span, so it nests under it.
+//!
+//! With no subscriber interested, each `info_span!` is one cached interest check and returns
+//! a disabled span; every field whose value costs anything is recorded only on enabled spans.
+//!
+//! Each span carries the JSONL trace's view of what it covers: `effect_agents.trace_id` (the
+//! branch's trace id) and `effect_agents.event.first` / `.last`, the sequence numbers within
+//! that branch of the first and last event it covers.
+
+use agent_op::{ProviderError, Response, ToolError, TraceId};
+use tracing::Span;
+use tracing::field::Empty;
+
+/// The `tracing` target of every span the interpreters create.
+pub const TARGET: &str = "effect_agents";
+
+/// The run's root span: `invoke_agent {name}`.
+pub(crate) fn run(trace_id: &TraceId, agent: Option<&str>) -> Span {
+    let span = tracing::info_span!(
+        target: TARGET,
+        "invoke_agent",
+        otel.name = Empty,
+        otel.status_code = Empty,
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = agent,
+        effect_agents.trace_id = %trace_id,
+        effect_agents.event.first = 0u64,
+        effect_agents.event.last = Empty,
+        error.type = Empty,
+    );
+    if let Some(name) = agent
+        && !span.is_disabled()
+    {
+        span.record("otel.name", format!("invoke_agent {name}"));
+    }
+    span
+}
+
+/// A `par` or `race` whose `fork` event is number `event` of its branch.
+pub(crate) fn fork(parent: &Span, race: bool, branches: usize, event: u64) -> Span {
+    let name = if race { "race" } else { "par" };
+    tracing::info_span!(
+        target: TARGET,
+        parent: parent,
+        "fork",
+        otel.name = name,
+        effect_agents.fork.kind = name,
+        effect_agents.fork.branches = branches as u64,
+        effect_agents.event.first = event,
+        effect_agents.event.last = Empty,
+        effect_agents.fork.winner = Empty,
+    )
+}
+
+/// Branch `index` of a fork, with its own trace id.
+pub(crate) fn branch(fork: &Span, id: &TraceId, index: usize) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        parent: fork,
+        "branch",
+        effect_agents.trace_id = %id,
+        effect_agents.branch.index = index as u64,
+        effect_agents.event.first = 0u64,
+        effect_agents.event.last = Empty,
+        effect_agents.cancelled = Empty,
+        error.type = Empty,
+        otel.status_code = Empty,
+    )
+}
+
+/// A `limit`, `timeout` or `with_tools` scope whose opening event (if any) is number `event`.
+pub(crate) fn scope(parent: &Span, kind: &'static str, event: u64) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        parent: parent,
+        "scope",
+        otel.name = kind,
+        effect_agents.scope.kind = kind,
+        effect_agents.event.first = event,
+        effect_agents.scope.ended = Empty,
+    )
+}
+
+/// A scope ended before its body did (`exhausted`, `timed_out`).
+pub(crate) fn ended_early(span: &Span, how: &str) {
+    span.record("effect_agents.scope.ended", how);
+}
+
+/// A model call: `chat {model}`.
+pub(crate) fn chat(parent: &Span, provider: &str, model: &str, event: u64) -> Span {
+    let span = tracing::info_span!(
+        target: TARGET,
+        parent: parent,
+        "chat",
+        otel.name = Empty,
+        otel.kind = "client",
+        otel.status_code = Empty,
+        gen_ai.operation.name = "chat",
+        gen_ai.provider.name = provider,
+        gen_ai.request.model = model,
+        gen_ai.response.model = Empty,
+        gen_ai.response.finish_reasons = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        gen_ai.input.messages = Empty,
+        gen_ai.output.messages = Empty,
+        effect_agents.event.first = event,
+        effect_agents.event.last = Empty,
+        error.type = Empty,
+    );
+    if !span.is_disabled() {
+        span.record("otel.name", format!("chat {model}"));
+    }
+    span
+}
+
+/// What a model call returned.
+pub(crate) fn chat_ended(span: &Span, model: &str, response: &Response, content: bool) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("gen_ai.response.model", model);
+    let reason = serde_json::to_value(&response.finish_reason)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    span.record("gen_ai.response.finish_reasons", format!("[\"{reason}\"]"));
+    span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
+    span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+    if content {
+        let message = response.to_message();
+        if let Ok(json) = serde_json::to_string(&[message]) {
+            span.record("gen_ai.output.messages", json);
+        }
+    }
+}
+
+/// The prompt's messages, recorded only when the run opted in to message contents.
+pub(crate) fn chat_input(span: &Span, prompt: &agent_op::Prompt) {
+    if span.is_disabled() {
+        return;
+    }
+    if let Ok(json) = serde_json::to_string(&prompt.messages) {
+        span.record("gen_ai.input.messages", json);
+    }
+}
+
+/// A model call failed.
+pub(crate) fn chat_failed(span: &Span, error: &ProviderError) {
+    failed(span, error.kind_name());
+}
+
+/// A tool call: `execute_tool {name}`.
+pub(crate) fn tool(parent: &Span, name: &str, event: u64) -> Span {
+    let span = tracing::info_span!(
+        target: TARGET,
+        parent: parent,
+        "execute_tool",
+        otel.name = Empty,
+        otel.kind = "internal",
+        otel.status_code = Empty,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = name,
+        gen_ai.tool.type = "function",
+        gen_ai.tool.call.id = Empty,
+        gen_ai.tool.call.arguments = Empty,
+        gen_ai.tool.call.result = Empty,
+        effect_agents.event.first = event,
+        effect_agents.event.last = Empty,
+        error.type = Empty,
+    );
+    if !span.is_disabled() {
+        span.record("otel.name", format!("execute_tool {name}"));
+    }
+    span
+}
+
+/// What a tool call returned; its arguments and result only when the run opted in.
+pub(crate) fn tool_ended(
+    span: &Span,
+    args: Option<&serde_json::Value>,
+    result: &Result<serde_json::Value, ToolError>,
+    content: bool,
+) {
+    if span.is_disabled() {
+        return;
+    }
+    if content {
+        if let Some(args) = args {
+            span.record("gen_ai.tool.call.arguments", args.to_string());
+        }
+        if let Ok(value) = result {
+            span.record("gen_ai.tool.call.result", value.to_string());
+        }
+    }
+    if let Err(error) = result {
+        failed(span, error.kind.as_str());
+    }
+}
+
+/// A memory operation (`remember`, `recall`, `forget`).
+pub(crate) fn memory(parent: &Span, operation: &'static str, event: u64) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        parent: parent,
+        "memory",
+        otel.name = operation,
+        otel.status_code = Empty,
+        effect_agents.memory.operation = operation,
+        effect_agents.memory.results = Empty,
+        effect_agents.event.first = event,
+        effect_agents.event.last = Empty,
+        error.type = Empty,
+    )
+}
+
+/// A checkpoint, as an instant span.
+pub(crate) fn checkpoint(parent: &Span, name: &str, event: u64) -> Span {
+    tracing::info_span!(
+        target: TARGET,
+        parent: parent,
+        "checkpoint",
+        effect_agents.checkpoint.name = name,
+        effect_agents.event.first = event,
+        effect_agents.event.last = event,
+    )
+}
+
+/// Marks `span` failed with `error_type` (a short, low-cardinality name).
+pub(crate) fn failed(span: &Span, error_type: &str) {
+    if span.is_disabled() {
+        return;
+    }
+    span.record("error.type", error_type);
+    span.record("otel.status_code", "ERROR");
+}
+
+/// Records the last event `span` covers.
+pub(crate) fn last_event(span: &Span, event: u64) {
+    span.record("effect_agents.event.last", event);
+}
