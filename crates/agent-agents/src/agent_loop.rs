@@ -336,7 +336,7 @@ impl<S: Merge + Clone + Send + 'static, T: LlmOutput> Turns<S, T> {
                         None if self.approval.contains(&call.name) => {
                             approved(call.clone(), self.approval_timeout)
                         }
-                        None => op::tool(call.name.clone(), call.arguments.clone()),
+                        None => op::tool_call(call.clone()),
                     };
                     run.map(|result| match result {
                         Ok(value) => match value {
@@ -509,7 +509,7 @@ fn approved<S: 'static>(
                 if s.message.trim().eq_ignore_ascii_case("approve")
                     || s.message.trim() == format!("approve {}", call.id) =>
             {
-                op::tool(call.name, call.arguments)
+                op::tool_call(call)
             }
             Some(s) => op::pure(Err(ToolError::denied(format!(
                 "the user did not approve `{}`: {}",

@@ -102,7 +102,11 @@ fn program() -> Op<(), ()> {
     let raced = op::race(vec![op::pure(1u32), op::pure(2u32)]);
     fanned
         .then(raced)
-        .then(op::tool("broken", json!({})))
+        .then(op::tool_call(agent_op::ToolCall {
+            id: "call-7".into(),
+            name: "broken".into(),
+            arguments: json!({}),
+        }))
         .then(op::recall("weather", 3))
         .then(op::checkpoint("done"))
 }
@@ -262,6 +266,9 @@ fn a_run_is_a_tree_of_genai_spans_linked_to_its_trace() {
         .find(|t| t.field("gen_ai.tool.name") == Some("broken"))
         .unwrap();
     assert_eq!(broken.field("error.type"), Some("failed"));
+    assert_eq!(broken.field("gen_ai.tool.call.id"), Some("call-7"));
+    assert!(trace.events.iter().any(|e| matches!(&e.event.kind,
+        agent_op::EventKind::ToolCall(c) if c.call_id.as_deref() == Some("call-7"))));
     assert_eq!(broken.field("otel.status_code"), Some("ERROR"));
     assert_eq!(broken.parent, Some(*root_id));
 

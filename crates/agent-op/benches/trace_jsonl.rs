@@ -162,6 +162,7 @@ fn build_trace(events: usize) -> Trace {
             kinds.push(EventKind::ToolCall(ToolCall {
                 name: "search".into(),
                 args: json!({"query": text(&mut rng, 40), "limit": rng.below(10)}),
+                call_id: Some(format!("call_{step}")),
                 iteration,
             }));
             kinds.push(EventKind::ToolResult(ToolResult {

@@ -252,6 +252,8 @@ pub enum Effect {
         name: String,
         /// Its arguments.
         args: Value,
+        /// The id the model gave the call, when a model asked for it.
+        call_id: Option<String>,
     },
     /// The definitions of the tools this run permits. Yields `Vec<ToolDefinition>`.
     ToolDefinitions,

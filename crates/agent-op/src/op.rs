@@ -330,6 +330,17 @@ pub fn tool<S>(name: impl Into<String>, args: Value) -> Op<S, Result<Value, Tool
     effect(Effect::Tool {
         name: name.into(),
         args,
+        call_id: None,
+    })
+}
+
+/// Runs a tool call a model asked for: [`tool`] with the call's id kept in the trace's
+/// `tool_call` event and on the call's span (`gen_ai.tool.call.id`).
+pub fn tool_call<S>(call: crate::ToolCall) -> Op<S, Result<Value, ToolError>> {
+    effect(Effect::Tool {
+        name: call.name,
+        args: call.arguments,
+        call_id: Some(call.id),
     })
 }
 

@@ -147,6 +147,7 @@ fn data_before_type_deserializes() {
         EventKind::ToolCall(agent_op::trace::event::ToolCall {
             name: "weather".into(),
             args: json!({"city": "Oslo", "days": [1, 2]}),
+            call_id: None,
             iteration: 3,
         })
     );

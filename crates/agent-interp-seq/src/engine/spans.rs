@@ -159,7 +159,7 @@ pub(crate) fn chat_failed(span: &Span, error: &ProviderError) {
 }
 
 /// A tool call: `execute_tool {name}`.
-pub(crate) fn tool(parent: &Span, name: &str, event: u64) -> Span {
+pub(crate) fn tool(parent: &Span, name: &str, call_id: Option<&str>, event: u64) -> Span {
     let span = tracing::info_span!(
         target: TARGET,
         parent: parent,
@@ -170,7 +170,7 @@ pub(crate) fn tool(parent: &Span, name: &str, event: u64) -> Span {
         gen_ai.operation.name = "execute_tool",
         gen_ai.tool.name = name,
         gen_ai.tool.type = "function",
-        gen_ai.tool.call.id = Empty,
+        gen_ai.tool.call.id = call_id,
         gen_ai.tool.call.arguments = Empty,
         gen_ai.tool.call.result = Empty,
         effect_agents.event.first = event,

@@ -200,6 +200,10 @@ pub struct ToolCall {
     pub name: String,
     /// The arguments.
     pub args: Value,
+    /// The id the model gave the call, when a model asked for it (format version 2; absent
+    /// in older traces).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
     /// How many model calls this branch had made when the tool was called.
     pub iteration: u32,
 }

@@ -186,11 +186,18 @@ pub fn infer_end() -> impl Strategy<Value = InferEnd> + Clone {
 }
 
 pub fn tool_call() -> impl Strategy<Value = ToolCall> + Clone {
-    (text(), json_value(), any::<u32>()).prop_map(|(name, args, iteration)| ToolCall {
-        name,
-        args,
-        iteration,
-    })
+    (
+        text(),
+        json_value(),
+        proptest::option::of(text()),
+        any::<u32>(),
+    )
+        .prop_map(|(name, args, call_id, iteration)| ToolCall {
+            name,
+            args,
+            call_id,
+            iteration,
+        })
 }
 
 pub fn tool_result() -> impl Strategy<Value = ToolResult> + Clone {
@@ -553,6 +560,7 @@ pub fn tool_call_kind(name: &str, args: Value) -> EventKind {
     EventKind::ToolCall(ToolCall {
         name: name.into(),
         args,
+        call_id: None,
         iteration: 0,
     })
 }

@@ -35,7 +35,11 @@ where
         match *effect {
             Effect::InferRaw { model, prompt } => Box::pin(self.infer_raw(model, prompt)).await,
             Effect::Infer { model, request } => Box::pin(self.infer(model, request)).await,
-            Effect::Tool { name, args } => Box::pin(self.call_tool(name, args)).await,
+            Effect::Tool {
+                name,
+                args,
+                call_id,
+            } => Box::pin(self.call_tool(name, args, call_id)).await,
             Effect::ToolDefinitions => {
                 let definitions = self.tools_in_scope().definitions();
                 Ok(self.stack.feed(&mut Some(definitions)))
@@ -279,7 +283,12 @@ where
         }
     }
 
-    pub(super) async fn call_tool(&mut self, name: String, args: Value) -> Result<Node<S>, Unwind> {
+    pub(super) async fn call_tool(
+        &mut self,
+        name: String,
+        args: Value,
+        call_id: Option<String>,
+    ) -> Result<Node<S>, Unwind> {
         let iteration = self.iteration;
         let scoped = match self.stack.tool_scope().cloned() {
             None => None,
@@ -297,7 +306,7 @@ where
                             allowed.join(", ")
                         }
                     ));
-                    let span = spans::tool(self.parent_span(), &name, self.seq);
+                    let span = spans::tool(self.parent_span(), &name, call_id.as_deref(), self.seq);
                     spans::failed(&span, "denied");
                     self.record(EventKind::ToolDenied(event::ToolDenied {
                         name,
@@ -310,10 +319,11 @@ where
                 }
             },
         };
-        let span = spans::tool(self.parent_span(), &name, self.seq);
+        let span = spans::tool(self.parent_span(), &name, call_id.as_deref(), self.seq);
         self.record(EventKind::ToolCall(event::ToolCall {
             name: name.clone(),
             args: args.clone(),
+            call_id,
             iteration,
         }));
         if let Some(withheld) = &self.withheld
