@@ -332,7 +332,7 @@ impl<S: Merge + Clone + Send + 'static, T: LlmOutput> Turns<S, T> {
                         .iter()
                         .find(|s| s.definition.name == call.name)
                     {
-                        Some(sub) => (sub.run)(call.arguments.clone()),
+                        Some(sub) => (sub.run)(call.clone()),
                         None if self.approval.contains(&call.name) => {
                             approved(call.clone(), self.approval_timeout)
                         }
@@ -394,7 +394,7 @@ fn transform<S: Send + 'static>(
     }
 }
 
-type RunSub<S> = Arc<dyn Fn(Value) -> Op<S, Result<Value, ToolError>> + Send + Sync>;
+type RunSub<S> = Arc<dyn Fn(ToolCall) -> Op<S, Result<Value, ToolError>> + Send + Sync>;
 
 /// An agent offered to another as a tool: typed input (its schema generated, arguments
 /// validated), a budget of its own, and its own toolbox, which must be narrower than the
@@ -459,7 +459,8 @@ impl<S: Merge + Clone + Send + 'static> SubAgent<S> {
             description: description.into(),
             parameters: schema,
         };
-        let run: RunSub<S> = Arc::new(move |args: Value| {
+        let run: RunSub<S> = Arc::new(move |call: ToolCall| {
+            let args = call.arguments;
             let input: I = match crate::tool::parse_args(validator.as_deref(), args.clone()) {
                 Ok(input) => input,
                 Err(e) => return op::pure(Err(e)),
@@ -467,9 +468,10 @@ impl<S: Merge + Clone + Send + 'static> SubAgent<S> {
             let name = name.clone();
             let started = agent_op::EventKind::custom(
                 "agent_call",
-                serde_json::json!({"name": name, "args": args}),
+                serde_json::json!({"name": name, "call_id": call.id, "args": args}),
             );
-            op::emit(started)
+            let scope_name = name.clone();
+            let body = op::emit(started)
                 .then(op::limit(budget.clone(), make(input).run()))
                 .and_then(move |outcome| {
                     let result = match outcome {
@@ -486,7 +488,8 @@ impl<S: Merge + Clone + Send + 'static> SubAgent<S> {
                         serde_json::json!({"name": name, "ok": result.is_ok()}),
                     );
                     op::emit(ended).map(move |_| result)
-                })
+                });
+            op::invoke_agent(scope_name, Some(call.id), body)
         });
         SubAgent { definition, run }
     }

@@ -355,3 +355,80 @@ fn the_trace_is_the_same_with_or_without_a_subscriber() {
     let (_, traced) = capture(true, config());
     assert_eq!(plain.trace.canonical(), traced.canonical());
 }
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct City {
+    city: String,
+}
+
+#[derive(Debug, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Rain {
+    rain: bool,
+}
+
+/// A sub-agent offered as a tool: `execute_tool {name}` for the model's call, with the
+/// sub-agent's `invoke_agent {name}` inside it and the sub-agent's model calls inside that.
+#[test]
+fn a_sub_agent_is_an_agent_span_inside_the_tool_call_that_reached_it() {
+    use agent_agents::{SubAgent, Toolbox, agent};
+
+    let provider = ScriptedProvider::from_fn(|model, prompt| {
+        let asked = prompt.messages.len();
+        Ok(match (model, asked) {
+            ("boss", 2) => Response::tool_call("b1", "forecaster", json!({"city": "Oslo"})),
+            ("boss", _) => Response::text("{\"rain\": true}"),
+            _ => Response::text("{\"rain\": true}"),
+        })
+    });
+    let forecaster = SubAgent::<()>::new(
+        "forecaster",
+        "Forecasts rain",
+        Budget::new().calls(3),
+        |c: City| {
+            agent::<(), Rain>(
+                "helper",
+                &Toolbox::new("none"),
+                format!("Rain in {}?", c.city),
+            )
+        },
+    );
+    let boss = agent::<(), Rain>("boss", &Toolbox::new("none"), "Umbrella?").sub_agent(forecaster);
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        let config = Config::new().provider(provider);
+        let outcome = rt
+            .block_on(agent_interp_seq::run(&config, (), boss.run()))
+            .unwrap();
+        assert!(outcome.value.unwrap().rain);
+    });
+    let spans = capture.spans.lock().unwrap().clone();
+    let index = by_id(&spans);
+    let (agent_id, sub) = spans
+        .iter()
+        .find(|(_, s)| {
+            s.name == "invoke_agent" && s.field("gen_ai.agent.name") == Some("forecaster")
+        })
+        .expect("an invoke_agent span for the sub-agent");
+    assert_eq!(sub.otel_name(), "invoke_agent forecaster");
+    let call = index[&sub.parent.unwrap()];
+    assert_eq!(call.otel_name(), "execute_tool forecaster");
+    assert_eq!(call.field("gen_ai.tool.call.id"), Some("b1"));
+    // The helper's model call is inside the sub-agent's span.
+    let helper = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.otel_name() == "chat helper")
+        .unwrap();
+    let mut ancestor = helper.parent;
+    let mut inside = false;
+    while let Some(id) = ancestor {
+        inside |= id == *agent_id;
+        ancestor = index[&id].parent;
+    }
+    assert!(inside, "{:#?}", shape(&spans));
+}

@@ -162,7 +162,8 @@ pub fn dismantle<S>(node: Node<S>) {
             Some(Node::Scope(scope)) => match *scope {
                 Scope::Limit { mut body, .. }
                 | Scope::Timeout { mut body, .. }
-                | Scope::Tools { mut body, .. } => {
+                | Scope::Tools { mut body, .. }
+                | Scope::Agent { mut body, .. } => {
                     current = body.0.take();
                 }
             },
@@ -294,7 +295,7 @@ pub enum Effect {
 /// wraps it as `Ok`, and feeds it on.
 pub type ScopeOk<S> = fn(&mut dyn Any, &mut dyn Feed<S>) -> Node<S>;
 
-/// A budget or time limit around a body.
+/// A budget, time limit, tool scope or agent marker around a body.
 #[non_exhaustive]
 pub enum Scope<S> {
     /// `limit(budget, body)`: yields `Result<A, Exhausted>`.
@@ -312,6 +313,19 @@ pub enum Scope<S> {
     Tools {
         /// The tools in scope.
         scope: std::sync::Arc<crate::tool::ToolScope>,
+        /// The body.
+        body: Subtree<S>,
+        /// Feeds the body's value on.
+        pass: ScopePass<S>,
+    },
+    /// `invoke_agent(name, call_id, body)`: yields `A`. Marks `body` as the run of the agent
+    /// `name` (a sub-agent, answering the tool call `call_id` when a model asked for it), so
+    /// telemetry shows it as one.
+    Agent {
+        /// The agent's name.
+        name: String,
+        /// The id of the tool call it answers, if any.
+        call_id: Option<String>,
         /// The body.
         body: Subtree<S>,
         /// Feeds the body's value on.

@@ -574,6 +574,27 @@ pub fn with_tools<S, A: Send + 'static>(scope: crate::ToolScope, body: Op<S, A>)
     })))
 }
 
+/// Runs `body` as the agent `name`: the value and the trace are `body`'s, and telemetry
+/// shows it as an `invoke_agent {name}` span. With `call_id` (the tool call a model made
+/// to reach this agent, as for a sub-agent offered as a tool), the agent's span nests in an
+/// `execute_tool {name}` span for that call, as the GenAI conventions draw an agent used as a
+/// tool.
+pub fn invoke_agent<S, A: Send + 'static>(
+    name: impl Into<String>,
+    call_id: Option<String>,
+    body: Op<S, A>,
+) -> Op<S, A> {
+    fn pass<S>(slot: &mut dyn Any, next: &mut dyn Feed<S>) -> Node<S> {
+        next.feed(slot)
+    }
+    Op::from_node(Node::Scope(Box::new(Scope::Agent {
+        name: name.into(),
+        call_id,
+        body: Subtree::new(body.into_node()),
+        pass: pass::<S>,
+    })))
+}
+
 // ----------------------------------------------------------------------------------------
 // Branches
 // ----------------------------------------------------------------------------------------

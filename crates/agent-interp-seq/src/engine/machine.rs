@@ -399,6 +399,24 @@ where
                 };
                 (active, body, pass, EarlyExit::Never)
             }
+            Scope::Agent {
+                name,
+                call_id,
+                body,
+                pass,
+            } => {
+                let span = spans::agent(self.parent_span(), &name, call_id.as_deref(), self.seq);
+                let active = ActiveScope {
+                    id,
+                    started: now,
+                    deadline: None,
+                    budget: None,
+                    is_timeout: false,
+                    tools: None,
+                    span,
+                };
+                (active, body, pass, EarlyExit::Never)
+            }
             _ => return Err(self.unsupported("a kind of scope")),
         };
         self.stack.push_scope(active);

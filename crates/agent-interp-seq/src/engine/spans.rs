@@ -94,6 +94,34 @@ pub(crate) fn ended_early(span: &Span, how: &str) {
     span.record("effect_agents.scope.ended", how);
 }
 
+/// A sub-agent's run: `invoke_agent {name}`, inside `execute_tool {name}` when it answers a
+/// model's tool call.
+pub(crate) fn agent(parent: &Span, name: &str, call_id: Option<&str>, event: u64) -> Span {
+    let tool_span;
+    let parent = match call_id {
+        Some(id) => {
+            tool_span = tool(parent, name, Some(id), event);
+            &tool_span
+        }
+        None => parent,
+    };
+    let span = tracing::info_span!(
+        target: TARGET,
+        parent: parent,
+        "invoke_agent",
+        otel.name = Empty,
+        otel.status_code = Empty,
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = name,
+        effect_agents.event.first = event,
+        error.type = Empty,
+    );
+    if !span.is_disabled() {
+        span.record("otel.name", format!("invoke_agent {name}"));
+    }
+    span
+}
+
 /// A model call: `chat {model}`.
 pub(crate) fn chat(parent: &Span, provider: &str, model: &str, event: u64) -> Span {
     let span = tracing::info_span!(
