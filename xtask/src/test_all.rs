@@ -20,10 +20,13 @@ use crate::{cargo, display, format_duration};
 /// `--all-targets`.
 const STEPS: &[&[&str]] = &[
     &["fmt", "--all", "--", "--check"],
+    // Also with the facade's optional `otel` feature, so its module is built and linted.
     &[
         "clippy",
         "--workspace",
         "--all-targets",
+        "--features",
+        "effect-agents/otel",
         "--",
         "-D",
         "warnings",
@@ -39,6 +42,8 @@ const STEPS: &[&[&str]] = &[
         "agent-interp-seq",
         "-p",
         "effect-agents",
+        "-p",
+        "agent-otel",
         "--no-default-features",
         "--all-targets",
         "--",

@@ -45,6 +45,9 @@
 //!   sections compiled into a prompt under a token budget.
 //! - [`agents`]: typed model output ([`agents::infer_as`]), typed tools ([`agents::tool`]) and
 //!   capability-scoped toolboxes ([`agents::Toolbox`]).
+//! - Telemetry: every run, model call, tool call, memory operation, branch and scope is a
+//!   `tracing` span named per the OpenTelemetry GenAI conventions; feature `otel` exports
+//!   them over OTLP (`effect_agents::otel::init("service")`).
 //! - [`prelude`]: what most programs need, in one `use`.
 //!
 //! ## Cargo features
@@ -55,6 +58,7 @@
 //! | `ollama` | yes | [`provider::ollama`], the Ollama client and embedder |
 //! | `openai` | no | [`provider::openai`], the OpenAI-compatible client and embedder |
 //! | `agents` | yes | [`agents`], typed output, typed tools and toolboxes (pulls in schemars and jsonschema) |
+//! | `otel` | no | `effect_agents::otel`: OTLP export of the runtime's `tracing` spans (HTTP/protobuf and gRPC; pulls in opentelemetry and tonic) |
 //! | `sqlite` | yes | [`memory::sqlite`], the SQLite memory backend (pulls in sqlx) |
 //! | `prompt` | yes | [`prompt`], the Prompt IR, token counting (pulls in bpe-openai) and the default context pipeline of `op::infer` |
 //!
@@ -100,6 +104,15 @@ pub mod prompt {
 #[cfg_attr(docsrs, doc(cfg(feature = "agents")))]
 pub mod agents {
     pub use agent_agents::*;
+}
+
+/// OpenTelemetry export (`agent-otel`): [`init`](agent_otel::init) sends the runtime's
+/// `tracing` spans (GenAI semantic conventions) to the OTLP backend the standard
+/// `OTEL_EXPORTER_OTLP_*` variables name.
+#[cfg(feature = "otel")]
+#[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
+pub mod otel {
+    pub use agent_otel::*;
 }
 
 pub use agent_op::{agent, context, crdt, message, op, trace};

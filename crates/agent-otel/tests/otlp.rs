@@ -1,0 +1,370 @@
+//! OTLP/HTTP export for real: an in-process OTLP receiver on 127.0.0.1 decodes what the
+//! exporter sends (protobuf, with `opentelemetry-proto`), and the test checks the spans of an
+//! agent run: their names, parent/child shape and `gen_ai.*` attributes.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use agent_interp_seq::Config;
+use agent_op::op::{self, Op};
+use agent_op::{FnTool, Response};
+use agent_otel::Otel;
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use prost::Message;
+use serde_json::json;
+use tracing_subscriber::layer::SubscriberExt;
+
+/// One span as the receiver decoded it.
+#[derive(Clone, Debug)]
+struct Received {
+    service: String,
+    name: String,
+    span_id: Vec<u8>,
+    parent_span_id: Vec<u8>,
+    trace_id: Vec<u8>,
+    attributes: HashMap<String, String>,
+}
+
+/// An OTLP/HTTP receiver on a free port of 127.0.0.1, on a thread of its own.
+struct Receiver {
+    port: u16,
+    spans: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let sink = spans.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let sink = sink.clone();
+                std::thread::spawn(move || serve(stream, &sink));
+            }
+        });
+        Receiver { port, spans }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// The spans received so far, waiting up to 10 s for at least `count`.
+    fn wait_for(&self, count: usize) -> Vec<Received> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let spans = self.spans.lock().unwrap().clone();
+            if spans.len() >= count || Instant::now() > deadline {
+                return spans;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Answers OTLP/HTTP export requests on one connection (keep-alive) until it closes.
+fn serve(mut stream: TcpStream, sink: &Mutex<Vec<Received>>) {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let head_end = loop {
+            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                break end + 4;
+            }
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        };
+        let head = String::from_utf8_lossy(&buffer[..head_end]).to_string();
+        let length: usize = head
+            .lines()
+            .find_map(|line| {
+                let (name, value) = line.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        while buffer.len() < head_end + length {
+            match stream.read(&mut chunk) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
+            }
+        }
+        let body: Vec<u8> = buffer.drain(..head_end + length).skip(head_end).collect();
+        let status = if head.starts_with("POST /v1/traces ") {
+            match ExportTraceServiceRequest::decode(body.as_slice()) {
+                Ok(request) => {
+                    sink.lock().unwrap().extend(decode(request));
+                    "200 OK"
+                }
+                Err(_) => "400 Bad Request",
+            }
+        } else {
+            "404 Not Found"
+        };
+        let answer = format!(
+            "HTTP/1.1 {status}\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n"
+        );
+        if stream.write_all(answer.as_bytes()).is_err() {
+            return;
+        }
+    }
+}
+
+fn text(value: Option<AnyValue>) -> String {
+    match value {
+        Some(AnyValue::StringValue(s)) => s,
+        Some(AnyValue::IntValue(i)) => i.to_string(),
+        Some(AnyValue::BoolValue(b)) => b.to_string(),
+        Some(AnyValue::DoubleValue(d)) => d.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn decode(request: ExportTraceServiceRequest) -> Vec<Received> {
+    let mut out = Vec::new();
+    for resource_spans in request.resource_spans {
+        let service = resource_spans
+            .resource
+            .iter()
+            .flat_map(|r| r.attributes.iter())
+            .find(|kv| kv.key == "service.name")
+            .map(|kv| text(kv.value.clone().and_then(|v| v.value)))
+            .unwrap_or_default();
+        for scope in resource_spans.scope_spans {
+            for span in scope.spans {
+                out.push(Received {
+                    service: service.clone(),
+                    name: span.name,
+                    span_id: span.span_id,
+                    parent_span_id: span.parent_span_id,
+                    trace_id: span.trace_id,
+                    attributes: span
+                        .attributes
+                        .into_iter()
+                        .map(|kv| (kv.key, text(kv.value.and_then(|v| v.value))))
+                        .collect(),
+                });
+            }
+        }
+    }
+    out
+}
+
+/// An agent-shaped run: two model calls in a `par`, a tool call, under a named run.
+fn program() -> Op<(), ()> {
+    let ask = |q: &'static str| {
+        op::infer_raw::<()>("small", agent_op::Prompt::default().user(q)).map(|_| ())
+    };
+    op::par(vec![ask("first?"), ask("second?")])
+        .then(op::tool_call(agent_op::ToolCall {
+            id: "call-1".into(),
+            name: "lookup".into(),
+            arguments: json!({"q": "x"}),
+        }))
+        .map(|_| ())
+}
+
+fn config() -> Config {
+    Config::new()
+        .provider(agent_provider::ScriptedProvider::from_fn(|_, _| {
+            Ok(Response::text("ok").with_usage(11, 3))
+        }))
+        .tool(FnTool::new(
+            "lookup",
+            "Looks up",
+            json!({"type": "object"}),
+            |_: serde_json::Value| async { Ok(json!("found")) },
+        ))
+        .name("exporter-test")
+}
+
+fn check(spans: &[Received], service: &str) {
+    let by_id: HashMap<&[u8], &Received> =
+        spans.iter().map(|s| (s.span_id.as_slice(), s)).collect();
+    let parent = |s: &Received| by_id.get(s.parent_span_id.as_slice()).copied();
+    assert!(spans.iter().all(|s| s.service == service), "{spans:#?}");
+    let root = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent exporter-test")
+        .unwrap_or_else(|| panic!("no root span in {spans:#?}"));
+    assert!(root.parent_span_id.is_empty());
+    assert_eq!(root.attributes["gen_ai.operation.name"], "invoke_agent");
+    assert_eq!(root.attributes["gen_ai.agent.name"], "exporter-test");
+    assert!(root.attributes.contains_key("effect_agents.trace_id"));
+    assert!(spans.iter().all(|s| s.trace_id == root.trace_id));
+
+    let chats: Vec<&Received> = spans.iter().filter(|s| s.name == "chat small").collect();
+    assert_eq!(chats.len(), 2);
+    for chat in &chats {
+        assert_eq!(chat.attributes["gen_ai.operation.name"], "chat");
+        assert_eq!(chat.attributes["gen_ai.provider.name"], "scripted");
+        assert_eq!(chat.attributes["gen_ai.request.model"], "small");
+        assert_eq!(chat.attributes["gen_ai.usage.input_tokens"], "11");
+        assert_eq!(chat.attributes["gen_ai.usage.output_tokens"], "3");
+        // chat → branch → fork (par) → run.
+        let branch = parent(chat).expect("a branch span");
+        assert_eq!(branch.name, "branch");
+        let fork = parent(branch).expect("a fork span");
+        assert_eq!(fork.name, "par");
+        assert_eq!(
+            parent(fork).map(|r| r.span_id.clone()),
+            Some(root.span_id.clone())
+        );
+    }
+    assert_ne!(
+        parent(chats[0]).unwrap().span_id,
+        parent(chats[1]).unwrap().span_id,
+        "each model call has its own branch"
+    );
+    let tool = spans
+        .iter()
+        .find(|s| s.name == "execute_tool lookup")
+        .expect("a tool span");
+    assert_eq!(tool.attributes["gen_ai.tool.name"], "lookup");
+    assert_eq!(tool.attributes["gen_ai.tool.call.id"], "call-1");
+    assert_eq!(
+        parent(tool).map(|r| r.span_id.clone()),
+        Some(root.span_id.clone())
+    );
+    // Contents were not opted in.
+    assert!(
+        chats
+            .iter()
+            .all(|c| !c.attributes.contains_key("gen_ai.input.messages"))
+    );
+}
+
+/// Root, fork, two branches, two chats, one tool.
+const SPANS: usize = 7;
+
+#[test]
+fn spans_reach_an_otlp_http_receiver_with_their_shape_and_genai_attributes() {
+    let receiver = Receiver::start();
+    let (layer, guard) = Otel::new("otel-test")
+        .endpoint(receiver.url())
+        .build()
+        .unwrap();
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::with_default(subscriber, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        rt.block_on(agent_interp_par::run(&config(), (), program()))
+            .unwrap();
+    });
+    guard.shutdown().unwrap();
+    let spans = receiver.wait_for(SPANS);
+    assert_eq!(spans.len(), SPANS, "{spans:#?}");
+    check(&spans, "otel-test");
+}
+
+const CHILD: &str = "AGENT_OTEL_TEST_CHILD";
+
+/// `agent_otel::init` as a service would call it: endpoint from `OTEL_EXPORTER_OTLP_ENDPOINT`,
+/// global subscriber, flush on drop. Runs in a child process, which owns its global state and
+/// its environment.
+#[test]
+fn init_reads_the_standard_variables_and_flushes_on_drop() {
+    if std::env::var_os(CHILD).is_some() {
+        let _telemetry = agent_otel::init("otel-init-test").unwrap();
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(agent_interp_par::run(&config(), (), program()))
+            .unwrap();
+        // A second global subscriber is refused, clearly.
+        let again = agent_otel::init("again").unwrap_err();
+        assert!(again.to_string().contains("already installed"), "{again}");
+        return;
+    }
+    let receiver = Receiver::start();
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "init_reads_the_standard_variables_and_flushes_on_drop",
+            "--nocapture",
+        ])
+        .env(CHILD, "1")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let spans = receiver.wait_for(SPANS);
+    assert_eq!(spans.len(), SPANS, "{spans:#?}");
+    check(&spans, "otel-init-test");
+}
+
+/// An OTLP/gRPC receiver (tonic) on a free port of 127.0.0.1, on a runtime of its own.
+#[cfg(feature = "grpc")]
+mod grpc {
+    use super::*;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
+    use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+        TraceService, TraceServiceServer,
+    };
+
+    struct Collector(Arc<Mutex<Vec<Received>>>);
+
+    #[async_trait::async_trait]
+    impl TraceService for Collector {
+        async fn export(
+            &self,
+            request: tonic::Request<ExportTraceServiceRequest>,
+        ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+            self.0.lock().unwrap().extend(decode(request.into_inner()));
+            Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+        }
+    }
+
+    #[test]
+    fn spans_reach_an_otlp_grpc_receiver_too() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        rt.spawn(
+            tonic::transport::Server::builder()
+                .add_service(TraceServiceServer::new(Collector(spans.clone())))
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        // tonic's channel lives on the runtime it is built in.
+        let (layer, guard) = {
+            let _entered = rt.enter();
+            Otel::new("otel-grpc-test")
+                .protocol(agent_otel::Protocol::Grpc)
+                .endpoint(format!("http://127.0.0.1:{port}"))
+                .build()
+                .unwrap()
+        };
+        let subscriber = tracing_subscriber::registry().with(layer);
+        tracing::subscriber::with_default(subscriber, || {
+            let run = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            run.block_on(agent_interp_par::run(&config(), (), program()))
+                .unwrap();
+        });
+        guard.shutdown().unwrap();
+        let received = spans.lock().unwrap().clone();
+        assert_eq!(received.len(), SPANS, "{received:#?}");
+        check(&received, "otel-grpc-test");
+    }
+}
