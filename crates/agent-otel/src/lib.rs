@@ -31,7 +31,7 @@ use std::time::Duration;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{SdkTracerProvider, Tracer};
+use opentelemetry_sdk::trace::{BatchConfigBuilder, BatchSpanProcessor, SdkTracerProvider, Tracer};
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::LevelFilter;
 use tracing_subscriber::layer::SubscriberExt;
@@ -111,7 +111,11 @@ pub struct Otel {
     protocol: Option<Protocol>,
     timeout: Duration,
     level: LevelFilter,
+    queue: usize,
 }
+
+/// Spans per export request.
+const EXPORT_BATCH: usize = 1024;
 
 impl Otel {
     /// Export for `service` (the `service.name` resource attribute), to the endpoint and
@@ -123,6 +127,7 @@ impl Otel {
             protocol: None,
             timeout: Duration::from_secs(10),
             level: LevelFilter::INFO,
+            queue: 65_536,
         }
     }
 
@@ -143,6 +148,14 @@ impl Otel {
     /// How long one export may take (default 10 s).
     pub fn timeout(mut self, limit: Duration) -> Otel {
         self.timeout = limit;
+        self
+    }
+
+    /// How many finished spans may wait for export (default 65,536). A burst beyond that
+    /// (a backend that is down, say) drops spans rather than growing memory or slowing the
+    /// run.
+    pub fn max_queue(mut self, spans: usize) -> Otel {
+        self.queue = spans.max(1);
         self
     }
 
@@ -207,8 +220,15 @@ impl Otel {
             #[cfg(not(feature = "grpc"))]
             Protocol::Grpc => return Err(OtelError::UnsupportedProtocol("grpc".into())),
         };
+        let batches = BatchConfigBuilder::default()
+            .with_max_queue_size(self.queue)
+            .with_max_export_batch_size(EXPORT_BATCH)
+            .build();
+        let processor = BatchSpanProcessor::builder(exporter)
+            .with_batch_config(batches)
+            .build();
         let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
+            .with_span_processor(processor)
             .with_resource(Resource::builder().with_service_name(self.service).build())
             .build();
         let tracer = provider.tracer("effect-agents");

@@ -2,160 +2,22 @@
 //! exporter sends (protobuf, with `opentelemetry-proto`), and the test checks the spans of an
 //! agent run: their names, parent/child shape and `gen_ai.*` attributes.
 
+#[path = "support/receiver.rs"]
+mod receiver;
+
 use std::collections::HashMap;
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+#[cfg(feature = "grpc")]
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use agent_interp_seq::Config;
 use agent_op::op::{self, Op};
 use agent_op::{FnTool, Response};
 use agent_otel::Otel;
+#[cfg(feature = "grpc")]
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
-use prost::Message;
+use receiver::{Received, Receiver, decode};
 use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
-
-/// One span as the receiver decoded it.
-#[derive(Clone, Debug)]
-struct Received {
-    service: String,
-    name: String,
-    span_id: Vec<u8>,
-    parent_span_id: Vec<u8>,
-    trace_id: Vec<u8>,
-    attributes: HashMap<String, String>,
-}
-
-/// An OTLP/HTTP receiver on a free port of 127.0.0.1, on a thread of its own.
-struct Receiver {
-    port: u16,
-    spans: Arc<Mutex<Vec<Received>>>,
-}
-
-impl Receiver {
-    fn start() -> Receiver {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let spans = Arc::new(Mutex::new(Vec::new()));
-        let sink = spans.clone();
-        std::thread::spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let sink = sink.clone();
-                std::thread::spawn(move || serve(stream, &sink));
-            }
-        });
-        Receiver { port, spans }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    /// The spans received so far, waiting up to 10 s for at least `count`.
-    fn wait_for(&self, count: usize) -> Vec<Received> {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let spans = self.spans.lock().unwrap().clone();
-            if spans.len() >= count || Instant::now() > deadline {
-                return spans;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-/// Answers OTLP/HTTP export requests on one connection (keep-alive) until it closes.
-fn serve(mut stream: TcpStream, sink: &Mutex<Vec<Received>>) {
-    let mut buffer = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        let head_end = loop {
-            if let Some(end) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
-                break end + 4;
-            }
-            match stream.read(&mut chunk) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
-        };
-        let head = String::from_utf8_lossy(&buffer[..head_end]).to_string();
-        let length: usize = head
-            .lines()
-            .find_map(|line| {
-                let (name, value) = line.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse().ok())?
-            })
-            .unwrap_or(0);
-        while buffer.len() < head_end + length {
-            match stream.read(&mut chunk) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buffer.extend_from_slice(&chunk[..n]),
-            }
-        }
-        let body: Vec<u8> = buffer.drain(..head_end + length).skip(head_end).collect();
-        let status = if head.starts_with("POST /v1/traces ") {
-            match ExportTraceServiceRequest::decode(body.as_slice()) {
-                Ok(request) => {
-                    sink.lock().unwrap().extend(decode(request));
-                    "200 OK"
-                }
-                Err(_) => "400 Bad Request",
-            }
-        } else {
-            "404 Not Found"
-        };
-        let answer = format!(
-            "HTTP/1.1 {status}\r\ncontent-type: application/x-protobuf\r\ncontent-length: 0\r\n\r\n"
-        );
-        if stream.write_all(answer.as_bytes()).is_err() {
-            return;
-        }
-    }
-}
-
-fn text(value: Option<AnyValue>) -> String {
-    match value {
-        Some(AnyValue::StringValue(s)) => s,
-        Some(AnyValue::IntValue(i)) => i.to_string(),
-        Some(AnyValue::BoolValue(b)) => b.to_string(),
-        Some(AnyValue::DoubleValue(d)) => d.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn decode(request: ExportTraceServiceRequest) -> Vec<Received> {
-    let mut out = Vec::new();
-    for resource_spans in request.resource_spans {
-        let service = resource_spans
-            .resource
-            .iter()
-            .flat_map(|r| r.attributes.iter())
-            .find(|kv| kv.key == "service.name")
-            .map(|kv| text(kv.value.clone().and_then(|v| v.value)))
-            .unwrap_or_default();
-        for scope in resource_spans.scope_spans {
-            for span in scope.spans {
-                out.push(Received {
-                    service: service.clone(),
-                    name: span.name,
-                    span_id: span.span_id,
-                    parent_span_id: span.parent_span_id,
-                    trace_id: span.trace_id,
-                    attributes: span
-                        .attributes
-                        .into_iter()
-                        .map(|kv| (kv.key, text(kv.value.and_then(|v| v.value))))
-                        .collect(),
-                });
-            }
-        }
-    }
-    out
-}
 
 /// An agent-shaped run: two model calls in a `par`, a tool call, under a named run.
 fn program() -> Op<(), ()> {
