@@ -840,3 +840,28 @@ fn malformed_lines_report_the_files_line_and_column_once() {
     }
     assert!(std::error::Error::source(&err).is_some());
 }
+
+#[test]
+fn the_readable_prefix_of_a_corrupt_file_comes_with_the_first_error() {
+    let text = concat!(
+        r#"{"v":2,"trace_id":"t","event":{"at":"2026-11-22T10:00:00Z","type":"custom","data":{"name":"a","data":null}}}"#,
+        "\n",
+        r#"{"v":2,"trace_id":"t","event":{"at":"2026-11-22T10:00:01Z","type":"custom","data":{"name":"b","data":null}}}"#,
+        "\n",
+        "{not json at all}\n",
+        r#"{"v":2,"trace_id":"t","event":{"at":"2026-11-22T10:00:02Z","type":"custom","data":{"name":"c","data":null}}}"#,
+        "\n",
+    );
+    assert!(agent_op::trace::jsonl::read_jsonl(text.as_bytes()).is_err());
+    let (read, error) = agent_op::trace::jsonl::read_jsonl_prefix(text.as_bytes()).unwrap();
+    assert_eq!(read.trace.events.len(), 2);
+    match error {
+        Some(agent_op::trace::jsonl::JsonlError::Malformed { line, .. }) => assert_eq!(line, 3),
+        other => panic!("{other:?}"),
+    }
+    // A clean file reads whole, with no error.
+    let clean: String = text.lines().take(2).map(|l| format!("{l}\n")).collect();
+    let (read, error) = agent_op::trace::jsonl::read_jsonl_prefix(clean.as_bytes()).unwrap();
+    assert_eq!(read.trace.events.len(), 2);
+    assert!(error.is_none());
+}

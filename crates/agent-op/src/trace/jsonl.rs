@@ -273,7 +273,27 @@ impl LineError {
 }
 
 /// Reads a JSONL trace. See the module docs for how torn and malformed lines are handled.
-pub fn read_jsonl<R: BufRead>(mut reader: R) -> Result<ReadTrace, JsonlError> {
+pub fn read_jsonl<R: BufRead>(reader: R) -> Result<ReadTrace, JsonlError> {
+    match read_lines(reader, false)? {
+        (read, None) => Ok(read),
+        (_, Some(error)) => Err(error),
+    }
+}
+
+/// Reads the readable prefix of a JSONL trace: every event before the first malformed line
+/// (or line of an unreadable version), and that line's error. Fails only when not even a
+/// prefix can be had (an I/O error, no event at all).
+pub fn read_jsonl_prefix<R: BufRead>(
+    reader: R,
+) -> Result<(ReadTrace, Option<JsonlError>), JsonlError> {
+    read_lines(reader, true)
+}
+
+fn read_lines<R: BufRead>(
+    mut reader: R,
+    lenient: bool,
+) -> Result<(ReadTrace, Option<JsonlError>), JsonlError> {
+    let mut stopped = None;
     let mut header: Option<Header> = None;
     let mut events = Vec::new();
     let mut torn = None;
@@ -297,7 +317,7 @@ pub fn read_jsonl<R: BufRead>(mut reader: R) -> Result<ReadTrace, JsonlError> {
                 None => header = Some(h),
                 Some(existing) if existing.id == h.id => {}
                 Some(existing) => {
-                    return Err(JsonlError::Malformed {
+                    let error = JsonlError::Malformed {
                         line: line_no,
                         column: None,
                         message: format!(
@@ -305,7 +325,12 @@ pub fn read_jsonl<R: BufRead>(mut reader: R) -> Result<ReadTrace, JsonlError> {
                             h.id, existing.id
                         ),
                         source: None,
-                    });
+                    };
+                    if !lenient {
+                        return Err(error);
+                    }
+                    stopped = Some(error);
+                    break;
                 }
             },
             // A complete line of another version is not torn, even without its newline.
@@ -318,7 +343,12 @@ pub fn read_jsonl<R: BufRead>(mut reader: R) -> Result<ReadTrace, JsonlError> {
             }
             Err(e) => {
                 let indent = buf.len() - buf.trim_ascii_start().len();
-                return Err(e.at(line_no, indent));
+                let error = e.at(line_no, indent);
+                if !lenient {
+                    return Err(error);
+                }
+                stopped = Some(error);
+                break;
             }
         }
     }
@@ -347,7 +377,17 @@ pub fn read_jsonl<R: BufRead>(mut reader: R) -> Result<ReadTrace, JsonlError> {
             }
         }
     };
-    Ok(ReadTrace { trace, torn })
+    Ok((ReadTrace { trace, torn }, stopped))
+}
+
+/// Reads the readable prefix of a JSONL trace file (see [`read_jsonl_prefix`]).
+pub fn read_trace_file_prefix(
+    path: impl AsRef<Path>,
+) -> Result<(ReadTrace, Option<JsonlError>), JsonlError> {
+    read_jsonl_prefix(BufReader::with_capacity(
+        64 * 1024,
+        File::open(path.as_ref())?,
+    ))
 }
 
 /// Reads a JSONL trace file.
