@@ -174,8 +174,13 @@ impl Otel {
     {
         let level = self.level;
         let (tracer, guard) = self.tracer()?;
+        // The spans carry GenAI attributes; thread ids, source locations and busy/idle
+        // times would only add noise (and volume) to every one.
         let layer = tracing_opentelemetry::layer()
             .with_tracer(tracer)
+            .with_threads(false)
+            .with_location(false)
+            .with_tracked_inactivity(false)
             .with_filter(level);
         Ok((layer, guard))
     }

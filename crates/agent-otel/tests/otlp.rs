@@ -70,6 +70,9 @@ fn check(spans: &[Received], service: &str) {
         assert_eq!(chat.attributes["gen_ai.request.model"], "small");
         assert_eq!(chat.attributes["gen_ai.usage.input_tokens"], "11");
         assert_eq!(chat.attributes["gen_ai.usage.output_tokens"], "3");
+        // Counts are numbers, not text, so backends can add them up.
+        assert_eq!(chat.kinds["gen_ai.usage.input_tokens"], "int", "{chat:?}");
+        assert_eq!(chat.kinds["effect_agents.event.first"], "int");
         // chat → branch → fork (par) → run.
         let branch = parent(chat).expect("a branch span");
         assert_eq!(branch.name, "branch");

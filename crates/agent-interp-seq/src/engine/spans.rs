@@ -32,7 +32,7 @@ pub(crate) fn run(trace_id: &TraceId, agent: Option<&str>) -> Span {
         gen_ai.operation.name = "invoke_agent",
         gen_ai.agent.name = agent,
         effect_agents.trace_id = %trace_id,
-        effect_agents.event.first = 0u64,
+        effect_agents.event.first = 0i64,
         effect_agents.event.last = Empty,
         error.type = Empty,
     );
@@ -53,8 +53,8 @@ pub(crate) fn fork(parent: &Span, race: bool, branches: usize, event: u64) -> Sp
         "fork",
         otel.name = name,
         effect_agents.fork.kind = name,
-        effect_agents.fork.branches = branches as u64,
-        effect_agents.event.first = event,
+        effect_agents.fork.branches = int(branches as u64),
+        effect_agents.event.first = int(event),
         effect_agents.event.last = Empty,
         effect_agents.fork.winner = Empty,
     )
@@ -67,8 +67,8 @@ pub(crate) fn branch(fork: &Span, id: &TraceId, index: usize) -> Span {
         parent: fork,
         "branch",
         effect_agents.trace_id = %id,
-        effect_agents.branch.index = index as u64,
-        effect_agents.event.first = 0u64,
+        effect_agents.branch.index = int(index as u64),
+        effect_agents.event.first = 0i64,
         effect_agents.event.last = Empty,
         effect_agents.cancelled = Empty,
         error.type = Empty,
@@ -84,7 +84,7 @@ pub(crate) fn scope(parent: &Span, kind: &'static str, event: u64) -> Span {
         "scope",
         otel.name = kind,
         effect_agents.scope.kind = kind,
-        effect_agents.event.first = event,
+        effect_agents.event.first = int(event),
         effect_agents.scope.ended = Empty,
     )
 }
@@ -113,7 +113,7 @@ pub(crate) fn agent(parent: &Span, name: &str, call_id: Option<&str>, event: u64
         otel.status_code = Empty,
         gen_ai.operation.name = "invoke_agent",
         gen_ai.agent.name = name,
-        effect_agents.event.first = event,
+        effect_agents.event.first = int(event),
         error.type = Empty,
     );
     if !span.is_disabled() {
@@ -140,7 +140,7 @@ pub(crate) fn chat(parent: &Span, provider: &str, model: &str, event: u64) -> Sp
         gen_ai.usage.output_tokens = Empty,
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
-        effect_agents.event.first = event,
+        effect_agents.event.first = int(event),
         effect_agents.event.last = Empty,
         error.type = Empty,
     );
@@ -161,8 +161,14 @@ pub(crate) fn chat_ended(span: &Span, model: &str, response: &Response, content:
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_default();
     span.record("gen_ai.response.finish_reasons", format!("[\"{reason}\"]"));
-    span.record("gen_ai.usage.input_tokens", response.usage.input_tokens);
-    span.record("gen_ai.usage.output_tokens", response.usage.output_tokens);
+    span.record(
+        "gen_ai.usage.input_tokens",
+        int(response.usage.input_tokens),
+    );
+    span.record(
+        "gen_ai.usage.output_tokens",
+        int(response.usage.output_tokens),
+    );
     if content {
         let message = response.to_message();
         if let Ok(json) = serde_json::to_string(&[message]) {
@@ -201,7 +207,7 @@ pub(crate) fn tool(parent: &Span, name: &str, call_id: Option<&str>, event: u64)
         gen_ai.tool.call.id = call_id,
         gen_ai.tool.call.arguments = Empty,
         gen_ai.tool.call.result = Empty,
-        effect_agents.event.first = event,
+        effect_agents.event.first = int(event),
         effect_agents.event.last = Empty,
         error.type = Empty,
     );
@@ -244,7 +250,7 @@ pub(crate) fn memory(parent: &Span, operation: &'static str, event: u64) -> Span
         otel.status_code = Empty,
         effect_agents.memory.operation = operation,
         effect_agents.memory.results = Empty,
-        effect_agents.event.first = event,
+        effect_agents.event.first = int(event),
         effect_agents.event.last = Empty,
         error.type = Empty,
     )
@@ -257,8 +263,8 @@ pub(crate) fn checkpoint(parent: &Span, name: &str, event: u64) -> Span {
         parent: parent,
         "checkpoint",
         effect_agents.checkpoint.name = name,
-        effect_agents.event.first = event,
-        effect_agents.event.last = event,
+        effect_agents.event.first = int(event),
+        effect_agents.event.last = int(event),
     )
 }
 
@@ -273,5 +279,11 @@ pub(crate) fn failed(span: &Span, error_type: &str) {
 
 /// Records the last event `span` covers.
 pub(crate) fn last_event(span: &Span, event: u64) {
-    span.record("effect_agents.event.last", event);
+    span.record("effect_agents.event.last", int(event));
+}
+
+/// Counts go out as signed integers: OpenTelemetry has no unsigned type, and the bridge
+/// turns a `u64` into a string.
+pub(crate) fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
 }

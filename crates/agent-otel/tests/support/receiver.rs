@@ -22,6 +22,8 @@ pub struct Received {
     pub parent_span_id: Vec<u8>,
     pub trace_id: Vec<u8>,
     pub attributes: HashMap<String, String>,
+    /// Each attribute's OTLP value type (`string`, `int`, `bool`, `double`, …).
+    pub kinds: HashMap<String, &'static str>,
 }
 
 /// An OTLP/HTTP receiver on a free port of 127.0.0.1, on a thread of its own.
@@ -127,6 +129,17 @@ fn text(value: Option<AnyValue>) -> String {
     }
 }
 
+fn kind(value: Option<&AnyValue>) -> &'static str {
+    match value {
+        Some(AnyValue::StringValue(_)) => "string",
+        Some(AnyValue::IntValue(_)) => "int",
+        Some(AnyValue::BoolValue(_)) => "bool",
+        Some(AnyValue::DoubleValue(_)) => "double",
+        Some(_) => "other",
+        None => "none",
+    }
+}
+
 pub fn decode(request: ExportTraceServiceRequest) -> Vec<Received> {
     let mut out = Vec::new();
     for resource_spans in request.resource_spans {
@@ -145,6 +158,16 @@ pub fn decode(request: ExportTraceServiceRequest) -> Vec<Received> {
                     span_id: span.span_id,
                     parent_span_id: span.parent_span_id,
                     trace_id: span.trace_id,
+                    kinds: span
+                        .attributes
+                        .iter()
+                        .map(|kv| {
+                            (
+                                kv.key.clone(),
+                                kind(kv.value.as_ref().and_then(|v| v.value.as_ref())),
+                            )
+                        })
+                        .collect(),
                     attributes: span
                         .attributes
                         .into_iter()

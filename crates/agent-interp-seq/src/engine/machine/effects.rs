@@ -493,7 +493,10 @@ where
             .await?
         {
             Ok(hits) => {
-                span.record("effect_agents.memory.results", hits.len() as u64);
+                span.record(
+                    "effect_agents.memory.results",
+                    spans::int(hits.len() as u64),
+                );
                 spans::last_event(&span, self.seq);
                 let entries: Vec<_> = hits.into_iter().map(|hit| hit.entry).collect();
                 self.record(EventKind::Recall(event::Recall {

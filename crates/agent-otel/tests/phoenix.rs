@@ -1,0 +1,296 @@
+//! Export to a real backend: Arize Phoenix (PyPI `arize-phoenix`, installed into a virtualenv
+//! under `target/` on first use), which ingests OTLP over HTTP and gRPC and stores LLM spans.
+//! The test starts it on free ports of 127.0.0.1, exports an agent run both ways, and reads
+//! the spans back through Phoenix's REST API. Without Python or the package index it says so
+//! in one line and stops.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_interp_seq::Config;
+use agent_op::op::{self, Op};
+use agent_op::{FnTool, Response};
+use agent_otel::{Otel, Protocol};
+use serde_json::{Value, json};
+use tracing_subscriber::layer::SubscriberExt;
+
+const PACKAGE: &str = "arize-phoenix==20.26.1";
+
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+}
+
+/// The virtualenv's Python with Phoenix installed, installing it if missing; `None` (said in
+/// one line) when it cannot be had.
+fn phoenix_python() -> Option<PathBuf> {
+    let venv = target_dir().join("phoenix-venv");
+    let python = venv.join("bin/python");
+    let ready = |python: &Path| {
+        Command::new(python)
+            .args(["-c", "import phoenix.server.main"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if ready(&python) {
+        return Some(python);
+    }
+    let made = Command::new("python3")
+        .args(["-m", "venv"])
+        .arg(&venv)
+        .status();
+    if !made.is_ok_and(|s| s.success()) {
+        eprintln!("SKIPPED: the Phoenix test needs python3 with venv to install {PACKAGE}");
+        return None;
+    }
+    let installed = Command::new(venv.join("bin/pip"))
+        .args(["install", "--quiet", "--disable-pip-version-check", PACKAGE])
+        .status();
+    if !installed.is_ok_and(|s| s.success()) || !ready(&python) {
+        eprintln!("SKIPPED: the Phoenix test could not install {PACKAGE} with pip");
+        return None;
+    }
+    Some(python)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A Phoenix server on 127.0.0.1, stopped when dropped (also when the test fails).
+struct Phoenix {
+    child: Child,
+    http: u16,
+    grpc: u16,
+    _work: tempfile::TempDir,
+}
+
+impl Drop for Phoenix {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Phoenix {
+    fn start(python: &Path) -> Phoenix {
+        let work = tempfile::tempdir().unwrap();
+        let (http, grpc) = (free_port(), free_port());
+        let launcher =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/phoenix_loopback.py");
+        let log = std::fs::File::create(work.path().join("phoenix.log")).unwrap();
+        let child = Command::new(python)
+            .arg(launcher)
+            .env("PHOENIX_WORKING_DIR", work.path())
+            .env("PHOENIX_HOST", "127.0.0.1")
+            .env("PHOENIX_PORT", http.to_string())
+            .env("PHOENIX_GRPC_PORT", grpc.to_string())
+            .env("PHOENIX_TELEMETRY_ENABLED", "false")
+            .env("DO_NOT_TRACK", "1")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("Phoenix starts");
+        Phoenix {
+            child,
+            http,
+            grpc,
+            _work: work,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.http)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self._work.path().join("phoenix.log")).unwrap_or_default()
+    }
+
+    async fn wait_ready(&mut self, client: &reqwest::Client) {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let up = client
+                .get(format!("{}/v1/projects", self.url()))
+                .send()
+                .await
+                .is_ok_and(|r| r.status().is_success());
+            if up {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("Phoenix exited ({status}):\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Phoenix did not start:\n{}",
+                self.log()
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+
+    /// The spans of the default project named `root` and their descendants, waiting up to
+    /// 30 s for `count` of them (Phoenix ingests in the background).
+    async fn spans(&self, client: &reqwest::Client, trace_of: &str, count: usize) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let body = client
+                .get(format!(
+                    "{}/v1/projects/default/spans?limit=1000",
+                    self.url()
+                ))
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
+            let answer: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let all = answer["data"].as_array().cloned().unwrap_or_default();
+            let root_trace = all
+                .iter()
+                .find(|s| s["name"] == trace_of)
+                .map(|s| s["context"]["trace_id"].clone());
+            let spans: Vec<Value> = match root_trace {
+                Some(trace) => all
+                    .into_iter()
+                    .filter(|s| s["context"]["trace_id"] == trace)
+                    .collect(),
+                None => Vec::new(),
+            };
+            if spans.len() >= count || Instant::now() > deadline {
+                return spans;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+fn program() -> Op<(), ()> {
+    let ask = |q: &'static str| {
+        op::infer_raw::<()>("small", agent_op::Prompt::default().user(q)).map(|_| ())
+    };
+    op::par(vec![ask("first?"), ask("second?")])
+        .then(op::tool_call(agent_op::ToolCall {
+            id: "call-1".into(),
+            name: "lookup".into(),
+            arguments: json!({"q": "x"}),
+        }))
+        .map(|_| ())
+}
+
+fn config(name: &str) -> Config {
+    Config::new()
+        .provider(agent_provider::ScriptedProvider::from_fn(|_, _| {
+            Ok(Response::text("ok").with_usage(11, 3))
+        }))
+        .tool(FnTool::new(
+            "lookup",
+            "Looks up",
+            json!({"type": "object"}),
+            |_: Value| async { Ok(json!("found")) },
+        ))
+        .name(name)
+}
+
+/// Root, fork, two branches, two chats, one tool.
+const SPANS: usize = 7;
+
+fn check(spans: &[Value], root_name: &str) {
+    let by_id = |id: &Value| spans.iter().find(|s| s["context"]["span_id"] == *id);
+    let root = spans.iter().find(|s| s["name"] == root_name).unwrap();
+    assert!(root["parent_id"].is_null(), "{root}");
+    let attrs = |s: &Value| s["attributes"].clone();
+    assert_eq!(
+        attrs(root)["gen_ai.operation.name"],
+        "invoke_agent",
+        "{root}"
+    );
+    let chats: Vec<&Value> = spans.iter().filter(|s| s["name"] == "chat small").collect();
+    assert_eq!(chats.len(), 2, "{spans:#?}");
+    for chat in chats {
+        let a = attrs(chat);
+        assert_eq!(a["gen_ai.request.model"], "small", "{chat}");
+        assert_eq!(a["gen_ai.provider.name"], "scripted");
+        assert_eq!(a["gen_ai.usage.input_tokens"], 11);
+        let branch = by_id(&chat["parent_id"]).expect("the branch span");
+        assert_eq!(branch["name"], "branch");
+        let fork = by_id(&branch["parent_id"]).expect("the fork span");
+        assert_eq!(fork["name"], "par");
+        assert_eq!(fork["parent_id"], root["context"]["span_id"]);
+    }
+    let tool = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool lookup")
+        .unwrap();
+    assert_eq!(attrs(tool)["gen_ai.tool.call.id"], "call-1", "{tool}");
+}
+
+fn export(
+    (layer, guard): (
+        impl tracing_subscriber::Layer<tracing_subscriber::Registry> + Send + Sync,
+        agent_otel::OtelGuard,
+    ),
+    name: &str,
+) {
+    let subscriber = tracing_subscriber::registry().with(layer);
+    tracing::subscriber::with_default(subscriber, || {
+        let run = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        run.block_on(agent_interp_par::run(&config(name), (), program()))
+            .unwrap();
+    });
+    guard.shutdown().unwrap();
+}
+
+#[test]
+fn spans_reach_phoenix_over_http_and_grpc() {
+    let Some(python) = phoenix_python() else {
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap();
+    let mut phoenix = Phoenix::start(&python);
+    rt.block_on(phoenix.wait_ready(&client));
+
+    let http = Otel::new("phoenix-http")
+        .endpoint(phoenix.url())
+        .build()
+        .unwrap();
+    export(http, "over-http");
+    let spans = rt.block_on(phoenix.spans(&client, "invoke_agent over-http", SPANS));
+    assert_eq!(spans.len(), SPANS, "{spans:#?}\n{}", phoenix.log());
+    check(&spans, "invoke_agent over-http");
+
+    // tonic's channel lives on the runtime it is built in.
+    let grpc = {
+        let _entered = rt.enter();
+        Otel::new("phoenix-grpc")
+            .protocol(Protocol::Grpc)
+            .endpoint(format!("http://127.0.0.1:{}", phoenix.grpc))
+            .build()
+            .unwrap()
+    };
+    export(grpc, "over-grpc");
+    let spans = rt.block_on(phoenix.spans(&client, "invoke_agent over-grpc", SPANS));
+    assert_eq!(spans.len(), SPANS, "{spans:#?}\n{}", phoenix.log());
+    check(&spans, "invoke_agent over-grpc");
+}
