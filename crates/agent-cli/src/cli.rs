@@ -1,0 +1,187 @@
+//! The command line, as clap reads it.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Run LLM agents from a spec, and inspect their traces and memories.
+///
+/// Exit codes: 0 success; 1 the run failed, or `trace diff` found a divergence; 2 the
+/// command line could not be parsed; 3 invalid input (a file, a spec, a flag value); 4 the
+/// environment lacks something (an API key variable, a server); 130 aborted by Ctrl-C.
+#[derive(Debug, Parser)]
+#[command(name = "agent", version, about, long_about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the agent a TOML spec describes; writes its JSONL trace.
+    Run {
+        /// The spec.
+        spec: PathBuf,
+        /// Where to write the trace (default: `<spec name>.trace.jsonl` here).
+        #[arg(long)]
+        trace: Option<PathBuf>,
+        /// Record the model's replies to this cassette, to replay the run offline.
+        #[arg(long)]
+        record: Option<PathBuf>,
+        /// Print `{"answer": …, "trace": …}` instead of the answer alone.
+        #[arg(long)]
+        json: bool,
+        /// Do not stream the model's text to stderr.
+        #[arg(long)]
+        quiet: bool,
+    },
+    /// Inspect a JSONL trace.
+    Trace {
+        /// How.
+        #[command(subcommand)]
+        command: TraceCommand,
+    },
+    /// The SQLite memory from the shell.
+    Memory {
+        /// The database file.
+        #[arg(long, global = true, default_value = "memory.db")]
+        db: PathBuf,
+        /// What to do.
+        #[command(subcommand)]
+        command: MemoryCommand,
+    },
+    /// Print a shell completion script.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// `agent trace …`.
+#[derive(Debug, Subcommand)]
+pub enum TraceCommand {
+    /// Totals: events, branches, tokens, cost, time, calls per model and tool.
+    Summary {
+        /// The trace.
+        file: PathBuf,
+        /// Summarize the readable prefix of a corrupt file (warning about the bad line).
+        #[arg(long)]
+        lenient: bool,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The branch tree with timings.
+    Tree {
+        /// The trace.
+        file: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The events, filtered.
+    Events {
+        /// The trace.
+        file: PathBuf,
+        /// Only these event types (comma-separated: `infer_end,tool_call`).
+        #[arg(long = "type")]
+        types: Option<String>,
+        /// Only this branch (and its branches).
+        #[arg(long)]
+        branch: Option<String>,
+        /// Only events at or after: an RFC 3339 time, or seconds after the trace's start.
+        #[arg(long)]
+        since: Option<String>,
+        /// Only events at or before: an RFC 3339 time, or seconds after the trace's start.
+        #[arg(long)]
+        until: Option<String>,
+        /// Print the trace's JSONL lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The first divergence between two traces (canonical events, timings left out).
+    Diff {
+        /// The first trace.
+        left: PathBuf,
+        /// The second trace.
+        right: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the HTML viewer and print its path.
+    View {
+        /// The trace.
+        file: PathBuf,
+        /// Where to write it (default: beside the trace, `.html`).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+}
+
+/// `agent memory …`.
+#[derive(Debug, Subcommand)]
+pub enum MemoryCommand {
+    /// Store a memory (creates the database if missing).
+    Add {
+        /// What to remember.
+        content: String,
+        /// How and why it was learned.
+        #[arg(long, default_value = "")]
+        context: String,
+        /// Labels (repeat for several).
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The memories most relevant to a query, with their scores.
+    Search {
+        /// The query.
+        query: String,
+        /// How many.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The newest memories.
+    List {
+        /// How many.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        /// Print JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Delete a memory by id.
+    Forget {
+        /// Its id.
+        id: String,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove memories by count or age.
+    Prune {
+        /// Keep at most this many (the least used go first).
+        #[arg(long)]
+        max_entries: Option<u64>,
+        /// Remove memories older than this many days.
+        #[arg(long)]
+        max_age_days: Option<u64>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Counts, dimensions, size on disk.
+    Stats {
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}

@@ -1,0 +1,71 @@
+//! What can go wrong on the command line, and the exit code each kind of failure gives.
+
+use std::path::PathBuf;
+
+/// A failure of an `agent` command. Each variant maps to one documented exit code
+/// ([`CliError::exit_code`]); the message is one line, and [`std::error::Error::source`]
+/// holds the cause chain `main` prints under it.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CliError {
+    /// A file the command needs could not be read or written.
+    #[error("{path}: {action} failed")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What was being done (`reading`, `writing`).
+        action: &'static str,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A trace file is not a readable JSONL trace.
+    #[error("{path}: not a readable trace")]
+    Trace {
+        /// The file.
+        path: PathBuf,
+        /// What the reader found, with the line number.
+        #[source]
+        source: agent_op::trace::jsonl::JsonlError,
+    },
+    /// The input given is wrong: a spec with an unknown key, a bad filter, a missing file.
+    #[error("{0}")]
+    Invalid(String),
+    /// The environment lacks something the command needs (an API key variable, a server).
+    #[error("{0}")]
+    Environment(String),
+    /// The agent ran and failed (or was stopped by its budget).
+    #[error("the run failed: {0}")]
+    Run(String),
+    /// Ctrl-C stopped the run; its trace was still written.
+    #[error("aborted (Ctrl-C); the trace so far is in {0}")]
+    Aborted(PathBuf),
+    /// A memory database operation failed.
+    #[error("{path}: {action} failed")]
+    Memory {
+        /// The database file.
+        path: PathBuf,
+        /// What was being done.
+        action: &'static str,
+        /// Why.
+        #[source]
+        source: agent_op::MemoryError,
+    },
+}
+
+impl CliError {
+    /// The process exit code: 1 the run failed, 3 invalid input (a file, a spec, a flag
+    /// value), 4 the environment (a missing API key, an unreachable server), 130 aborted by
+    /// Ctrl-C. (2 is clap's, for a command line it cannot parse.)
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::Run(_) => 1,
+            CliError::Io { .. }
+            | CliError::Trace { .. }
+            | CliError::Invalid(_)
+            | CliError::Memory { .. } => 3,
+            CliError::Environment(_) => 4,
+            CliError::Aborted(_) => 130,
+        }
+    }
+}

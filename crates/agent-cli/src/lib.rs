@@ -1,0 +1,171 @@
+//! The `agent` command line of effect-agents, as a library so its commands can be tested
+//! and reused:
+//!
+//! - [`cli`]: the command line (clap);
+//! - [`run`]: `agent run SPEC`, an agent described in TOML ([`run::spec`]) with built-in
+//!   tools ([`run::tools`]);
+//! - [`trace_cmd`]: `agent trace summary | tree | events | diff | view`;
+//! - [`memory_cmd`]: `agent memory add | search | list | forget | prune | stats`;
+//! - [`viewer`]: a trace as one self-contained HTML page;
+//! - [`error`]: failures and their exit codes.
+
+pub mod cli;
+pub mod error;
+pub mod memory_cmd;
+pub mod run;
+pub mod trace_cmd;
+pub mod viewer;
+
+use std::io::Write as _;
+
+use cli::{Command, MemoryCommand, TraceCommand};
+use error::CliError;
+
+/// Runs one parsed command, printing its output on stdout.
+pub async fn execute(command: Command) -> Result<u8, CliError> {
+    let out = match command {
+        Command::Run {
+            spec,
+            trace,
+            record,
+            json,
+            quiet,
+        } => {
+            let trace = trace.unwrap_or_else(|| {
+                let stem = spec
+                    .file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_else(|| "agent".into());
+                std::path::PathBuf::from(format!("{stem}.trace.jsonl"))
+            });
+            let options = run::RunOptions {
+                trace,
+                record,
+                json,
+                stream: !quiet,
+            };
+            let answer = run::run(&spec, &options).await?;
+            if json {
+                format!(
+                    "{}\n",
+                    serde_json::json!({"answer": answer.value, "trace": answer.trace})
+                )
+            } else {
+                eprintln!("trace: {}", answer.trace.display());
+                match answer.value {
+                    serde_json::Value::String(text) => format!("{text}\n"),
+                    other => format!("{other:#}\n"),
+                }
+            }
+        }
+        Command::Trace { command } => return trace(command),
+        Command::Memory { db, command } => match command {
+            MemoryCommand::Add {
+                content,
+                context,
+                tags,
+                json,
+            } => memory_cmd::add(&db, content, context, tags, json).await?,
+            MemoryCommand::Search { query, limit, json } => {
+                memory_cmd::search(&db, &query, limit, json).await?
+            }
+            MemoryCommand::List { limit, json } => memory_cmd::list(&db, limit, json).await?,
+            MemoryCommand::Forget { id, json } => memory_cmd::forget(&db, &id, json).await?,
+            MemoryCommand::Prune {
+                max_entries,
+                max_age_days,
+                json,
+            } => memory_cmd::prune(&db, max_entries, max_age_days, json).await?,
+            MemoryCommand::Stats { json } => memory_cmd::stats(&db, json).await?,
+        },
+        Command::Completions { shell } => {
+            let mut command = <cli::Cli as clap::CommandFactory>::command();
+            let mut buffer = Vec::new();
+            clap_complete::generate(shell, &mut command, "agent", &mut buffer);
+            String::from_utf8_lossy(&buffer).into_owned()
+        }
+    };
+    print(&out);
+    Ok(0)
+}
+
+fn trace(command: TraceCommand) -> Result<u8, CliError> {
+    let (out, code) = match command {
+        TraceCommand::Summary {
+            file,
+            lenient,
+            json,
+        } => {
+            let summary = trace_cmd::summarize(&trace_cmd::read(&file, lenient)?);
+            if json {
+                (format!("{}\n", serde_json::json!(summary)), 0)
+            } else {
+                (trace_cmd::summary_text(&summary), 0)
+            }
+        }
+        TraceCommand::Tree { file, json } => {
+            let tree = trace_cmd::tree(&trace_cmd::read(&file, false)?);
+            if json {
+                (format!("{}\n", serde_json::json!(tree)), 0)
+            } else {
+                (trace_cmd::tree_text(&tree), 0)
+            }
+        }
+        TraceCommand::Events {
+            file,
+            types,
+            branch,
+            since,
+            until,
+            json,
+        } => {
+            let trace = trace_cmd::read(&file, false)?;
+            let start = trace
+                .events
+                .iter()
+                .map(|e| e.event.at)
+                .min()
+                .unwrap_or(trace.start);
+            let filter = trace_cmd::Filter {
+                types: match types {
+                    Some(list) => trace_cmd::Filter::parse_types(&list)?,
+                    None => Vec::new(),
+                },
+                branch,
+                since: since
+                    .map(|s| trace_cmd::Filter::parse_time(&s, start))
+                    .transpose()?,
+                until: until
+                    .map(|s| trace_cmd::Filter::parse_time(&s, start))
+                    .transpose()?,
+            };
+            (trace_cmd::events_text(&trace, &filter, json), 0)
+        }
+        TraceCommand::Diff { left, right, json } => {
+            let divergence = trace_cmd::diff(
+                &trace_cmd::read(&left, false)?,
+                &trace_cmd::read(&right, false)?,
+            );
+            let code = u8::from(divergence.is_some());
+            if json {
+                (format!("{}\n", serde_json::json!(divergence)), code)
+            } else {
+                (trace_cmd::diff_text(&divergence, &left, &right), code)
+            }
+        }
+        TraceCommand::View { file, out } => {
+            let trace = trace_cmd::read(&file, false)?;
+            let path = trace_cmd::view(&trace, &file, out)?;
+            (format!("{}\n", path.display()), 0)
+        }
+    };
+    print(&out);
+    Ok(code)
+}
+
+/// Prints to stdout; a closed pipe (`agent … | head`) is not an error.
+fn print(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout.write_all(text.as_bytes());
+    let _ = stdout.flush();
+}

@@ -1,0 +1,451 @@
+//! `agent run SPEC`: builds the provider, tools, budget and memory a spec describes, runs the
+//! agent loop under the parallel interpreter, streams the model's text to the terminal, and
+//! writes the JSONL trace whatever happens (success, failure, Ctrl-C).
+
+pub mod spec;
+pub mod tools;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use agent_agents::{Agent, Toolbox, agent};
+use agent_interp_seq::{Config, JsonlSubscriber, Subscriber};
+use agent_op::op::{self, Op};
+use agent_op::{
+    Budget, Delta, Event, EventKind, MicroUsd, Provider, Response, Tag, ToolCall, TraceId,
+};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::Value;
+
+use crate::error::CliError;
+use spec::{ModelSpec, OutputKind, Reply, Spec};
+
+/// What `agent run` was asked for besides the spec.
+#[derive(Debug)]
+pub struct RunOptions {
+    /// Where the trace goes.
+    pub trace: PathBuf,
+    /// Record the model's replies to this cassette (to replay the run offline).
+    pub record: Option<PathBuf>,
+    /// Print the answer as JSON (`{"answer": …, "trace": …}`).
+    pub json: bool,
+    /// Stream the model's text to stderr as it arrives.
+    pub stream: bool,
+}
+
+/// The answer of a successful run.
+#[derive(Debug)]
+pub struct Answer {
+    /// The agent's answer: text, or the JSON value.
+    pub value: Value,
+    /// Where the trace was written.
+    pub trace: PathBuf,
+}
+
+/// Runs the agent `spec_path` describes.
+pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliError> {
+    let spec = Spec::read(spec_path)?;
+    let base = spec_path.parent().unwrap_or(Path::new("."));
+    let provider = provider(&spec.model, base, options.record.as_deref())?;
+    let toolbox = toolbox(&spec, base).await?;
+
+    let mut config = Config::new()
+        .shared_provider(provider)
+        .tools(toolbox.tool_set())
+        .trace_id(TraceId::random());
+    if let Some(name) = &spec.agent.name {
+        config = config.name(name.clone());
+    }
+    if let Some(memory) = &spec.memory {
+        let db = base.join(&memory.db);
+        config = config.memory(crate::memory_cmd::open(&db, true).await?);
+    }
+    // Streamed to the file as the run goes (a crash keeps what happened), replaced by the
+    // complete trace at the end.
+    let _ = std::fs::remove_file(&options.trace);
+    let (streamed, _) = JsonlSubscriber::open(&options.trace).map_err(|e| CliError::Trace {
+        path: options.trace.clone(),
+        source: e,
+    })?;
+    let progress = Arc::new(Progress::new(options.stream));
+    config = config
+        .subscribe(streamed)
+        .subscribe(ProgressSubscriber(progress.clone()));
+
+    let program = program(&spec, &toolbox)?;
+    let abort = config.abort_handle().clone();
+    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let interrupted = interrupted.clone();
+        tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                interrupted.store(true, Ordering::SeqCst);
+                abort.cancel();
+            }
+        })
+    };
+    let outcome = agent_interp_par::run(&config, (), program).await;
+    watcher.abort();
+    progress.finish();
+
+    let trace = match &outcome {
+        Ok(done) => &done.trace,
+        Err(error) => &error.trace,
+    };
+    agent_op::trace::jsonl::write_trace_file(&options.trace, trace).map_err(|source| {
+        CliError::Io {
+            path: options.trace.clone(),
+            action: "writing the trace",
+            source,
+        }
+    })?;
+    match outcome {
+        Ok(done) => match done.value {
+            Ok(value) => Ok(Answer {
+                value,
+                trace: options.trace.clone(),
+            }),
+            Err(failure) => Err(CliError::Run(format!(
+                "{failure} (trace: {})",
+                options.trace.display()
+            ))),
+        },
+        Err(_) if interrupted.load(Ordering::SeqCst) => {
+            Err(CliError::Aborted(options.trace.clone()))
+        }
+        Err(error) => Err(CliError::Run(format!(
+            "{} (trace: {})",
+            error.kind,
+            options.trace.display()
+        ))),
+    }
+}
+
+/// The provider the spec names, wrapped in a recorder with `--record`.
+fn provider(
+    model: &ModelSpec,
+    base: &Path,
+    record: Option<&Path>,
+) -> Result<Arc<dyn Provider>, CliError> {
+    use agent_provider::cassette::ReplayProvider;
+    use agent_provider::{OllamaClient, OpenAiClient, ScriptedProvider};
+
+    let inner: Arc<dyn Provider> = match model {
+        ModelSpec::Openai {
+            base_url,
+            api_key_env,
+            ..
+        } => {
+            let mut builder = OpenAiClient::builder();
+            if let Some(url) = base_url
+                .clone()
+                .or_else(|| std::env::var("OPENAI_BASE_URL").ok())
+            {
+                builder = builder.base_url(url);
+            }
+            builder = match api_key_env.as_deref() {
+                Some("") => builder.no_api_key(),
+                Some(var) => builder.api_key_from_env(var),
+                None => builder.api_key_from_env("OPENAI_API_KEY"),
+            };
+            Arc::new(builder.build().map_err(config_error)?)
+        }
+        ModelSpec::Ollama { host, .. } => {
+            let mut builder = OllamaClient::builder();
+            if let Some(host) = host.clone().or_else(|| std::env::var("OLLAMA_HOST").ok()) {
+                builder = builder.host(host);
+            }
+            Arc::new(builder.build().map_err(config_error)?)
+        }
+        ModelSpec::Cassette { cassette, .. } => {
+            let path = base.join(cassette);
+            Arc::new(ReplayProvider::open(&path).map_err(|e| {
+                CliError::Invalid(format!("{}: not a readable cassette: {e}", path.display()))
+            })?)
+        }
+        ModelSpec::Scripted { replies, .. } => {
+            let responses = replies
+                .iter()
+                .enumerate()
+                .map(|(i, reply)| scripted(i, reply))
+                .collect::<Vec<_>>();
+            Arc::new(ScriptedProvider::new(responses))
+        }
+    };
+    match record {
+        None => Ok(inner),
+        Some(path) => Ok(Arc::new(
+            agent_provider::cassette::RecordingProvider::create(inner, path).map_err(|e| {
+                CliError::Invalid(format!("{}: cannot record to it: {e}", path.display()))
+            })?,
+        )),
+    }
+}
+
+fn config_error(error: agent_provider::ConfigError) -> CliError {
+    match error {
+        agent_provider::ConfigError::MissingApiKey { var } => CliError::Environment(format!(
+            "the API key variable `{var}` is not set (set it, or `api_key_env = \"\"` for a server without keys)"
+        )),
+        other => CliError::Invalid(format!("the model's settings are wrong: {other}")),
+    }
+}
+
+fn scripted(i: usize, reply: &Reply) -> Response {
+    match reply {
+        Reply::Text(text) => Response::text(text.clone()),
+        Reply::Calls { calls } => {
+            let mut response = Response::text("");
+            response.tool_calls = calls
+                .iter()
+                .enumerate()
+                .map(|(j, call)| ToolCall {
+                    id: format!("call_{i}_{j}"),
+                    name: call.tool.clone(),
+                    arguments: serde_json::to_value(&call.args).unwrap_or(Value::Null),
+                })
+                .collect();
+            response
+        }
+    }
+}
+
+/// The spec's tools as one toolbox.
+async fn toolbox(spec: &Spec, base: &Path) -> Result<Toolbox, CliError> {
+    let mut toolbox = Toolbox::new("spec");
+    if let Some(read) = &spec.tools.read_file {
+        let root = base.join(&read.root);
+        let tool = tools::read_file(&root).map_err(|e| {
+            CliError::Invalid(format!(
+                "tools.read_file.root: {} is not a readable directory: {e}",
+                root.display()
+            ))
+        })?;
+        toolbox = toolbox.with(tool);
+    }
+    if let Some(http) = &spec.tools.http_get {
+        let tool = tools::http_get(&http.allow)
+            .map_err(|e| CliError::Environment(format!("no HTTP client: {e}")))?;
+        toolbox = toolbox.with(tool);
+    }
+    for mcp in &spec.tools.mcp {
+        let args: Vec<&str> = mcp.args.iter().map(String::as_str).collect();
+        let server = agent_agents::McpServer::spawn(mcp.name.clone(), &mcp.command, &args)
+            .await
+            .map_err(|e| CliError::Environment(format!("MCP server `{}`: {e}", mcp.name)))?;
+        let capabilities: Vec<&str> = mcp.capabilities.iter().map(String::as_str).collect();
+        let served = server
+            .toolbox(&capabilities)
+            .await
+            .map_err(|e| CliError::Environment(format!("MCP server `{}`: {e}", mcp.name)))?;
+        let set = served.tool_set();
+        for name in served.names() {
+            if let Some(tool) = set.get(name) {
+                toolbox = toolbox.with_tool(tool.clone(), &capabilities);
+            }
+        }
+    }
+    Ok(toolbox)
+}
+
+/// Builds the agent's program from what was recalled from memory.
+type MakeAgent = Arc<dyn Fn(Vec<String>) -> Op<(), Result<Value, String>> + Send + Sync>;
+
+/// The agent loop the spec describes, answering a `T`.
+fn configured<T: agent_agents::LlmOutput>(spec: &Spec, toolbox: &Toolbox) -> Agent<(), T> {
+    let mut agent = agent::<(), T>(
+        spec.model.name().to_owned(),
+        toolbox,
+        spec.agent.goal.clone(),
+    )
+    .max_turns(spec.agent.max_turns.unwrap_or(8));
+    if !spec.agent.system.is_empty() {
+        agent = agent.instructions(spec.agent.system.clone());
+    }
+    for section in &spec.agent.context {
+        agent = agent.context(section.clone());
+    }
+    agent
+}
+
+/// The program: recall from memory (if any), the agent loop under the budget, remember the
+/// answer. A text answer is a JSON string; a JSON answer must satisfy the spec's schema
+/// (checked, and refusals given back to the model, up to three rounds).
+fn program(spec: &Spec, toolbox: &Toolbox) -> Result<Op<(), Result<Value, String>>, CliError> {
+    let goal = spec.agent.goal.clone();
+    let make: MakeAgent = match (&spec.output.kind, &spec.output.schema) {
+        (OutputKind::Json, Some(schema)) => {
+            let schema = serde_json::to_value(schema).unwrap_or(Value::Null);
+            let validator = Arc::new(jsonschema::validator_for(&schema).map_err(|e| {
+                CliError::Invalid(format!("output.schema is not a valid JSON schema: {e}"))
+            })?);
+            let base = configured::<Value>(spec, toolbox).context(format!(
+                "Answer with JSON that satisfies this JSON schema: {schema}"
+            ));
+            Arc::new(move |memories| {
+                let validator = validator.clone();
+                let mut agent = base.clone();
+                for memory in memories {
+                    agent = agent.context(format!("From memory: {memory}"));
+                }
+                agent
+                    .verified(3, move |answer: &Value| {
+                        let errors: Vec<String> = validator
+                            .iter_errors(answer)
+                            .map(|e| format!("{e} at {}", e.instance_path()))
+                            .collect();
+                        op::pure(if errors.is_empty() {
+                            Ok(())
+                        } else {
+                            Err(format!(
+                                "the answer does not satisfy the schema: {}",
+                                errors.join("; ")
+                            ))
+                        })
+                    })
+                    .run()
+                    .map(|answer| answer.map_err(|e| e.to_string()))
+            })
+        }
+        _ => {
+            let base = configured::<String>(spec, toolbox);
+            Arc::new(move |memories| {
+                let mut agent = base.clone();
+                for memory in memories {
+                    agent = agent.context(format!("From memory: {memory}"));
+                }
+                agent
+                    .run()
+                    .map(|answer| answer.map(Value::String).map_err(|e| e.to_string()))
+            })
+        }
+    };
+    let budget = budget(&spec.budget);
+    let memory = spec.memory.is_some();
+    let recalled: Op<(), Vec<String>> = if memory {
+        op::recall(goal.clone(), 5).map(|entries| entries.into_iter().map(|e| e.content).collect())
+    } else {
+        op::pure(Vec::new())
+    };
+    Ok(recalled.and_then(move |memories| {
+        let run = op::limit(budget, make(memories)).map(|limited| match limited {
+            Ok(answer) => answer,
+            Err(spent) => Err(format!("the budget ran out: {spent}")),
+        });
+        run.and_then(move |answer| match (&answer, memory) {
+            (Ok(value), true) => {
+                let content = match value {
+                    Value::String(s) => s.clone(),
+                    other => other.to_string(),
+                };
+                op::remember(content, goal, vec![Tag("answer".into())]).map(move |_| answer)
+            }
+            _ => op::pure(answer),
+        })
+    }))
+}
+
+fn budget(spec: &spec::BudgetSpec) -> Budget {
+    let mut budget = Budget::new();
+    if let Some(calls) = spec.calls {
+        budget = budget.calls(calls);
+    }
+    if let Some(tokens) = spec.tokens {
+        budget = budget.tokens(tokens);
+    }
+    if let Some(usd) = spec.cost_usd.filter(|c| c.is_finite() && *c >= 0.0) {
+        budget = budget.cost(MicroUsd((usd * 1e6) as u64));
+    }
+    if let Some(secs) = spec.seconds.filter(|s| s.is_finite() && *s > 0.0) {
+        budget = budget.time(Duration::from_secs_f64(secs.min(1e9)));
+    }
+    budget
+}
+
+/// A progress line on stderr (drawn only on a terminal) and the model's text as it arrives.
+struct Progress {
+    bar: ProgressBar,
+    stream: bool,
+    calls: AtomicU64,
+    tools: AtomicU64,
+    branches: AtomicU64,
+    streamed: std::sync::atomic::AtomicBool,
+}
+
+impl Progress {
+    fn new(stream: bool) -> Progress {
+        let bar = ProgressBar::new_spinner();
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} {elapsed} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_spinner()),
+        );
+        bar.enable_steady_tick(Duration::from_millis(120));
+        Progress {
+            bar,
+            stream,
+            calls: AtomicU64::new(0),
+            tools: AtomicU64::new(0),
+            branches: AtomicU64::new(0),
+            streamed: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    fn update(&self) {
+        self.bar.set_message(format!(
+            "{} model calls · {} tool calls · {} branches running",
+            self.calls.load(Ordering::Relaxed),
+            self.tools.load(Ordering::Relaxed),
+            self.branches.load(Ordering::Relaxed),
+        ));
+    }
+
+    fn finish(&self) {
+        self.bar.finish_and_clear();
+        if self.streamed.load(Ordering::Relaxed) {
+            eprintln!();
+        }
+    }
+}
+
+struct ProgressSubscriber(Arc<Progress>);
+
+impl Subscriber for ProgressSubscriber {
+    fn on_event(&self, _trace_id: &TraceId, event: &Event) {
+        let p = &self.0;
+        match &event.kind {
+            EventKind::InferStart(_) => {
+                p.calls.fetch_add(1, Ordering::Relaxed);
+            }
+            EventKind::ToolCall(_) => {
+                p.tools.fetch_add(1, Ordering::Relaxed);
+            }
+            EventKind::Fork(fork) => {
+                p.branches
+                    .fetch_add(u64::from(fork.branch_count), Ordering::Relaxed);
+            }
+            EventKind::Join(join) => {
+                let n = join.branch_ids.len() as u64;
+                let _ = p
+                    .branches
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                        Some(b.saturating_sub(n))
+                    });
+            }
+            _ => return,
+        }
+        p.update();
+    }
+
+    fn wants_deltas(&self) -> bool {
+        self.0.stream
+    }
+
+    fn on_delta(&self, _trace_id: &TraceId, delta: &Delta) {
+        if let Delta::Text(text) = delta {
+            self.0.streamed.store(true, Ordering::Relaxed);
+            self.0.bar.suspend(|| eprint!("{text}"));
+        }
+    }
+}

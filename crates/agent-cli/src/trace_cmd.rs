@@ -1,0 +1,591 @@
+//! `agent trace …`: read a JSONL trace and summarize it, draw its branch tree, list its
+//! events, find where two traces part ways, or write the HTML viewer.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use agent_op::trace::jsonl::{self, JsonlError};
+use agent_op::{EventKind, EventType, Trace, TraceEntry, TraceId};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::error::CliError;
+
+/// Reads the trace at `path`. With `lenient`, a corrupt file gives its readable prefix and a
+/// warning naming the first bad line; without, the bad line is the error.
+pub fn read(path: &Path, lenient: bool) -> Result<Trace, CliError> {
+    let failed = |source: JsonlError| match source {
+        JsonlError::Io(source) => CliError::Io {
+            path: path.to_owned(),
+            action: "reading",
+            source,
+        },
+        source => CliError::Trace {
+            path: path.to_owned(),
+            source,
+        },
+    };
+    if !lenient {
+        return jsonl::read_trace_file(path)
+            .map(|r| r.trace)
+            .map_err(failed);
+    }
+    let (read, stopped) = jsonl::read_trace_file_prefix(path).map_err(failed)?;
+    if let Some(error) = stopped {
+        eprintln!(
+            "warning: {}: {error}; summarizing the {} events before it",
+            path.display(),
+            read.trace.events.len()
+        );
+    }
+    Ok(read.trace)
+}
+
+/// Totals for one model.
+#[derive(Debug, Default, Serialize)]
+pub struct ModelTotals {
+    /// Calls started.
+    pub calls: u64,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Known cost, micro-USD.
+    pub cost_micro_usd: u64,
+    /// Calls whose cost is unknown.
+    pub unknown_cost_calls: u64,
+    /// Time spent in the calls, µs.
+    pub duration_us: u64,
+}
+
+/// Totals for one tool.
+#[derive(Debug, Default, Serialize)]
+pub struct ToolTotals {
+    /// Calls made.
+    pub calls: u64,
+    /// Calls that returned a tool error.
+    pub failures: u64,
+    /// Calls refused by a tool scope.
+    pub denied: u64,
+    /// Time spent in the calls, µs.
+    pub duration_us: u64,
+}
+
+/// What `agent trace summary` reports.
+#[derive(Debug, Default, Serialize)]
+pub struct Summary {
+    /// The trace id.
+    pub trace_id: String,
+    /// Events.
+    pub events: u64,
+    /// The run and its branches.
+    pub branches: u64,
+    /// Branches cancelled or discarded (a race's losers).
+    pub cancelled_branches: u64,
+    /// Wall time from the first to the last event, ms.
+    pub wall_ms: f64,
+    /// Model calls.
+    pub model_calls: u64,
+    /// Input tokens.
+    pub input_tokens: u64,
+    /// Output tokens.
+    pub output_tokens: u64,
+    /// Known cost, micro-USD.
+    pub cost_micro_usd: u64,
+    /// Tool calls.
+    pub tool_calls: u64,
+    /// Error events.
+    pub errors: u64,
+    /// Per model.
+    pub models: BTreeMap<String, ModelTotals>,
+    /// Per tool.
+    pub tools: BTreeMap<String, ToolTotals>,
+}
+
+/// Adds up a trace in one pass.
+pub fn summarize(trace: &Trace) -> Summary {
+    let mut summary = Summary {
+        trace_id: trace.id.to_string(),
+        ..Summary::default()
+    };
+    let mut branches: HashMap<&str, bool> = HashMap::new();
+    let mut last_branch: Option<&str> = None;
+    let (mut first, mut last): (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = (None, None);
+    for entry in &trace.events {
+        summary.events += 1;
+        let id = entry.trace_id.as_str();
+        // Consecutive events mostly share a branch: skip the map then.
+        if last_branch != Some(id) {
+            let cancelled = branches.entry(id).or_insert(false);
+            *cancelled |= entry.cancelled;
+            last_branch = Some(id);
+        } else if entry.cancelled {
+            branches.insert(id, true);
+        }
+        let at = entry.event.at;
+        first = Some(first.map_or(at, |f| f.min(at)));
+        last = Some(last.map_or(at, |l| l.max(at)));
+        match &entry.event.kind {
+            EventKind::InferStart(start) => {
+                summary.model_calls += 1;
+                summary.models.entry(start.model.clone()).or_default().calls += 1;
+            }
+            EventKind::InferEnd(end) => {
+                summary.input_tokens += end.input_tokens;
+                summary.output_tokens += end.output_tokens;
+                let model = summary.models.entry(end.model.clone()).or_default();
+                model.input_tokens += end.input_tokens;
+                model.output_tokens += end.output_tokens;
+                model.duration_us += end.duration_us;
+                match end.cost {
+                    Some(cost) => {
+                        summary.cost_micro_usd += cost.0;
+                        model.cost_micro_usd += cost.0;
+                    }
+                    None => model.unknown_cost_calls += 1,
+                }
+            }
+            EventKind::ToolCall(call) => {
+                summary.tool_calls += 1;
+                summary.tools.entry(call.name.clone()).or_default().calls += 1;
+            }
+            EventKind::ToolResult(result) => {
+                let tool = summary.tools.entry(result.name.clone()).or_default();
+                tool.duration_us += result.duration_us;
+                if !result.success {
+                    tool.failures += 1;
+                }
+            }
+            EventKind::ToolDenied(denied) => {
+                summary.tools.entry(denied.name.clone()).or_default().denied += 1;
+            }
+            EventKind::Error(_) => summary.errors += 1,
+            _ => {}
+        }
+    }
+    summary.branches = branches.len() as u64;
+    summary.cancelled_branches = branches.values().filter(|c| **c).count() as u64;
+    if let (Some(first), Some(last)) = (first, last) {
+        summary.wall_ms = (last - first).num_microseconds().unwrap_or(0) as f64 / 1000.0;
+    }
+    summary
+}
+
+fn dollars(micro: u64) -> String {
+    format!("${:.6}", micro as f64 / 1e6)
+}
+
+/// The summary as text.
+pub fn summary_text(summary: &Summary) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "trace     {}", summary.trace_id);
+    let _ = writeln!(
+        out,
+        "events    {} in {} branches ({} cancelled), {} errors",
+        summary.events, summary.branches, summary.cancelled_branches, summary.errors
+    );
+    let _ = writeln!(out, "wall time {:.1} ms", summary.wall_ms);
+    let _ = writeln!(
+        out,
+        "models    {} calls, {} in / {} out tokens, {}",
+        summary.model_calls,
+        summary.input_tokens,
+        summary.output_tokens,
+        dollars(summary.cost_micro_usd)
+    );
+    for (name, m) in &summary.models {
+        let unknown = if m.unknown_cost_calls > 0 {
+            format!(" (+{} calls of unknown cost)", m.unknown_cost_calls)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "  {name:<24} {:>6} calls {:>9} in {:>9} out {:>12}{unknown} {:>10.1} ms",
+            m.calls,
+            m.input_tokens,
+            m.output_tokens,
+            dollars(m.cost_micro_usd),
+            m.duration_us as f64 / 1000.0
+        );
+    }
+    let _ = writeln!(out, "tools     {} calls", summary.tool_calls);
+    for (name, t) in &summary.tools {
+        let _ = writeln!(
+            out,
+            "  {name:<24} {:>6} calls {:>6} failed {:>6} denied {:>10.1} ms",
+            t.calls,
+            t.failures,
+            t.denied,
+            t.duration_us as f64 / 1000.0
+        );
+    }
+    out
+}
+
+/// One run or branch in the tree.
+#[derive(Debug, Serialize)]
+pub struct Node {
+    /// Its id.
+    pub id: String,
+    /// `par` or `race` for a fork's branches (from the parent's fork event).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fork: Option<&'static str>,
+    /// Cancelled or discarded.
+    pub cancelled: bool,
+    /// Its own events.
+    pub events: u64,
+    /// Its own model calls.
+    pub model_calls: u64,
+    /// Its own tool calls.
+    pub tool_calls: u64,
+    /// Start, ms after the trace's first event.
+    pub start_ms: f64,
+    /// From its first to its last event, ms.
+    pub duration_ms: f64,
+    /// Its branches.
+    pub children: Vec<Node>,
+}
+
+/// The branch tree: each run or branch with its own counts and timings, children in id
+/// order.
+pub fn tree(trace: &Trace) -> Vec<Node> {
+    struct Acc {
+        fork: Option<&'static str>,
+        cancelled: bool,
+        events: u64,
+        model_calls: u64,
+        tool_calls: u64,
+        first: DateTime<Utc>,
+        last: DateTime<Utc>,
+    }
+    let origin = trace
+        .events
+        .iter()
+        .map(|e| e.event.at)
+        .min()
+        .unwrap_or(trace.start);
+    let mut acc: BTreeMap<TraceId, Acc> = BTreeMap::new();
+    let mut forks: HashMap<TraceId, &'static str> = HashMap::new();
+    for entry in &trace.events {
+        let at = entry.event.at;
+        let node = acc.entry(entry.trace_id.clone()).or_insert(Acc {
+            fork: None,
+            cancelled: false,
+            events: 0,
+            model_calls: 0,
+            tool_calls: 0,
+            first: at,
+            last: at,
+        });
+        node.events += 1;
+        node.cancelled |= entry.cancelled;
+        node.first = node.first.min(at);
+        node.last = node.last.max(at);
+        match &entry.event.kind {
+            EventKind::InferStart(_) => node.model_calls += 1,
+            EventKind::ToolCall(_) => node.tool_calls += 1,
+            EventKind::Fork(fork) => {
+                let kind = match fork.kind {
+                    agent_op::trace::ForkKind::Race => "race",
+                    _ => "par",
+                };
+                for id in &fork.branch_ids {
+                    forks.insert(id.clone(), kind);
+                }
+            }
+            _ => {}
+        }
+    }
+    let ms = |d: chrono::TimeDelta| d.num_microseconds().unwrap_or(0) as f64 / 1000.0;
+    let mut nodes: BTreeMap<TraceId, Node> = acc
+        .into_iter()
+        .map(|(id, a)| {
+            let node = Node {
+                id: id.to_string(),
+                fork: forks.get(&id).copied().or(a.fork),
+                cancelled: a.cancelled,
+                events: a.events,
+                model_calls: a.model_calls,
+                tool_calls: a.tool_calls,
+                start_ms: ms(a.first - origin),
+                duration_ms: ms(a.last - a.first),
+                children: Vec::new(),
+            };
+            (id, node)
+        })
+        .collect();
+    // Deepest first, so each node is complete before it moves into its parent.
+    let mut ids: Vec<TraceId> = nodes.keys().cloned().collect();
+    ids.sort_by_key(|id| std::cmp::Reverse(id.depth()));
+    for id in ids {
+        let Some(parent) = id.parent() else { continue };
+        if !nodes.contains_key(&parent) {
+            continue;
+        }
+        if let Some(node) = nodes.remove(&id) {
+            if let Some(p) = nodes.get_mut(&parent) {
+                p.children.push(node);
+            }
+        }
+    }
+    let mut roots: Vec<Node> = nodes.into_values().collect();
+    fn order(nodes: &mut [Node]) {
+        nodes.sort_by(|a, b| natural(&a.id).cmp(&natural(&b.id)));
+        for n in nodes {
+            order(&mut n.children);
+        }
+    }
+    order(&mut roots);
+    roots
+}
+
+/// Sorts `run.10` after `run.9`.
+fn natural(id: &str) -> Vec<Result<u64, &str>> {
+    id.split('.')
+        .map(|p| p.parse::<u64>().map_err(|_| p))
+        .collect()
+}
+
+/// The tree as indented text.
+pub fn tree_text(roots: &[Node]) -> String {
+    fn walk(node: &Node, depth: usize, out: &mut String) {
+        let fork = node.fork.map(|f| format!("[{f}] ")).unwrap_or_default();
+        let cancelled = if node.cancelled { " cancelled" } else { "" };
+        let _ = writeln!(
+            out,
+            "{}{fork}{}  +{:.1} ms for {:.1} ms, {} events, {} model calls, {} tool calls{cancelled}",
+            "  ".repeat(depth),
+            node.id,
+            node.start_ms,
+            node.duration_ms,
+            node.events,
+            node.model_calls,
+            node.tool_calls,
+        );
+        for child in &node.children {
+            walk(child, depth + 1, out);
+        }
+    }
+    let mut out = String::new();
+    for root in roots {
+        walk(root, 0, &mut out);
+    }
+    out
+}
+
+/// Which events `agent trace events` lists.
+#[derive(Debug, Default)]
+pub struct Filter {
+    /// Only these types.
+    pub types: Vec<EventType>,
+    /// Only this branch and its descendants.
+    pub branch: Option<String>,
+    /// Only events at or after this time.
+    pub since: Option<DateTime<Utc>>,
+    /// Only events at or before this time.
+    pub until: Option<DateTime<Utc>>,
+}
+
+impl Filter {
+    /// Parses `--type a,b`: each must be an event type name.
+    pub fn parse_types(list: &str) -> Result<Vec<EventType>, CliError> {
+        list.split(',')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .map(|name| {
+                EventType::from_name(name).ok_or_else(|| {
+                    CliError::Invalid(format!(
+                        "unknown event type `{name}` (known: {})",
+                        EventType::ALL
+                            .iter()
+                            .map(|t| t.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })
+            })
+            .collect()
+    }
+
+    /// Parses a time bound: an RFC 3339 timestamp, or seconds after the trace's start
+    /// (`2.5`).
+    pub fn parse_time(value: &str, start: DateTime<Utc>) -> Result<DateTime<Utc>, CliError> {
+        if let Ok(at) = DateTime::parse_from_rfc3339(value) {
+            return Ok(at.with_timezone(&Utc));
+        }
+        match value.parse::<f64>() {
+            Ok(secs) if secs.is_finite() && secs.abs() < 1e9 => {
+                Ok(start + chrono::TimeDelta::microseconds((secs * 1e6) as i64))
+            }
+            _ => Err(CliError::Invalid(format!(
+                "`{value}` is neither an RFC 3339 time nor seconds after the trace's start"
+            ))),
+        }
+    }
+
+    fn keeps(&self, entry: &TraceEntry) -> bool {
+        if !self.types.is_empty() && !self.types.contains(&entry.event.event_type()) {
+            return false;
+        }
+        if let Some(branch) = &self.branch {
+            let id = entry.trace_id.as_str();
+            let inside = id == branch
+                || id
+                    .strip_prefix(branch.as_str())
+                    .is_some_and(|rest| rest.starts_with('.'));
+            if !inside {
+                return false;
+            }
+        }
+        let at = entry.event.at;
+        self.since.is_none_or(|s| at >= s) && self.until.is_none_or(|u| at <= u)
+    }
+}
+
+/// The events `filter` keeps, as lines: text (`+seconds branch type data`) or, with `json`,
+/// the trace's own JSONL lines.
+pub fn events_text(trace: &Trace, filter: &Filter, json: bool) -> String {
+    let origin = trace
+        .events
+        .iter()
+        .map(|e| e.event.at)
+        .min()
+        .unwrap_or(trace.start);
+    let mut out = String::new();
+    for entry in trace.events.iter().filter(|e| filter.keeps(e)) {
+        if json {
+            let line = json!({
+                "v": jsonl::FORMAT_VERSION,
+                "trace_id": entry.trace_id,
+                "cancelled": entry.cancelled,
+                "event": entry.event,
+            });
+            let _ = writeln!(out, "{line}");
+            continue;
+        }
+        let data = serde_json::to_value(&entry.event)
+            .ok()
+            .and_then(|v| v.get("data").cloned())
+            .unwrap_or(Value::Null);
+        let secs = (entry.event.at - origin).num_microseconds().unwrap_or(0) as f64 / 1e6;
+        let cancelled = if entry.cancelled { " (cancelled)" } else { "" };
+        let _ = writeln!(
+            out,
+            "+{secs:>9.3}s  {}  {}{cancelled}  {data}",
+            entry.trace_id,
+            entry.event.event_type().as_str(),
+        );
+    }
+    out
+}
+
+/// Where two traces part ways.
+#[derive(Debug, Serialize)]
+pub struct Divergence {
+    /// The canonical branch id.
+    pub branch: String,
+    /// The position of the first differing event in that branch.
+    pub sequence: usize,
+    /// That event in the first trace, if it has one there.
+    pub left: Option<Value>,
+    /// That event in the second trace, if it has one there.
+    pub right: Option<Value>,
+}
+
+/// The first divergence of two traces, comparing their canonical forms (timings left out,
+/// cancelled branches left out) branch by branch in id order; `None` when they agree.
+pub fn diff(left: &Trace, right: &Trace) -> Option<Divergence> {
+    // Two runs have different random ids: compare with each run's own id replaced, in the
+    // branch ids and inside the events (forks and joins name their branches).
+    let relabel = |trace: &Trace| -> BTreeMap<String, Vec<String>> {
+        let root = trace.id.as_str();
+        trace
+            .canonical()
+            .into_iter()
+            .map(|(id, events)| {
+                let id = id.as_str();
+                let relative = id.strip_prefix(root).unwrap_or(id);
+                let events = events
+                    .into_iter()
+                    .map(|kind| {
+                        let event = agent_op::Event::at(DateTime::<Utc>::UNIX_EPOCH, kind);
+                        let text = serde_json::to_value(event)
+                            .map(|mut v| {
+                                if let Some(o) = v.as_object_mut() {
+                                    o.remove("at");
+                                }
+                                v.to_string()
+                            })
+                            .unwrap_or_default();
+                        text.replace(root, "run")
+                    })
+                    .collect();
+                (format!("run{relative}"), events)
+            })
+            .collect()
+    };
+    let (a, b) = (relabel(left), relabel(right));
+    let mut branches: Vec<&String> = a.keys().chain(b.keys()).collect();
+    branches.sort_by(|x, y| natural(x).cmp(&natural(y)));
+    branches.dedup();
+    let empty = Vec::new();
+    for branch in branches {
+        let (x, y) = (
+            a.get(branch).unwrap_or(&empty),
+            b.get(branch).unwrap_or(&empty),
+        );
+        let differs = (0..x.len().max(y.len())).find(|&i| x.get(i) != y.get(i));
+        if let Some(i) = differs {
+            let show = |text: Option<&String>| text.and_then(|t| serde_json::from_str(t).ok());
+            return Some(Divergence {
+                branch: branch.clone(),
+                sequence: i,
+                left: show(x.get(i)),
+                right: show(y.get(i)),
+            });
+        }
+    }
+    None
+}
+
+/// A divergence as text.
+pub fn diff_text(divergence: &Option<Divergence>, left: &Path, right: &Path) -> String {
+    match divergence {
+        None => "the traces agree (canonical events, timings left out)\n".to_owned(),
+        Some(d) => {
+            let side = |v: &Option<Value>| match v {
+                Some(v) => v.to_string(),
+                None => "(no event: the branch ends here)".to_owned(),
+            };
+            format!(
+                "first divergence: branch {} event #{}\n  {}: {}\n  {}: {}\n",
+                d.branch,
+                d.sequence,
+                left.display(),
+                side(&d.left),
+                right.display(),
+                side(&d.right),
+            )
+        }
+    }
+}
+
+/// Writes the HTML viewer for the trace at `trace_path` to `out` (default: beside the trace,
+/// with `.html`); returns where.
+pub fn view(trace: &Trace, trace_path: &Path, out: Option<PathBuf>) -> Result<PathBuf, CliError> {
+    let out = out.unwrap_or_else(|| trace_path.with_extension("html"));
+    let title = trace_path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| trace.id.to_string());
+    let html = crate::viewer::render(trace, &title);
+    std::fs::write(&out, html).map_err(|source| CliError::Io {
+        path: out.clone(),
+        action: "writing",
+        source,
+    })?;
+    Ok(out)
+}

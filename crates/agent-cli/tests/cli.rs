@@ -1,0 +1,495 @@
+//! The `agent` binary as a user runs it: the offline example, the trace and memory commands,
+//! and each kind of bad input (with its exit code and one clear line).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn agent(args: &[&str], dir: &Path) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("the agent binary runs")
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
+}
+
+/// Runs the offline example into `dir`; returns the trace path.
+fn run_example(dir: &Path) -> PathBuf {
+    let spec = examples().join("research.toml");
+    let trace = dir.join("research.trace.jsonl");
+    let out = agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--json",
+        ],
+        dir,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let answer: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(answer["answer"]["title"].is_string(), "{answer}");
+    assert!(!answer["answer"]["points"].as_array().unwrap().is_empty());
+    trace
+}
+
+#[test]
+fn the_offline_example_runs_and_its_trace_can_be_inspected() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = run_example(dir.path());
+    let trace_arg = trace.to_str().unwrap();
+
+    let summary = agent(&["trace", "summary", trace_arg, "--json"], dir.path());
+    assert_eq!(summary.status.code(), Some(0), "{}", stderr(&summary));
+    let summary: serde_json::Value = serde_json::from_str(&stdout(&summary)).unwrap();
+    assert_eq!(summary["model_calls"], 2, "{summary}");
+    assert_eq!(summary["tool_calls"], 1);
+    assert_eq!(summary["tools"]["read_file"]["calls"], 1);
+    assert_eq!(summary["errors"], 0);
+
+    let text = stdout(&agent(&["trace", "summary", trace_arg], dir.path()));
+    assert!(
+        text.contains("research-model") && text.contains("read_file"),
+        "{text}"
+    );
+
+    let tree = stdout(&agent(&["trace", "tree", trace_arg], dir.path()));
+    assert!(
+        tree.contains("[par]"),
+        "the tool calls run as a fork: {tree}"
+    );
+
+    let events = agent(
+        &[
+            "trace",
+            "events",
+            trace_arg,
+            "--type",
+            "tool_call,tool_result",
+        ],
+        dir.path(),
+    );
+    let lines: Vec<String> = stdout(&events).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines[0].contains("tool_call") && lines[0].contains("notes.md"));
+    let bad_type = agent(
+        &["trace", "events", trace_arg, "--type", "nope"],
+        dir.path(),
+    );
+    assert_eq!(bad_type.status.code(), Some(3));
+    assert!(stderr(&bad_type).contains("unknown event type `nope`"));
+
+    // The same run twice agrees; a run with another answer diverges, and says where.
+    let again = dir.path().join("again.trace.jsonl");
+    let spec = examples().join("research.toml");
+    let rerun = agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            again.to_str().unwrap(),
+            "--quiet",
+        ],
+        dir.path(),
+    );
+    assert_eq!(rerun.status.code(), Some(0), "{}", stderr(&rerun));
+    let same = agent(
+        &["trace", "diff", trace_arg, again.to_str().unwrap()],
+        dir.path(),
+    );
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+    let other_spec = std::fs::read_to_string(examples().join("research.scripted.toml"))
+        .unwrap()
+        .replace("Deterministic, budgeted agents", "Something else")
+        .replace(
+            "root = \"research\"",
+            &format!("root = {:?}", examples().join("research")),
+        );
+    let other_path = dir.path().join("other.toml");
+    std::fs::write(&other_path, other_spec).unwrap();
+    let other = dir.path().join("other.trace.jsonl");
+    let ran = agent(
+        &[
+            "run",
+            other_path.to_str().unwrap(),
+            "--trace",
+            other.to_str().unwrap(),
+            "--quiet",
+        ],
+        dir.path(),
+    );
+    assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
+    let diff = agent(
+        &[
+            "trace",
+            "diff",
+            trace_arg,
+            other.to_str().unwrap(),
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(diff.status.code(), Some(1), "{}", stdout(&diff));
+    let diff: serde_json::Value = serde_json::from_str(&stdout(&diff)).unwrap();
+    assert!(
+        diff["branch"].as_str().unwrap().starts_with("run"),
+        "{diff}"
+    );
+    assert!(diff["left"].to_string().contains("Deterministic"), "{diff}");
+    assert!(
+        diff["right"].to_string().contains("Something else"),
+        "{diff}"
+    );
+
+    let view = agent(&["trace", "view", trace_arg], dir.path());
+    assert_eq!(view.status.code(), Some(0), "{}", stderr(&view));
+    let html = PathBuf::from(stdout(&view).trim());
+    assert!(std::fs::read_to_string(&html).unwrap().contains("<html"));
+}
+
+#[test]
+fn a_corrupt_trace_names_its_line_and_lenient_summarizes_the_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = run_example(dir.path());
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let total = lines.len();
+    lines.insert(4, "{\"v\":2,\"trace_id\":\"x\",\"event\":{\"type\":");
+    let corrupt = dir.path().join("corrupt.jsonl");
+    std::fs::write(&corrupt, lines.join("\n") + "\n").unwrap();
+    let out = agent(&["trace", "summary", corrupt.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(err.contains("line 5"), "{err}");
+    assert!(err.lines().count() <= 3, "one line and its causes: {err}");
+    let lenient = agent(
+        &[
+            "trace",
+            "summary",
+            corrupt.to_str().unwrap(),
+            "--lenient",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(lenient.status.code(), Some(0), "{}", stderr(&lenient));
+    assert!(stderr(&lenient).contains("line 5"));
+    let summary: serde_json::Value = serde_json::from_str(&stdout(&lenient)).unwrap();
+    // The header is line 1, so lines 2–4 are the readable events.
+    assert_eq!(summary["events"], 3, "{summary} of {total} lines");
+
+    let missing = agent(&["trace", "summary", "no-such-file.jsonl"], dir.path());
+    assert_eq!(missing.status.code(), Some(3));
+    assert!(stderr(&missing).contains("no-such-file.jsonl"));
+}
+
+#[test]
+fn a_spec_with_an_unknown_key_names_it_and_the_allowed_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("bad.toml");
+    std::fs::write(
+        &spec,
+        "[model]\nprovider = \"scripted\"\nname = \"m\"\nreplies = [\"hi\"]\n\n[agent]\ngoal = \"x\"\nmax_turn = 3\n",
+    )
+    .unwrap();
+    let out = agent(&["run", spec.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(err.contains("unknown field `max_turn`"), "{err}");
+    assert!(
+        err.contains("max_turns"),
+        "the allowed keys are listed: {err}"
+    );
+}
+
+#[test]
+fn a_missing_api_key_says_which_variable() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("openai.toml");
+    std::fs::write(
+        &spec,
+        "[model]\nprovider = \"openai\"\nname = \"gpt\"\napi_key_env = \"AGENT_CLI_TEST_NO_SUCH_KEY\"\n\n[agent]\ngoal = \"x\"\n",
+    )
+    .unwrap();
+    let out = agent(&["run", spec.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(4));
+    assert!(
+        stderr(&out).contains("AGENT_CLI_TEST_NO_SUCH_KEY"),
+        "{}",
+        stderr(&out)
+    );
+}
+
+#[test]
+fn an_unreachable_endpoint_fails_the_run_promptly_and_the_trace_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let spec = dir.path().join("down.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "[model]\nprovider = \"openai\"\nname = \"gpt\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\napi_key_env = \"\"\n\n[agent]\ngoal = \"x\"\n"
+        ),
+    )
+    .unwrap();
+    let trace = dir.path().join("down.trace.jsonl");
+    let started = Instant::now();
+    let out = agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert!(stderr(&out).contains("the run failed"), "{}", stderr(&out));
+    assert!(trace.exists());
+}
+
+#[test]
+fn ctrl_c_aborts_cleanly_and_still_writes_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    // A server that accepts and never answers: the model call hangs until the abort.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for stream in listener.incoming().flatten() {
+            held.push(stream);
+        }
+    });
+    let spec = dir.path().join("slow.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "[model]\nprovider = \"openai\"\nname = \"gpt\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\napi_key_env = \"\"\n\n[agent]\ngoal = \"x\"\n"
+        ),
+    )
+    .unwrap();
+    let trace = dir.path().join("slow.trace.jsonl");
+    let child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Wait until the model call is under way (its start is in the streamed trace).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&trace).is_ok_and(|t| t.contains("infer_start")) {
+        assert!(
+            Instant::now() < deadline,
+            "the run never started its model call"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(stderr(&out).contains("aborted"), "{}", stderr(&out));
+    let written = std::fs::read_to_string(&trace).unwrap();
+    assert!(
+        written.contains("\"trace\""),
+        "the complete trace, with its header"
+    );
+    assert!(written.contains("infer_start"));
+}
+
+#[test]
+fn the_memory_commands_work_on_a_sqlite_file_and_reads_never_create_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("mem.db");
+    let db_arg = db.to_str().unwrap();
+    for missing in [
+        vec!["memory", "--db", db_arg, "search", "x"],
+        vec!["memory", "--db", db_arg, "list"],
+        vec!["memory", "--db", db_arg, "stats"],
+        vec!["memory", "--db", db_arg, "forget", "x"],
+    ] {
+        let out = agent(&missing, dir.path());
+        assert_eq!(out.status.code(), Some(3), "{missing:?}");
+        assert!(
+            stderr(&out).contains("no such memory database"),
+            "{}",
+            stderr(&out)
+        );
+        assert!(!db.exists(), "{missing:?} created the file");
+    }
+    let add = |text: &str, tag: &str| {
+        let out = agent(
+            &[
+                "memory", "--db", db_arg, "add", text, "--tag", tag, "--json",
+            ],
+            dir.path(),
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let id: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+        id["id"].as_str().unwrap().to_owned()
+    };
+    let rust = add("Rust has ownership and borrowing", "lang");
+    add("Rust compiles to fast code", "lang");
+    add("Paris is the capital of France", "geo");
+    let search = agent(
+        &[
+            "memory",
+            "--db",
+            db_arg,
+            "search",
+            "ownership in Rust",
+            "--json",
+        ],
+        dir.path(),
+    );
+    let hits: Vec<serde_json::Value> = stdout(&search)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(hits[0]["id"], rust.as_str(), "{hits:?}");
+    assert!(hits[0]["score"].as_f64().unwrap() > hits[1]["score"].as_f64().unwrap());
+    let text = stdout(&agent(
+        &["memory", "--db", db_arg, "search", "ownership"],
+        dir.path(),
+    ));
+    assert!(text.lines().next().unwrap().contains("ownership"), "{text}");
+    let list = stdout(&agent(&["memory", "--db", db_arg, "list"], dir.path()));
+    assert_eq!(list.lines().count(), 3, "{list}");
+    let stats = agent(&["memory", "--db", db_arg, "stats", "--json"], dir.path());
+    let stats: serde_json::Value = serde_json::from_str(&stdout(&stats)).unwrap();
+    assert_eq!(stats["entries"], 3);
+    assert!(stats["dimensions"].as_u64().unwrap() > 0);
+    assert!(stats["bytes"].as_u64().unwrap() > 0);
+    let forget = agent(&["memory", "--db", db_arg, "forget", &rust], dir.path());
+    assert_eq!(forget.status.code(), Some(0));
+    let again = agent(&["memory", "--db", db_arg, "forget", &rust], dir.path());
+    assert_eq!(again.status.code(), Some(3), "an unknown id is an error");
+    let prune = agent(
+        &[
+            "memory",
+            "--db",
+            db_arg,
+            "prune",
+            "--max-entries",
+            "0",
+            "--json",
+        ],
+        dir.path(),
+    );
+    let pruned: serde_json::Value = serde_json::from_str(&stdout(&prune)).unwrap();
+    assert_eq!(pruned["removed"], 2, "{pruned}");
+}
+
+#[test]
+fn completions_and_help_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = agent(&["completions", "bash"], dir.path());
+    assert_eq!(out.status.code(), Some(0));
+    assert!(stdout(&out).contains("agent"));
+    let help = agent(&["--help"], dir.path());
+    assert!(stdout(&help).contains("Exit codes"), "{}", stdout(&help));
+    let usage = agent(&["trace"], dir.path());
+    assert_eq!(usage.status.code(), Some(2));
+}
+
+#[test]
+fn a_text_agent_is_kept_inside_its_directory_and_remembers_its_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("docs")).unwrap();
+    std::fs::write(dir.path().join("docs/a.txt"), "alpha").unwrap();
+    std::fs::write(dir.path().join("secret.txt"), "do not read").unwrap();
+    let spec = dir.path().join("text.toml");
+    std::fs::write(
+        &spec,
+        r#"
+[model]
+provider = "scripted"
+name = "m"
+replies = [
+    { calls = [{ tool = "read_file", args = { path = "../secret.txt" } }, { tool = "read_file", args = { path = "a.txt" } }] },
+    "The file says alpha.",
+]
+
+[agent]
+goal = "What does a.txt say?"
+
+[tools.read_file]
+root = "docs"
+
+[memory]
+db = "mem.db"
+"#,
+    )
+    .unwrap();
+    let trace = dir.path().join("text.trace.jsonl");
+    let out = agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--quiet",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "The file says alpha.");
+    let events = stdout(&agent(
+        &[
+            "trace",
+            "events",
+            trace.to_str().unwrap(),
+            "--type",
+            "tool_result",
+            "--json",
+        ],
+        dir.path(),
+    ));
+    let results: Vec<serde_json::Value> = events
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), 2);
+    assert_eq!(results[0]["event"]["data"]["success"], false, "{events}");
+    assert!(
+        results[0]["event"]["data"]["output_preview"]
+            .as_str()
+            .unwrap()
+            .contains("outside")
+    );
+    assert_eq!(results[1]["event"]["data"]["success"], true);
+    // The answer is in the spec's memory.
+    let db = dir.path().join("mem.db");
+    let list = stdout(&agent(
+        &["memory", "--db", db.to_str().unwrap(), "list"],
+        dir.path(),
+    ));
+    assert!(list.contains("The file says alpha."), "{list}");
+}
