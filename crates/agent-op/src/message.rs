@@ -384,6 +384,10 @@ pub struct Response {
     /// What the call cost, when the provider or a price table knows; never a guessed zero.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<MicroUsd>,
+    /// The model that answered, as the provider names it (often more specific than the one
+    /// asked for: `gpt-4o-mini-2024-07-18` for `gpt-4o-mini`), when it says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
 }
 
 impl Response {

@@ -15,7 +15,7 @@ use agent_op::{FnTool, Response};
 use agent_otel::Otel;
 #[cfg(feature = "grpc")]
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
-use receiver::{Received, Receiver, decode};
+use receiver::{Received, Receiver};
 use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
 
@@ -178,6 +178,7 @@ mod grpc {
     use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
         TraceService, TraceServiceServer,
     };
+    use receiver::decode;
 
     struct Collector(Arc<Mutex<Vec<Received>>>);
 

@@ -138,6 +138,7 @@ async fn chat_sends_the_documented_request_and_reads_tool_calls() {
     );
     // 155 tokens at $0.10 per million: 15.5 micro-dollars, rounded up.
     assert_eq!(response.cost, Some(MicroUsd(16)));
+    assert_eq!(response.model.as_deref(), Some("llama3.2"));
     assert_eq!(detailed.timings, expected_timings());
 
     // Through the Provider trait, the same reply.

@@ -152,6 +152,8 @@ async fn chat_sends_the_documented_request_and_reads_the_reply() {
     );
     // gpt-4o-mini: $0.15 / $0.60 per million tokens → 18 + 4.8 micro-dollars, rounded up.
     assert_eq!(reply.cost, Some(MicroUsd(23)));
+    // The model that answered, as the server names it.
+    assert_eq!(reply.model.as_deref(), Some("gpt-4o-mini-2024-07-18"));
 }
 
 #[tokio::test]
@@ -322,6 +324,11 @@ async fn streamed_chat_assembles_text_and_reads_the_usage_chunk() {
             Delta::Text("dich, 世界 ".into()),
             Delta::Text("🎉".into())
         ]
+    );
+    assert_eq!(
+        reply.model.as_deref(),
+        Some("gpt-4o-mini"),
+        "from the chunks"
     );
     assert_eq!(reply.finish_reason, FinishReason::Stop);
     assert_eq!(reply.usage.total(), 27);

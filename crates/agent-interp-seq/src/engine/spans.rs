@@ -151,11 +151,13 @@ pub(crate) fn chat(parent: &Span, provider: &str, model: &str, event: u64) -> Sp
 }
 
 /// What a model call returned.
-pub(crate) fn chat_ended(span: &Span, model: &str, response: &Response, content: bool) {
+pub(crate) fn chat_ended(span: &Span, response: &Response, content: bool) {
     if span.is_disabled() {
         return;
     }
-    span.record("gen_ai.response.model", model);
+    if let Some(model) = &response.model {
+        span.record("gen_ai.response.model", model.as_str());
+    }
     let reason = serde_json::to_value(&response.finish_reason)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))

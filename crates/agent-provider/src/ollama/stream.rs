@@ -75,6 +75,7 @@ pub struct NdjsonAssembler {
     content: String,
     calls: Vec<ToolCall>,
     done: Option<Done>,
+    model: Option<String>,
     redactor: Redactor,
 }
 
@@ -177,6 +178,9 @@ impl NdjsonAssembler {
                 &self.redactor,
             ));
         }
+        if let Some(model) = chunk.model.filter(|m| !m.is_empty()) {
+            self.model = Some(model);
+        }
         if let Some(message) = chunk.message {
             if !message.content.is_empty() {
                 self.content.push_str(&message.content);
@@ -250,6 +254,7 @@ impl NdjsonAssembler {
             finish_reason,
             usage: done.usage,
             cost: None,
+            model: self.model,
         })
     }
 }

@@ -242,6 +242,8 @@ pub(crate) struct EmbedResponse {
 #[derive(Deserialize)]
 pub(crate) struct ChatChunk {
     #[serde(default)]
+    pub(crate) model: Option<String>,
+    #[serde(default)]
     pub(crate) message: Option<ChunkMessage>,
     #[serde(default)]
     pub(crate) done: bool,

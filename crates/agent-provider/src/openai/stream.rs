@@ -82,6 +82,7 @@ pub struct SseAssembler {
     calls: Vec<PartialCall>,
     finish_reason: Option<FinishReason>,
     usage: Option<Usage>,
+    model: Option<String>,
     done: bool,
     redactor: Redactor,
 }
@@ -97,6 +98,8 @@ struct PartialCall {
 
 #[derive(Deserialize)]
 struct Chunk {
+    #[serde(default)]
+    model: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     choices: Vec<ChunkChoice>,
     #[serde(default)]
@@ -194,6 +197,9 @@ impl SseAssembler {
         }
         if let Some(usage) = chunk.usage {
             self.usage = Some(usage.into());
+        }
+        if let Some(model) = chunk.model.filter(|m| !m.is_empty()) {
+            self.model = Some(model);
         }
         for choice in chunk.choices {
             // We never ask for more than one choice; ignore any others.
@@ -324,6 +330,7 @@ impl SseAssembler {
             finish_reason,
             usage: self.usage.unwrap_or_default(),
             cost: None,
+            model: self.model,
         })
     }
 }

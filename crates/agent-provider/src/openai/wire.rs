@@ -282,6 +282,8 @@ pub(crate) struct EmbeddingsRequest<'a> {
 /// A `chat.completion` object.
 #[derive(Deserialize)]
 pub(crate) struct ChatCompletion {
+    #[serde(default)]
+    pub(crate) model: Option<String>,
     #[serde(default, deserialize_with = "nullable")]
     pub(crate) choices: Vec<Choice>,
     #[serde(default)]
@@ -362,6 +364,7 @@ impl ChatCompletion {
     /// The reply of the first choice; a completion without choices is an error.
     pub(crate) fn into_response(self) -> Option<(Response, Option<Usage>)> {
         let usage = self.usage.map(Usage::from);
+        let model = self.model.filter(|m| !m.is_empty());
         let choice = self.choices.into_iter().min_by_key(|c| c.index)?;
         let ChoiceMessage {
             content,
@@ -390,6 +393,7 @@ impl ChatCompletion {
             finish_reason,
             usage: usage.unwrap_or_default(),
             cost: None,
+            model,
         };
         Some((response, usage))
     }

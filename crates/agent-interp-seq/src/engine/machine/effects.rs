@@ -247,11 +247,6 @@ where
             }
         };
         let exceeded = reservation.settle(Some(response.usage), response.cost);
-        let model_name = if span.is_disabled() {
-            String::new()
-        } else {
-            model.clone()
-        };
         self.record(EventKind::InferEnd(InferEnd {
             model,
             response_preview: preview(&response.content, PREVIEW_CHARS),
@@ -263,7 +258,7 @@ where
             duration_us: micros(started.elapsed()),
             iteration,
         }));
-        spans::chat_ended(&span, &model_name, &response, self.rt.config.record_content);
+        spans::chat_ended(&span, &response, self.rt.config.record_content);
         spans::last_event(&span, self.last_seq());
         match exceeded {
             Some((scope, exhausted)) => Err(Unwind::Exit {
