@@ -3,41 +3,16 @@
 
 #![cfg(feature = "mcp")]
 
-use std::path::PathBuf;
-use std::process::Command;
-
 use agent_agents::{McpError, McpServer, Toolbox, with_toolbox};
 use agent_interp_seq::Config;
 use agent_op::op::{self, Op};
 use agent_op::{EventType, ToolErrorKind};
 use serde_json::json;
 
-const PACKAGE: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+#[path = "support/everything.rs"]
+mod everything;
 
-/// The server's entry point, installed if missing; `None` (said in one line) without npm.
-fn server_everything() -> Option<PathBuf> {
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
-    let dir = target.join("mcp-everything");
-    let entry = dir.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
-    if entry.exists() {
-        return Some(entry);
-    }
-    let installed = Command::new("npm")
-        .args(["install", "--no-audit", "--no-fund", "--silent", "--prefix"])
-        .arg(&dir)
-        .arg(PACKAGE)
-        .status();
-    match installed {
-        Ok(status) if status.success() && entry.exists() => Some(entry),
-        Ok(status) => panic!("npm install {PACKAGE} failed: {status}"),
-        Err(e) => {
-            eprintln!("SKIPPED: MCP tests need npm to install {PACKAGE} ({e})");
-            None
-        }
-    }
-}
+use everything::server_everything;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tools_of_a_real_mcp_server_are_scoped_toolbox_entries() {

@@ -493,3 +493,73 @@ db = "mem.db"
     ));
     assert!(list.contains("The file says alpha."), "{list}");
 }
+
+#[path = "../../agent-agents/tests/support/everything.rs"]
+mod everything;
+
+#[test]
+fn a_spec_can_offer_the_tools_of_an_mcp_server() {
+    let Some(entry) = everything::server_everything() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("mcp.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"
+[model]
+provider = "scripted"
+name = "m"
+replies = [
+    {{ calls = [{{ tool = "echo", args = {{ message = "hello from the spec" }} }}] }},
+    "done",
+]
+
+[agent]
+goal = "Echo something."
+
+[[tools.mcp]]
+name = "everything"
+command = "node"
+args = [{entry:?}, "stdio"]
+capabilities = ["mcp.everything"]
+"#
+        ),
+    )
+    .unwrap();
+    let trace = dir.path().join("mcp.trace.jsonl");
+    let out = agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--quiet",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "done");
+    let results = stdout(&agent(
+        &[
+            "trace",
+            "events",
+            trace.to_str().unwrap(),
+            "--type",
+            "tool_result",
+            "--json",
+        ],
+        dir.path(),
+    ));
+    let result: serde_json::Value = serde_json::from_str(results.lines().next().unwrap()).unwrap();
+    assert_eq!(result["event"]["data"]["name"], "echo");
+    assert_eq!(result["event"]["data"]["success"], true, "{result}");
+    assert!(
+        result["event"]["data"]["output_preview"]
+            .as_str()
+            .unwrap()
+            .contains("hello from the spec"),
+        "{result}"
+    );
+}

@@ -291,6 +291,20 @@ fn a_run_is_a_tree_of_genai_spans_linked_to_its_trace() {
     assert_eq!(raced.len(), 2);
     assert_eq!(raced[0].field("effect_agents.cancelled"), None);
     assert_eq!(raced[1].field("effect_agents.cancelled"), Some("true"));
+    assert_eq!(index[&race].field("effect_agents.fork.winner"), Some("0"));
+    // Branches that recorded nothing claim no events.
+    assert_eq!(raced[0].field("effect_agents.event.first"), None);
+    // The run covers its own events, first to last.
+    let own = trace
+        .events
+        .iter()
+        .filter(|e| e.trace_id.as_str() == "span-test-0001")
+        .count();
+    assert_eq!(root.field("effect_agents.event.first"), Some("0"));
+    assert_eq!(
+        root.field("effect_agents.event.last"),
+        Some((own - 1).to_string().as_str())
+    );
 
     let recall = spans
         .iter()
@@ -373,22 +387,22 @@ struct Rain {
 
 /// A sub-agent offered as a tool: `execute_tool {name}` for the model's call, with the
 /// sub-agent's `invoke_agent {name}` inside it and the sub-agent's model calls inside that.
-#[test]
-fn a_sub_agent_is_an_agent_span_inside_the_tool_call_that_reached_it() {
+/// Runs a boss agent whose sub-agent `forecaster` (answering the call `b1`) has `calls`
+/// model calls of budget; returns the spans.
+fn sub_agent_run(calls: u64) -> Vec<(u64, Captured)> {
     use agent_agents::{SubAgent, Toolbox, agent};
 
     let provider = ScriptedProvider::from_fn(|model, prompt| {
         let asked = prompt.messages.len();
         Ok(match (model, asked) {
             ("boss", 2) => Response::tool_call("b1", "forecaster", json!({"city": "Oslo"})),
-            ("boss", _) => Response::text("{\"rain\": true}"),
             _ => Response::text("{\"rain\": true}"),
         })
     });
     let forecaster = SubAgent::<()>::new(
         "forecaster",
         "Forecasts rain",
-        Budget::new().calls(3),
+        Budget::new().calls(calls),
         |c: City| {
             agent::<(), Rain>(
                 "helper",
@@ -412,6 +426,14 @@ fn a_sub_agent_is_an_agent_span_inside_the_tool_call_that_reached_it() {
         assert!(outcome.value.unwrap().rain);
     });
     let spans = capture.spans.lock().unwrap().clone();
+    spans
+}
+
+/// A sub-agent offered as a tool: `execute_tool {name}` for the model's call, with the
+/// sub-agent's `invoke_agent {name}` inside it and the sub-agent's model calls inside that.
+#[test]
+fn a_sub_agent_is_an_agent_span_inside_the_tool_call_that_reached_it() {
+    let spans = sub_agent_run(3);
     let index = by_id(&spans);
     let (agent_id, sub) = spans
         .iter()
@@ -423,6 +445,7 @@ fn a_sub_agent_is_an_agent_span_inside_the_tool_call_that_reached_it() {
     let call = index[&sub.parent.unwrap()];
     assert_eq!(call.otel_name(), "execute_tool forecaster");
     assert_eq!(call.field("gen_ai.tool.call.id"), Some("b1"));
+    assert_eq!(call.field("error.type"), None);
     // The helper's model call is inside the sub-agent's span.
     let helper = spans
         .iter()
@@ -436,4 +459,77 @@ fn a_sub_agent_is_an_agent_span_inside_the_tool_call_that_reached_it() {
         ancestor = index[&id].parent;
     }
     assert!(inside, "{:#?}", shape(&spans));
+
+    // With no budget the sub-agent fails: a tool error, and its spans say so.
+    let spans = sub_agent_run(0);
+    let call = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.otel_name() == "execute_tool forecaster")
+        .unwrap();
+    assert_eq!(call.field("error.type"), Some("failed"), "{call:?}");
+    let sub = spans
+        .iter()
+        .map(|(_, s)| s)
+        .find(|s| s.otel_name() == "invoke_agent forecaster")
+        .unwrap();
+    assert_eq!(sub.field("otel.status_code"), Some("ERROR"));
+}
+
+/// Failures mark the spans they end: the call, the scopes it was in, and the run.
+#[test]
+fn failures_mark_the_spans_they_end() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    tracing::subscriber::with_default(subscriber, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        // A budget of one call, asked for two: the scope ends early, the run goes on.
+        let ask = || op::infer_raw::<()>("small", agent_op::Prompt::default().user("hi"));
+        let limited = op::limit(Budget::new().calls(1), ask().then(ask())).map(|r| r.is_err());
+        // A tool outside a tool scope is refused (a tool error value); then a tool the run
+        // does not have at all fails the run.
+        let scope = agent_op::ToolScope::new("none", agent_op::ToolSet::new());
+        let program = limited
+            .then(op::with_tools(scope, op::tool("missing", json!({}))))
+            .then(op::tool("missing", json!({})));
+        let error = rt
+            .block_on(agent_interp_seq::run(&config(), (), program))
+            .unwrap_err();
+        assert!(error.kind.to_string().contains("missing"), "{}", error.kind);
+    });
+    let spans = capture.spans.lock().unwrap().clone();
+    let find = |name: &str| {
+        spans
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s.otel_name() == name)
+            .unwrap_or_else(|| panic!("no `{name}` span in {:#?}", shape(&spans)))
+    };
+    assert_eq!(
+        find("limit").field("effect_agents.scope.ended"),
+        Some("exhausted")
+    );
+    let calls: Vec<&Captured> = spans
+        .iter()
+        .map(|(_, s)| s)
+        .filter(|s| s.otel_name() == "execute_tool missing")
+        .collect();
+    assert_eq!(calls.len(), 2);
+    // The refused call, and the call of a tool the run lacks, each end their span failed and
+    // name the events they cover.
+    assert_eq!(calls[0].field("error.type"), Some("denied"));
+    assert_eq!(calls[1].field("error.type"), Some("unknown_tool"));
+    assert!(
+        calls
+            .iter()
+            .all(|c| c.field("effect_agents.event.last").is_some())
+    );
+    assert_eq!(find("with_tools").field("error.type"), None);
+    let root = find("invoke_agent forecaster");
+    assert_eq!(root.field("error.type"), Some("unknown_tool"));
+    assert_eq!(root.field("otel.status_code"), Some("ERROR"));
+    assert!(spans.iter().all(|(_, s)| s.closed));
 }

@@ -154,11 +154,6 @@ where
             .map_or(&self.span, |scope| &scope.span)
     }
 
-    /// This machine's span, to mark how the run or branch ended.
-    pub(crate) fn span(&self) -> &tracing::Span {
-        &self.span
-    }
-
     /// The sequence number of the last event this machine recorded.
     pub(crate) fn last_seq(&self) -> u64 {
         self.seq.saturating_sub(1)
@@ -242,6 +237,26 @@ where
     /// Marks this machine's log finished.
     pub(crate) fn finish(&self) {
         self.log.finish();
+    }
+
+    /// Ends this machine's spans: records the events its span covers and, on failure, marks
+    /// it and every scope it is still inside as failed. Returns its span, so the caller can
+    /// close it before slow work of its own (a subscriber's flush) stretches it.
+    pub(crate) fn end_spans(&mut self, result: &Result<AnyValue, Unwind>) -> tracing::Span {
+        if let Err(unwind) = result {
+            let kind = unwind.kind_name();
+            for scope in self.stack.scopes.iter().rev() {
+                spans::failed(&scope.span, kind);
+                if let Some(outer) = &scope.outer_span {
+                    spans::failed(outer, kind);
+                }
+            }
+            spans::failed(&self.span, kind);
+        }
+        if self.seq > 0 {
+            spans::covers(&self.span, 0, self.seq - 1);
+        }
+        std::mem::replace(&mut self.span, tracing::Span::none())
     }
 
     // ------------------------------------------------------------------------------------
@@ -350,7 +365,7 @@ where
                 ok,
                 exhausted,
             } => {
-                let span = spans::scope(self.parent_span(), "limit", self.seq);
+                let span = spans::scope(self.parent_span(), "limit", Some(self.seq));
                 self.record(EventKind::Limit(LimitStart {
                     budget: budget.clone(),
                 }));
@@ -362,6 +377,7 @@ where
                     is_timeout: false,
                     tools: None,
                     span,
+                    outer_span: None,
                 };
                 (active, body, ok, EarlyExit::Limit(exhausted))
             }
@@ -371,7 +387,7 @@ where
                 ok,
                 timed_out,
             } => {
-                let span = spans::scope(self.parent_span(), "timeout", self.seq);
+                let span = spans::scope(self.parent_span(), "timeout", Some(self.seq));
                 self.record(EventKind::Timeout(TimeoutStart { limit }));
                 let active = ActiveScope {
                     id,
@@ -382,12 +398,14 @@ where
                     is_timeout: true,
                     tools: None,
                     span,
+                    outer_span: None,
                 };
                 (active, body, ok, EarlyExit::Timeout(timed_out))
             }
             Scope::Tools { scope, body, pass } => {
                 self.check_narrows(&scope)?;
-                let span = spans::scope(self.parent_span(), "with_tools", self.seq);
+                // No event opens a tool scope, so it claims none.
+                let span = spans::scope(self.parent_span(), "with_tools", None);
                 let active = ActiveScope {
                     id,
                     started: now,
@@ -396,6 +414,7 @@ where
                     is_timeout: false,
                     tools: Some(scope),
                     span,
+                    outer_span: None,
                 };
                 (active, body, pass, EarlyExit::Never)
             }
@@ -405,7 +424,8 @@ where
                 body,
                 pass,
             } => {
-                let span = spans::agent(self.parent_span(), &name, call_id.as_deref(), self.seq);
+                let (outer_span, span) =
+                    spans::agent(self.parent_span(), &name, call_id.as_deref());
                 let active = ActiveScope {
                     id,
                     started: now,
@@ -414,6 +434,7 @@ where
                     is_timeout: false,
                     tools: None,
                     span,
+                    outer_span,
                 };
                 (active, body, pass, EarlyExit::Never)
             }

@@ -208,10 +208,7 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         let mut machine = Machine::root(runtime.clone(), root.clone(), state, rebox::<A>, span);
         let result = machine.run_caught(program.into_node()).await;
         machine.finish();
-        spans::last_event(machine.span(), machine.last_seq());
-        if let Err(unwind) = &result {
-            spans::failed(machine.span(), unwind.kind_name());
-        }
+        drop(machine.end_spans(&result));
         let trace = root.take();
         for subscriber in &config.subscribers {
             // A panicking observer must not take the run down with it.

@@ -38,6 +38,8 @@ pub(crate) struct ActiveScope {
     /// The scope's `tracing` span, closed when the scope (and every branch inheriting it)
     /// is left.
     pub(crate) span: tracing::Span,
+    /// For a sub-agent answering a tool call, the `execute_tool` span around `span`.
+    pub(crate) outer_span: Option<tracing::Span>,
 }
 
 impl ActiveScope {

@@ -32,7 +32,7 @@ pub(crate) fn run(trace_id: &TraceId, agent: Option<&str>) -> Span {
         gen_ai.operation.name = "invoke_agent",
         gen_ai.agent.name = agent,
         effect_agents.trace_id = %trace_id,
-        effect_agents.event.first = 0i64,
+        effect_agents.event.first = Empty,
         effect_agents.event.last = Empty,
         error.type = Empty,
     );
@@ -57,6 +57,8 @@ pub(crate) fn fork(parent: &Span, race: bool, branches: usize, event: u64) -> Sp
         effect_agents.event.first = int(event),
         effect_agents.event.last = Empty,
         effect_agents.fork.winner = Empty,
+        error.type = Empty,
+        otel.status_code = Empty,
     )
 }
 
@@ -68,7 +70,7 @@ pub(crate) fn branch(fork: &Span, id: &TraceId, index: usize) -> Span {
         "branch",
         effect_agents.trace_id = %id,
         effect_agents.branch.index = int(index as u64),
-        effect_agents.event.first = 0i64,
+        effect_agents.event.first = Empty,
         effect_agents.event.last = Empty,
         effect_agents.cancelled = Empty,
         error.type = Empty,
@@ -76,16 +78,19 @@ pub(crate) fn branch(fork: &Span, id: &TraceId, index: usize) -> Span {
     )
 }
 
-/// A `limit`, `timeout` or `with_tools` scope whose opening event (if any) is number `event`.
-pub(crate) fn scope(parent: &Span, kind: &'static str, event: u64) -> Span {
+/// A `limit`, `timeout` or `with_tools` scope; `event` is the number of the event that opens
+/// it, for the scopes one does.
+pub(crate) fn scope(parent: &Span, kind: &'static str, event: Option<u64>) -> Span {
     tracing::info_span!(
         target: TARGET,
         parent: parent,
         "scope",
         otel.name = kind,
         effect_agents.scope.kind = kind,
-        effect_agents.event.first = int(event),
+        effect_agents.event.first = event.map(int),
         effect_agents.scope.ended = Empty,
+        error.type = Empty,
+        otel.status_code = Empty,
     )
 }
 
@@ -94,32 +99,25 @@ pub(crate) fn ended_early(span: &Span, how: &str) {
     span.record("effect_agents.scope.ended", how);
 }
 
-/// A sub-agent's run: `invoke_agent {name}`, inside `execute_tool {name}` when it answers a
-/// model's tool call.
-pub(crate) fn agent(parent: &Span, name: &str, call_id: Option<&str>, event: u64) -> Span {
-    let tool_span;
-    let parent = match call_id {
-        Some(id) => {
-            tool_span = tool(parent, name, Some(id), event);
-            &tool_span
-        }
-        None => parent,
-    };
+/// A sub-agent's run: `invoke_agent {name}`, inside `execute_tool {name}` (returned first,
+/// to be kept open as long as the agent's span) when it answers a model's tool call. No
+/// event opens either, so they claim none.
+pub(crate) fn agent(parent: &Span, name: &str, call_id: Option<&str>) -> (Option<Span>, Span) {
+    let outer = call_id.map(|id| tool(parent, name, Some(id), None));
     let span = tracing::info_span!(
         target: TARGET,
-        parent: parent,
+        parent: outer.as_ref().unwrap_or(parent),
         "invoke_agent",
         otel.name = Empty,
         otel.status_code = Empty,
         gen_ai.operation.name = "invoke_agent",
         gen_ai.agent.name = name,
-        effect_agents.event.first = int(event),
         error.type = Empty,
     );
     if !span.is_disabled() {
         span.record("otel.name", format!("invoke_agent {name}"));
     }
-    span
+    (outer, span)
 }
 
 /// A model call: `chat {model}`.
@@ -158,11 +156,17 @@ pub(crate) fn chat_ended(span: &Span, response: &Response, content: bool) {
     if let Some(model) = &response.model {
         span.record("gen_ai.response.model", model.as_str());
     }
-    let reason = serde_json::to_value(&response.finish_reason)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
-    span.record("gen_ai.response.finish_reasons", format!("[\"{reason}\"]"));
+    let reason = match &response.finish_reason {
+        agent_op::FinishReason::Stop => "stop",
+        agent_op::FinishReason::Length => "length",
+        agent_op::FinishReason::ToolCalls => "tool_calls",
+        agent_op::FinishReason::ContentFilter => "content_filter",
+        agent_op::FinishReason::Other(other) => other.as_str(),
+        _ => "other",
+    };
+    // `tracing` fields hold no arrays: the conventions' string array goes out as JSON.
+    let reasons = serde_json::to_string(&[reason]).unwrap_or_default();
+    span.record("gen_ai.response.finish_reasons", reasons);
     span.record(
         "gen_ai.usage.input_tokens",
         int(response.usage.input_tokens),
@@ -195,7 +199,7 @@ pub(crate) fn chat_failed(span: &Span, error: &ProviderError) {
 }
 
 /// A tool call: `execute_tool {name}`.
-pub(crate) fn tool(parent: &Span, name: &str, call_id: Option<&str>, event: u64) -> Span {
+pub(crate) fn tool(parent: &Span, name: &str, call_id: Option<&str>, event: Option<u64>) -> Span {
     let span = tracing::info_span!(
         target: TARGET,
         parent: parent,
@@ -209,7 +213,7 @@ pub(crate) fn tool(parent: &Span, name: &str, call_id: Option<&str>, event: u64)
         gen_ai.tool.call.id = call_id,
         gen_ai.tool.call.arguments = Empty,
         gen_ai.tool.call.result = Empty,
-        effect_agents.event.first = int(event),
+        effect_agents.event.first = event.map(int),
         effect_agents.event.last = Empty,
         error.type = Empty,
     );
@@ -282,6 +286,17 @@ pub(crate) fn failed(span: &Span, error_type: &str) {
 /// Records the last event `span` covers.
 pub(crate) fn last_event(span: &Span, event: u64) {
     span.record("effect_agents.event.last", int(event));
+}
+
+/// Records the events `span` covers, `first` to `last`.
+pub(crate) fn covers(span: &Span, first: u64, last: u64) {
+    span.record("effect_agents.event.first", int(first));
+    span.record("effect_agents.event.last", int(last));
+}
+
+/// Records which branch of a `race` won.
+pub(crate) fn winner(span: &Span, index: usize) {
+    span.record("effect_agents.fork.winner", int(index as u64));
 }
 
 /// Counts go out as signed integers: OpenTelemetry has no unsigned type, and the bridge

@@ -232,6 +232,7 @@ where
             Ok(result) => result,
             Err(unwind) => {
                 spans::failed(&span, unwind.kind_name());
+                spans::last_event(&span, self.last_seq());
                 return Err(unwind);
             }
         };
@@ -269,6 +270,20 @@ where
         }
     }
 
+    /// Passes an await's result through; if it was interrupted (abort, deadline), marks
+    /// `span` failed and records the last event it covers first.
+    fn close_interrupted<T>(
+        &self,
+        span: &tracing::Span,
+        finished: Result<T, Unwind>,
+    ) -> Result<T, Unwind> {
+        if let Err(unwind) = &finished {
+            spans::failed(span, unwind.kind_name());
+            spans::last_event(span, self.last_seq());
+        }
+        finished
+    }
+
     /// The tools the program may call here: the innermost `with_tools` scope's, or the
     /// run's.
     fn tools_in_scope(&self) -> &ToolSet {
@@ -301,7 +316,12 @@ where
                             allowed.join(", ")
                         }
                     ));
-                    let span = spans::tool(self.parent_span(), &name, call_id.as_deref(), self.seq);
+                    let span = spans::tool(
+                        self.parent_span(),
+                        &name,
+                        call_id.as_deref(),
+                        Some(self.seq),
+                    );
                     spans::failed(&span, "denied");
                     self.record(EventKind::ToolDenied(event::ToolDenied {
                         name,
@@ -309,12 +329,18 @@ where
                         allowed,
                         iteration,
                     }));
+                    spans::last_event(&span, self.last_seq());
                     let result: Result<Value, ToolError> = Err(error);
                     return Ok(self.stack.feed(&mut Some(result)));
                 }
             },
         };
-        let span = spans::tool(self.parent_span(), &name, call_id.as_deref(), self.seq);
+        let span = spans::tool(
+            self.parent_span(),
+            &name,
+            call_id.as_deref(),
+            Some(self.seq),
+        );
         self.record(EventKind::ToolCall(event::ToolCall {
             name: name.clone(),
             args: args.clone(),
@@ -343,7 +369,9 @@ where
         let Some(tool) = scoped.or_else(|| self.rt.config.tools.get(&name).cloned()) else {
             let permitted = self.rt.config.tools.names().map(str::to_owned).collect();
             spans::failed(&span, "unknown_tool");
-            return Err(self.fail(ErrorKind::UnknownTool { name, permitted }));
+            let failure = self.fail(ErrorKind::UnknownTool { name, permitted });
+            spans::last_event(&span, self.last_seq());
+            return Err(failure);
         };
         let content = self.rt.config.record_content;
         let recorded_args = (content && !span.is_disabled()).then(|| args.clone());
@@ -351,17 +379,11 @@ where
         let result: Result<Value, ToolError> = if tool.is_blocking() {
             // Blocking work runs on tokio's blocking pool so it cannot stall other branches.
             // If the call is cancelled the thread finishes on its own; its result is dropped.
+            // The span is not entered there: an abandoned call would hold it open past its end.
             let handle = tokio::runtime::Handle::current();
-            let in_span = span.clone();
-            let task = tokio::task::spawn_blocking(move || {
-                let _entered = in_span.enter();
-                handle.block_on(tool.call(args))
-            });
-            match self
-                .guarded(task)
-                .await
-                .inspect_err(|u| spans::failed(&span, u.kind_name()))?
-            {
+            let task = tokio::task::spawn_blocking(move || handle.block_on(tool.call(args)));
+            let finished = self.guarded(task).await;
+            match self.close_interrupted(&span, finished)? {
                 Ok(result) => result,
                 Err(join_error) => Err(ToolError::panicked(match join_error.try_into_panic() {
                     Ok(payload) => panic_message(payload.as_ref()),
@@ -371,18 +393,16 @@ where
         } else {
             let call = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(args)));
             match call {
-                Ok(fut) => match self
-                    .guarded(
-                        AssertUnwindSafe(fut)
-                            .catch_unwind()
-                            .instrument(span.clone()),
-                    )
-                    .await
-                    .inspect_err(|u| spans::failed(&span, u.kind_name()))?
-                {
-                    Ok(result) => result,
-                    Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
-                },
+                Ok(fut) => {
+                    let running = AssertUnwindSafe(fut)
+                        .catch_unwind()
+                        .instrument(span.clone());
+                    let finished = self.guarded(running).await;
+                    match self.close_interrupted(&span, finished)? {
+                        Ok(result) => result,
+                        Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
+                    }
+                }
                 Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
             }
         };
@@ -443,7 +463,8 @@ where
         let tags = memory.tags.clone();
         let span = spans::memory(self.parent_span(), "remember", self.seq);
         let stored = backend.store(memory).instrument(span.clone());
-        match self.guarded(stored).await? {
+        let finished = self.guarded(stored).await;
+        match self.close_interrupted(&span, finished)? {
             Ok(id) => {
                 spans::last_event(&span, self.seq);
                 self.record(EventKind::Remember(event::Remember {
@@ -456,7 +477,9 @@ where
             }
             Err(e) => {
                 spans::failed(&span, "memory");
-                Err(self.fail(ErrorKind::Memory(e)))
+                let failure = self.fail(ErrorKind::Memory(e));
+                spans::last_event(&span, self.last_seq());
+                Err(failure)
             }
         }
     }
@@ -464,10 +487,10 @@ where
     pub(super) async fn forget(&mut self, id: agent_op::MemoryId) -> Result<Node<S>, Unwind> {
         let backend = self.memory()?;
         let span = spans::memory(self.parent_span(), "forget", self.seq);
-        match self
+        let finished = self
             .guarded(backend.delete(&id).instrument(span.clone()))
-            .await?
-        {
+            .await;
+        match self.close_interrupted(&span, finished)? {
             Ok(existed) => {
                 spans::last_event(&span, self.seq);
                 self.record(EventKind::Forget(event::Forget { id, existed }));
@@ -475,7 +498,9 @@ where
             }
             Err(e) => {
                 spans::failed(&span, "memory");
-                Err(self.fail(ErrorKind::Memory(e)))
+                let failure = self.fail(ErrorKind::Memory(e));
+                spans::last_event(&span, self.last_seq());
+                Err(failure)
             }
         }
     }
@@ -483,10 +508,10 @@ where
     pub(super) async fn recall(&mut self, query: String, limit: usize) -> Result<Node<S>, Unwind> {
         let backend = self.memory()?;
         let span = spans::memory(self.parent_span(), "recall", self.seq);
-        match self
+        let finished = self
             .guarded(backend.search(&query, limit).instrument(span.clone()))
-            .await?
-        {
+            .await;
+        match self.close_interrupted(&span, finished)? {
             Ok(hits) => {
                 span.record(
                     "effect_agents.memory.results",
@@ -504,7 +529,9 @@ where
             }
             Err(e) => {
                 spans::failed(&span, "memory");
-                Err(self.fail(ErrorKind::Memory(e)))
+                let failure = self.fail(ErrorKind::Memory(e));
+                spans::last_event(&span, self.last_seq());
+                Err(failure)
             }
         }
     }

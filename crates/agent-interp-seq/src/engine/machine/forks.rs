@@ -102,10 +102,7 @@ where
                 Box::pin(async move {
                     let result = machine.run_caught(node.into_node()).await;
                     machine.finish();
-                    spans::last_event(machine.span(), machine.last_seq());
-                    if let Err(unwind) = &result {
-                        spans::failed(machine.span(), unwind.kind_name());
-                    }
+                    drop(machine.end_spans(&result));
                     BranchOutcome {
                         result,
                         state: machine.state,
@@ -121,6 +118,7 @@ where
         let outcomes = match self.guarded(scheduled).await {
             Ok(outcomes) => outcomes,
             Err(unwind) => {
+                spans::failed(&fork_span, unwind.kind_name());
                 // Interrupted from outside: every branch still running was cancelled.
                 for (log, span) in logs.iter().zip(&branch_spans) {
                     if !log.is_finished() {
@@ -133,16 +131,17 @@ where
         };
         let joined = match par {
             Some((merge, collect)) => self.join_par(ids, &logs, outcomes, merge, collect),
-            None => self.join_race(ids, &logs, outcomes),
+            None => self.join_race(ids, &logs, outcomes, &fork_span),
         };
         for (log, span) in logs.iter().zip(&branch_spans) {
             if log.is_cancelled() {
                 span.record("effect_agents.cancelled", true);
             }
         }
-        if joined.is_ok() {
-            spans::last_event(&fork_span, self.last_seq());
+        if let Err(unwind) = &joined {
+            spans::failed(&fork_span, unwind.kind_name());
         }
+        spans::last_event(&fork_span, self.last_seq());
         joined
     }
 
@@ -224,6 +223,7 @@ where
         ids: Vec<TraceId>,
         logs: &[Arc<BranchLog>],
         outcomes: Vec<Option<BranchOutcome<S>>>,
+        fork_span: &tracing::Span,
     ) -> Result<Node<S>, Unwind> {
         let decided = outcomes
             .iter()
@@ -241,6 +241,7 @@ where
                 };
                 match outcome.result {
                     Ok(mut value) => {
+                        spans::winner(fork_span, decided);
                         self.state = outcome.state;
                         self.record(EventKind::Join(event::Join {
                             kind: ForkKind::Race,

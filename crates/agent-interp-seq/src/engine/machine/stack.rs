@@ -63,6 +63,22 @@ impl<S> Stack<S> {
         self.next_deadline = earliest(self.inherited_deadline, self.own_deadline);
     }
 
+    /// A sub-agent answering a tool call ends with a tool result: a tool error marks its
+    /// spans failed, as a failed tool call's would be.
+    fn mark_agent_outcome(&self, id: ScopeId, slot: &dyn Any) {
+        let Some(scope) = self.scopes.iter().rev().find(|s| s.id == id) else {
+            return;
+        };
+        let Some(outer) = &scope.outer_span else {
+            return;
+        };
+        type ToolOutcome = Option<Result<serde_json::Value, agent_op::ToolError>>;
+        if let Some(Some(Err(error))) = slot.downcast_ref::<ToolOutcome>() {
+            crate::engine::spans::failed(outer, error.kind.as_str());
+            crate::engine::spans::failed(&scope.span, error.kind.as_str());
+        }
+    }
+
     pub(super) fn pop_scope(&mut self, id: ScopeId) {
         if let Some(pos) = self.scopes.iter().rposition(|s| s.id == id) {
             self.truncate_scopes(pos);
@@ -122,6 +138,7 @@ impl<S> Feed<S> for Stack<S> {
                 LoopStep::Done(next) => next,
             },
             Frame::Scope(scope) => {
+                self.mark_agent_outcome(scope.id, slot);
                 self.pop_scope(scope.id);
                 (scope.ok)(slot, self)
             }
