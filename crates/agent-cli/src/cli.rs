@@ -6,9 +6,10 @@ use clap::{Parser, Subcommand};
 
 /// Run LLM agents from a spec, and inspect their traces and memories.
 ///
-/// Exit codes: 0 success; 1 the run failed, or `trace diff` found a divergence; 2 the
-/// command line could not be parsed; 3 invalid input (a file, a spec, a flag value); 4 the
-/// environment lacks something (an API key variable, a server); 130 aborted by Ctrl-C.
+/// Exit codes: 0 success; 1 the run failed (a model server that cannot be reached fails the
+/// run), or `trace diff` found a divergence; 2 the command line could not be parsed; 3
+/// invalid input (a file, a spec, a flag value); 4 the environment lacks something (an API key
+/// variable, an MCP server that does not start); 130 aborted by Ctrl-C.
 #[derive(Debug, Parser)]
 #[command(name = "agent", version, about, long_about)]
 pub struct Cli {
@@ -171,7 +172,7 @@ pub enum MemoryCommand {
         /// Keep at most this many (the least used go first).
         #[arg(long)]
         max_entries: Option<u64>,
-        /// Remove memories older than this many days.
+        /// Remove memories not used (stored or recalled) for this many days.
         #[arg(long)]
         max_age_days: Option<u64>,
         /// Print JSON.

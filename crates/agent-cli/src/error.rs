@@ -31,7 +31,8 @@ pub enum CliError {
     /// The input given is wrong: a spec with an unknown key, a bad filter, a missing file.
     #[error("{0}")]
     Invalid(String),
-    /// The environment lacks something the command needs (an API key variable, a server).
+    /// The environment lacks something the command needs (an API key variable, an MCP
+    /// server).
     #[error("{0}")]
     Environment(String),
     /// The agent ran and failed (or was stopped by its budget).
@@ -54,9 +55,10 @@ pub enum CliError {
 }
 
 impl CliError {
-    /// The process exit code: 1 the run failed, 3 invalid input (a file, a spec, a flag
-    /// value), 4 the environment (a missing API key, an unreachable server), 130 aborted by
-    /// Ctrl-C. (2 is clap's, for a command line it cannot parse.)
+    /// The process exit code: 1 the run failed (also when its model server cannot be
+    /// reached), 3 invalid input (a file, a spec, a flag value), 4 the environment (a missing
+    /// API key variable, an MCP server that does not start), 130 aborted by Ctrl-C. (2 is
+    /// clap's, for a command line it cannot parse.)
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Run(_) => 1,

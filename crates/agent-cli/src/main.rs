@@ -17,7 +17,10 @@ fn main() -> ExitCode {
             return ExitCode::from(4);
         }
     };
-    match runtime.block_on(agent_cli::execute(cli.command)) {
+    let result = runtime.block_on(agent_cli::execute(cli.command));
+    // A tool stuck in a blocking read must not keep the process from exiting.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             // One line, then the causes: no backtraces for user errors.

@@ -133,16 +133,16 @@ pub fn summarize(trace: &Trace) -> Summary {
                 summary.models.entry(start.model.clone()).or_default().calls += 1;
             }
             EventKind::InferEnd(end) => {
-                summary.input_tokens += end.input_tokens;
-                summary.output_tokens += end.output_tokens;
+                summary.input_tokens = summary.input_tokens.saturating_add(end.input_tokens);
+                summary.output_tokens = summary.output_tokens.saturating_add(end.output_tokens);
                 let model = summary.models.entry(end.model.clone()).or_default();
-                model.input_tokens += end.input_tokens;
-                model.output_tokens += end.output_tokens;
-                model.duration_us += end.duration_us;
+                model.input_tokens = model.input_tokens.saturating_add(end.input_tokens);
+                model.output_tokens = model.output_tokens.saturating_add(end.output_tokens);
+                model.duration_us = model.duration_us.saturating_add(end.duration_us);
                 match end.cost {
                     Some(cost) => {
-                        summary.cost_micro_usd += cost.0;
-                        model.cost_micro_usd += cost.0;
+                        summary.cost_micro_usd = summary.cost_micro_usd.saturating_add(cost.0);
+                        model.cost_micro_usd = model.cost_micro_usd.saturating_add(cost.0);
                     }
                     None => model.unknown_cost_calls += 1,
                 }
@@ -153,7 +153,7 @@ pub fn summarize(trace: &Trace) -> Summary {
             }
             EventKind::ToolResult(result) => {
                 let tool = summary.tools.entry(result.name.clone()).or_default();
-                tool.duration_us += result.duration_us;
+                tool.duration_us = tool.duration_us.saturating_add(result.duration_us);
                 if !result.success {
                     tool.failures += 1;
                 }
@@ -253,7 +253,6 @@ pub struct Node {
 /// order.
 pub fn tree(trace: &Trace) -> Vec<Node> {
     struct Acc {
-        fork: Option<&'static str>,
         cancelled: bool,
         events: u64,
         model_calls: u64,
@@ -272,7 +271,6 @@ pub fn tree(trace: &Trace) -> Vec<Node> {
     for entry in &trace.events {
         let at = entry.event.at;
         let node = acc.entry(entry.trace_id.clone()).or_insert(Acc {
-            fork: None,
             cancelled: false,
             events: 0,
             model_calls: 0,
@@ -305,7 +303,7 @@ pub fn tree(trace: &Trace) -> Vec<Node> {
         .map(|(id, a)| {
             let node = Node {
                 id: id.to_string(),
-                fork: forks.get(&id).copied().or(a.fork),
+                fork: forks.get(&id).copied(),
                 cancelled: a.cancelled,
                 events: a.events,
                 model_calls: a.model_calls,
@@ -417,9 +415,13 @@ impl Filter {
             return Ok(at.with_timezone(&Utc));
         }
         match value.parse::<f64>() {
-            Ok(secs) if secs.is_finite() && secs.abs() < 1e9 => {
-                Ok(start + chrono::TimeDelta::microseconds((secs * 1e6) as i64))
-            }
+            Ok(secs) if secs.is_finite() && secs.abs() < 1e9 => start
+                .checked_add_signed(chrono::TimeDelta::microseconds((secs * 1e6) as i64))
+                .ok_or_else(|| {
+                    CliError::Invalid(format!(
+                        "`{value}` seconds after the trace's start is out of range"
+                    ))
+                }),
             _ => Err(CliError::Invalid(format!(
                 "`{value}` is neither an RFC 3339 time nor seconds after the trace's start"
             ))),

@@ -859,6 +859,15 @@ fn the_readable_prefix_of_a_corrupt_file_comes_with_the_first_error() {
         Some(agent_op::trace::jsonl::JsonlError::Malformed { line, .. }) => assert_eq!(line, 3),
         other => panic!("{other:?}"),
     }
+    // Nothing readable at all: the bad line is the error, not "no trace".
+    let error = agent_op::trace::jsonl::read_jsonl_prefix("{oops\n".as_bytes()).unwrap_err();
+    assert!(
+        matches!(
+            error,
+            agent_op::trace::jsonl::JsonlError::Malformed { line: 1, .. }
+        ),
+        "{error}"
+    );
     // A clean file reads whole, with no error.
     let clean: String = text.lines().take(2).map(|l| format!("{l}\n")).collect();
     let (read, error) = agent_op::trace::jsonl::read_jsonl_prefix(clean.as_bytes()).unwrap();

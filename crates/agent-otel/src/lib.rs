@@ -242,7 +242,10 @@ impl Otel {
 }
 
 /// Keeps the export running; flushes and stops it when dropped (or on
-/// [`shutdown`](OtelGuard::shutdown), which reports failures).
+/// [`shutdown`](OtelGuard::shutdown), which reports failures). Both block until the last spans
+/// are sent. With gRPC the send runs on the tokio runtime the exporter was built in, so drop
+/// the guard where that runtime keeps running (a multi-threaded runtime, or after leaving a
+/// current-thread one), not inside a task of a current-thread runtime.
 #[derive(Debug)]
 #[must_use = "dropping the guard stops the export"]
 pub struct OtelGuard {

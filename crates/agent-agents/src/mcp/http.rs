@@ -73,11 +73,15 @@ fn sse(response: reqwest::Response) -> BoxStream<'static, Result<sse_stream::Sse
     sse_stream::SseStream::from_bytes_stream(response.bytes_stream()).boxed()
 }
 
-/// A non-success status as the transport's error, with the start of the body.
-async fn unexpected(response: reqwest::Response) -> Error {
+/// A non-success status as the transport's error, with the start of the body (only that
+/// much is read).
+async fn unexpected(mut response: reqwest::Response) -> Error {
     let status = response.status();
-    let body = response.text().await.unwrap_or_default();
-    let body: String = body.chars().take(200).collect();
+    let start = match tokio::time::timeout(Duration::from_secs(5), response.chunk()).await {
+        Ok(Ok(Some(chunk))) => chunk,
+        _ => Default::default(),
+    };
+    let body: String = String::from_utf8_lossy(&start).chars().take(200).collect();
     StreamableHttpError::UnexpectedServerResponse(format!("HTTP {status}: {body}").into())
 }
 
@@ -148,6 +152,7 @@ impl StreamableHttpClient for HttpClient {
                 auth_header,
                 custom_headers,
             )
+            .timeout(Duration::from_secs(10))
             .send()
             .await
             .map_err(StreamableHttpError::Client)?;

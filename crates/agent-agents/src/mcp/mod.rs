@@ -81,7 +81,8 @@ impl fmt::Debug for McpServer {
 
 impl McpServer {
     /// Starts `program` with `args` and connects to it over stdio (the MCP handshake is done
-    /// when this returns). The child is killed when the server is dropped.
+    /// when this returns). The child is killed once the server and every toolbox made from it
+    /// are dropped.
     pub async fn spawn(
         name: impl Into<String>,
         program: impl AsRef<std::ffi::OsStr>,

@@ -65,9 +65,16 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
     // Streamed to the file as the run goes (a crash keeps what happened), replaced by the
     // complete trace at the end.
     let _ = std::fs::remove_file(&options.trace);
-    let (streamed, _) = JsonlSubscriber::open(&options.trace).map_err(|e| CliError::Trace {
-        path: options.trace.clone(),
-        source: e,
+    let (streamed, _) = JsonlSubscriber::open(&options.trace).map_err(|e| match e {
+        agent_op::trace::jsonl::JsonlError::Io(source) => CliError::Io {
+            path: options.trace.clone(),
+            action: "writing the trace",
+            source,
+        },
+        source => CliError::Trace {
+            path: options.trace.clone(),
+            source,
+        },
     })?;
     let progress = Arc::new(Progress::new(options.stream));
     config = config
@@ -83,6 +90,11 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
             if tokio::signal::ctrl_c().await.is_ok() {
                 interrupted.store(true, Ordering::SeqCst);
                 abort.cancel();
+            }
+            // A second Ctrl-C while the run winds down stops at once.
+            if tokio::signal::ctrl_c().await.is_ok() {
+                eprintln!("aborted again: exiting without waiting");
+                std::process::exit(130);
             }
         })
     };
@@ -242,6 +254,14 @@ async fn toolbox(spec: &Spec, base: &Path) -> Result<Toolbox, CliError> {
             .map_err(|e| CliError::Environment(format!("MCP server `{}`: {e}", mcp.name)))?;
         let set = served.tool_set();
         for name in served.names() {
+            // Two definitions of one name would be refused by the model's API, or worse,
+            // one would silently shadow the other.
+            if toolbox.names().any(|n| n == name) {
+                return Err(CliError::Invalid(format!(
+                    "two tools are named `{name}` (MCP server `{}` and another source)",
+                    mcp.name
+                )));
+            }
             if let Some(tool) = set.get(name) {
                 toolbox = toolbox.with_tool(tool.clone(), &capabilities);
             }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use agent_agents::{TypedTool, tool};
 use agent_op::ToolError;
+use tokio::io::AsyncReadExt;
 
 /// Arguments of `read_file`.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -57,15 +58,23 @@ async fn read_under(root: &Path, path: &str) -> Result<String, ToolError> {
             "`{path}` leads outside the readable directory"
         )));
     }
-    let bytes = tokio::fs::read(&real)
+    let cannot = |e: std::io::Error| ToolError::failed(format!("cannot read `{path}`: {e}"));
+    let metadata = tokio::fs::metadata(&real).await.map_err(cannot)?;
+    // A FIFO or a device could block the read forever, or never end.
+    if !metadata.is_file() {
+        return Err(ToolError::denied(format!("`{path}` is not a regular file")));
+    }
+    let file = tokio::fs::File::open(&real).await.map_err(cannot)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES as u64)
+        .read_to_end(&mut bytes)
         .await
-        .map_err(|e| ToolError::failed(format!("cannot read `{path}`: {e}")))?;
-    let cut = bytes.len() > MAX_FILE_BYTES;
-    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_FILE_BYTES)]).into_owned();
-    Ok(if cut {
+        .map_err(cannot)?;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    Ok(if metadata.len() > MAX_FILE_BYTES as u64 {
         format!(
             "{text}\n[… cut at {MAX_FILE_BYTES} bytes of {}]",
-            bytes.len()
+            metadata.len()
         )
     } else {
         text
@@ -83,7 +92,8 @@ pub struct HttpGetArgs {
 const MAX_BODY_BYTES: usize = 64 * 1024;
 
 /// `http_get`: fetches a URL whose host is in `allow` (capability `net`), within 20 s;
-/// returns the status and the start of the body.
+/// returns the status and the start of the body. An entry `host` allows the scheme's usual
+/// port (80, 443); `host:port` allows that port.
 pub fn http_get(allow: &[String]) -> Result<TypedTool<HttpGetArgs, String>, reqwest::Error> {
     let allow: Arc<[String]> = allow.iter().map(|h| h.to_ascii_lowercase()).collect();
     let client = reqwest::Client::builder()
@@ -114,10 +124,25 @@ async fn fetch(client: &reqwest::Client, allow: &[String], url: &str) -> Result<
             parsed.scheme()
         )));
     }
-    let host = parsed.host_str().unwrap_or_default().to_ascii_lowercase();
-    if !allow.contains(&host) {
+    let host = parsed
+        .host_str()
+        .unwrap_or_default()
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .to_ascii_lowercase();
+    let port = parsed.port_or_known_default().unwrap_or(0);
+    // `host` allows its scheme's usual port; `host:port` allows that port.
+    let usual_port = parsed.port().is_none();
+    let bare = |h: &str| h.trim_start_matches('[').trim_end_matches(']').to_owned();
+    let allowed = allow.iter().any(|entry| match entry.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && !h.ends_with(':') && p.parse::<u16>().is_ok() => {
+            bare(h) == host && p.parse::<u16>().is_ok_and(|p| p == port)
+        }
+        _ => bare(entry) == host && usual_port,
+    });
+    if !allowed {
         return Err(ToolError::denied(format!(
-            "the host `{host}` is not allowed (allowed: {})",
+            "`{host}` (port {port}) is not allowed (allowed: {})",
             allow.join(", ")
         )));
     }
@@ -127,10 +152,90 @@ async fn fetch(client: &reqwest::Client, allow: &[String], url: &str) -> Result<
         .await
         .map_err(|e| ToolError::failed(format!("fetching `{url}` failed: {e}")))?;
     let status = response.status();
-    let body = response
-        .bytes()
-        .await
-        .map_err(|e| ToolError::failed(format!("reading `{url}` failed: {e}")))?;
-    let text = String::from_utf8_lossy(&body[..body.len().min(MAX_BODY_BYTES)]);
+    let mut response = response;
+    let mut body = Vec::new();
+    // Read no more than is kept: a huge or endless body costs nothing past the cut.
+    while body.len() < MAX_BODY_BYTES {
+        match response.chunk().await {
+            Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+            Ok(None) => break,
+            Err(e) => return Err(ToolError::failed(format!("reading `{url}` failed: {e}"))),
+        }
+    }
+    body.truncate(MAX_BODY_BYTES);
+    let text = String::from_utf8_lossy(&body);
     Ok(format!("HTTP {status}\n\n{text}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client() -> reqwest::Client {
+        reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn http_get_keeps_to_its_hosts_and_ports_and_reads_only_what_it_keeps() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        tokio::spawn(async move {
+            use tokio::io::AsyncWriteExt;
+            while let Ok((mut stream, _)) = listener.accept().await {
+                let mut request = [0u8; 1024];
+                let _ = stream.read(&mut request).await;
+                let body = vec![b'x'; 1_000_000];
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-length: {}\r\n\r\n", body.len());
+                let _ = stream.write_all(head.as_bytes()).await;
+                let _ = stream.write_all(&body).await;
+            }
+        });
+        let allow = vec![format!("127.0.0.1:{port}"), "example.com".to_owned()];
+        let page = fetch(&client(), &allow, &format!("http://127.0.0.1:{port}/"))
+            .await
+            .unwrap();
+        assert!(page.starts_with("HTTP 200"), "{page}");
+        assert!(page.len() < MAX_BODY_BYTES + 100, "cut at {MAX_BODY_BYTES}");
+        for refused in [
+            "http://127.0.0.1:6379/".to_owned(),
+            "http://example.com:8080/".to_owned(),
+            format!("http://127.0.0.1:{port}@evil.test/"),
+            "http://evil.test/?u=example.com".to_owned(),
+            "file:///etc/passwd".to_owned(),
+        ] {
+            let error = fetch(&client(), &allow, &refused).await.unwrap_err();
+            assert_eq!(
+                error.kind,
+                agent_op::ToolErrorKind::Denied,
+                "{refused}: {error}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn read_file_refuses_what_is_not_a_regular_file_under_its_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        std::fs::write(root.join("a.txt"), "alpha").unwrap();
+        assert_eq!(read_under(&root, "a.txt").await.unwrap(), "alpha");
+        let fifo = root.join("pipe");
+        let made = std::process::Command::new("mkfifo").arg(&fifo).status();
+        if made.is_ok_and(|s| s.success()) {
+            let error = read_under(&root, "pipe").await.unwrap_err();
+            assert!(error.message.contains("not a regular file"), "{error}");
+        }
+        for outside in ["/etc/passwd", "../x", "a/../../x"] {
+            let error = read_under(&root, outside).await.unwrap_err();
+            assert_eq!(error.kind, agent_op::ToolErrorKind::Denied, "{outside}");
+        }
+        let big = "y".repeat(MAX_FILE_BYTES + 10);
+        std::fs::write(root.join("big.txt"), &big).unwrap();
+        let text = read_under(&root, "big.txt").await.unwrap();
+        assert!(text.contains("cut at"), "the cut is said");
+        assert!(text.len() < MAX_FILE_BYTES + 100);
+    }
 }

@@ -361,7 +361,10 @@ fn read_lines<R: BufRead>(
             events,
         },
         None => {
-            let first = events.first().ok_or(JsonlError::Empty)?;
+            let Some(first) = events.first() else {
+                // Nothing readable: the bad line, if any, is the news.
+                return Err(stopped.unwrap_or(JsonlError::Empty));
+            };
             let id = TraceId::from(first.trace_id.root());
             let start = events
                 .iter()
