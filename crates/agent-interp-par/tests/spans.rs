@@ -425,8 +425,7 @@ fn sub_agent_run(calls: u64) -> Vec<(u64, Captured)> {
             .unwrap();
         assert!(outcome.value.unwrap().rain);
     });
-    let spans = capture.spans.lock().unwrap().clone();
-    spans
+    capture.spans.lock().unwrap().clone()
 }
 
 /// A sub-agent offered as a tool: `execute_tool {name}` for the model's call, with the
