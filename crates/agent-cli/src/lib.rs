@@ -120,12 +120,7 @@ fn trace(command: TraceCommand) -> Result<u8, CliError> {
             json,
         } => {
             let trace = trace_cmd::read(&file, false)?;
-            let start = trace
-                .events
-                .iter()
-                .map(|e| e.event.at)
-                .min()
-                .unwrap_or(trace.start);
+            let start = trace_cmd::origin(&trace);
             let filter = trace_cmd::Filter {
                 types: match types {
                     Some(list) => trace_cmd::Filter::parse_types(&list)?,

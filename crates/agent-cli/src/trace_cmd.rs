@@ -43,6 +43,17 @@ pub fn read(path: &Path, lenient: bool) -> Result<Trace, CliError> {
     Ok(read.trace)
 }
 
+/// When the trace's first event happened (its start, for a trace without events): the zero
+/// of every offset the commands print.
+pub fn origin(trace: &Trace) -> DateTime<Utc> {
+    trace
+        .events
+        .iter()
+        .map(|e| e.event.at)
+        .min()
+        .unwrap_or(trace.start)
+}
+
 /// Totals for one model.
 #[derive(Debug, Default, Serialize)]
 pub struct ModelTotals {
@@ -260,12 +271,7 @@ pub fn tree(trace: &Trace) -> Vec<Node> {
         first: DateTime<Utc>,
         last: DateTime<Utc>,
     }
-    let origin = trace
-        .events
-        .iter()
-        .map(|e| e.event.at)
-        .min()
-        .unwrap_or(trace.start);
+    let origin = origin(trace);
     let mut acc: BTreeMap<TraceId, Acc> = BTreeMap::new();
     let mut forks: HashMap<TraceId, &'static str> = HashMap::new();
     for entry in &trace.events {
@@ -450,12 +456,7 @@ impl Filter {
 /// The events `filter` keeps, as lines: text (`+seconds branch type data`) or, with `json`,
 /// the trace's own JSONL lines.
 pub fn events_text(trace: &Trace, filter: &Filter, json: bool) -> String {
-    let origin = trace
-        .events
-        .iter()
-        .map(|e| e.event.at)
-        .min()
-        .unwrap_or(trace.start);
+    let origin = origin(trace);
     let mut out = String::new();
     for entry in trace.events.iter().filter(|e| filter.keeps(e)) {
         if json {

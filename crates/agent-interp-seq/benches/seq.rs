@@ -36,18 +36,21 @@ async fn hand_written(steps: u64) -> u64 {
     state
 }
 
+/// Times one run of the benchmarked program.
+fn time_loop(rt: &tokio::runtime::Runtime, config: &Config) -> std::time::Duration {
+    let program = modify_get_loop(STEPS);
+    let start = Instant::now();
+    let out = rt.block_on(run(config, 0u64, program)).expect("run");
+    let elapsed = start.elapsed();
+    assert_eq!(out.value, STEPS);
+    elapsed
+}
+
 fn seq_step(rt: &tokio::runtime::Runtime) {
     let config = Config::new();
     let (subject, baseline) = bench_kit::interleaved(
         9,
-        || {
-            let program = modify_get_loop(STEPS);
-            let start = Instant::now();
-            let out = rt.block_on(run(&config, 0u64, program)).expect("run");
-            let elapsed = start.elapsed();
-            assert_eq!(out.value, STEPS);
-            elapsed
-        },
+        || time_loop(rt, &config),
         || {
             let start = Instant::now();
             let out = rt.block_on(hand_written(STEPS));
@@ -69,21 +72,13 @@ fn seq_step(rt: &tokio::runtime::Runtime) {
 /// prints nothing (the registry), against no subscriber at all.
 fn spans_overhead(rt: &tokio::runtime::Runtime) {
     let config = Config::new();
-    let timed = |rt: &tokio::runtime::Runtime| {
-        let program = modify_get_loop(STEPS);
-        let start = Instant::now();
-        let out = rt.block_on(run(&config, 0u64, program)).expect("run");
-        let elapsed = start.elapsed();
-        assert_eq!(out.value, STEPS);
-        elapsed
-    };
     let (subject, baseline) = bench_kit::interleaved(
         9,
         || {
             let subscriber = tracing_subscriber::registry();
-            tracing::subscriber::with_default(subscriber, || timed(rt))
+            tracing::subscriber::with_default(subscriber, || time_loop(rt, &config))
         },
-        || timed(rt),
+        || time_loop(rt, &config),
     );
     let steps = STEPS as f64;
     bench_kit::report(

@@ -38,6 +38,20 @@ fn run(rt: &tokio::runtime::Runtime) -> (Duration, usize) {
     (started.elapsed(), outcome.trace.events.len())
 }
 
+/// A fresh receiver, and a subscriber exporting to it over OTLP/HTTP with its guard.
+fn exporting() -> (
+    receiver::Receiver,
+    impl tracing::Subscriber + Send + Sync,
+    agent_otel::OtelGuard,
+) {
+    let receiver = receiver::Receiver::start();
+    let (layer, guard) = agent_otel::Otel::new("bench")
+        .endpoint(receiver.url())
+        .build()
+        .expect("the exporter builds");
+    (receiver, tracing_subscriber::registry().with(layer), guard)
+}
+
 fn main() {
     if !bench_kit::enabled("trace.otlp_export") {
         return;
@@ -49,12 +63,7 @@ fn main() {
     let (subject, baseline) = bench_kit::interleaved(
         5,
         || {
-            let receiver = receiver::Receiver::start();
-            let (layer, guard) = agent_otel::Otel::new("bench")
-                .endpoint(receiver.url())
-                .build()
-                .expect("the exporter builds");
-            let subscriber = tracing_subscriber::registry().with(layer);
+            let (receiver, subscriber, guard) = exporting();
             let started = Instant::now();
             let events = tracing::subscriber::with_default(subscriber, || run(&rt).1);
             guard.shutdown().expect("the export flushes");
@@ -68,12 +77,7 @@ fn main() {
     let (run_only, run_baseline) = bench_kit::interleaved(
         5,
         || {
-            let receiver = receiver::Receiver::start();
-            let (layer, guard) = agent_otel::Otel::new("bench")
-                .endpoint(receiver.url())
-                .build()
-                .expect("the exporter builds");
-            let subscriber = tracing_subscriber::registry().with(layer);
+            let (_receiver, subscriber, guard) = exporting();
             let elapsed = tracing::subscriber::with_default(subscriber, || run(&rt).0);
             guard.shutdown().expect("the export flushes");
             elapsed

@@ -4,48 +4,19 @@
 
 #[path = "support/receiver.rs"]
 mod receiver;
+#[path = "support/run.rs"]
+mod run;
 
 use std::collections::HashMap;
 #[cfg(feature = "grpc")]
 use std::sync::{Arc, Mutex};
 
-use agent_interp_seq::Config;
-use agent_op::op::{self, Op};
-use agent_op::{FnTool, Response};
 use agent_otel::Otel;
 #[cfg(feature = "grpc")]
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use receiver::{Received, Receiver};
-use serde_json::json;
+use run::{SPANS, config, program};
 use tracing_subscriber::layer::SubscriberExt;
-
-/// An agent-shaped run: two model calls in a `par`, a tool call, under a named run.
-fn program() -> Op<(), ()> {
-    let ask = |q: &'static str| {
-        op::infer_raw::<()>("small", agent_op::Prompt::default().user(q)).map(|_| ())
-    };
-    op::par(vec![ask("first?"), ask("second?")])
-        .then(op::tool_call(agent_op::ToolCall {
-            id: "call-1".into(),
-            name: "lookup".into(),
-            arguments: json!({"q": "x"}),
-        }))
-        .map(|_| ())
-}
-
-fn config() -> Config {
-    Config::new()
-        .provider(agent_provider::ScriptedProvider::from_fn(|_, _| {
-            Ok(Response::text("ok").with_usage(11, 3))
-        }))
-        .tool(FnTool::new(
-            "lookup",
-            "Looks up",
-            json!({"type": "object"}),
-            |_: serde_json::Value| async { Ok(json!("found")) },
-        ))
-        .name("exporter-test")
-}
 
 fn check(spans: &[Received], service: &str) {
     let by_id: HashMap<&[u8], &Received> =
@@ -106,9 +77,6 @@ fn check(spans: &[Received], service: &str) {
     );
 }
 
-/// Root, fork, two branches, two chats, one tool.
-const SPANS: usize = 7;
-
 #[test]
 fn spans_reach_an_otlp_http_receiver_with_their_shape_and_genai_attributes() {
     let receiver = Receiver::start();
@@ -122,8 +90,12 @@ fn spans_reach_an_otlp_http_receiver_with_their_shape_and_genai_attributes() {
             .enable_time()
             .build()
             .unwrap();
-        rt.block_on(agent_interp_par::run(&config(), (), program()))
-            .unwrap();
+        rt.block_on(agent_interp_par::run(
+            &config("exporter-test"),
+            (),
+            program(),
+        ))
+        .unwrap();
     });
     guard.shutdown().unwrap();
     let spans = receiver.wait_for(SPANS);
@@ -145,8 +117,12 @@ fn init_reads_the_standard_variables_and_flushes_on_drop() {
             .enable_all()
             .build()
             .unwrap();
-        rt.block_on(agent_interp_par::run(&config(), (), program()))
-            .unwrap();
+        rt.block_on(agent_interp_par::run(
+            &config("exporter-test"),
+            (),
+            program(),
+        ))
+        .unwrap();
         // A second global subscriber is refused, clearly.
         let again = agent_otel::init("again").unwrap_err();
         assert!(again.to_string().contains("already installed"), "{again}");
@@ -225,8 +201,12 @@ mod grpc {
                 .enable_time()
                 .build()
                 .unwrap();
-            run.block_on(agent_interp_par::run(&config(), (), program()))
-                .unwrap();
+            run.block_on(agent_interp_par::run(
+                &config("exporter-test"),
+                (),
+                program(),
+            ))
+            .unwrap();
         });
         guard.shutdown().unwrap();
         let received = spans.lock().unwrap().clone();

@@ -8,12 +8,14 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use agent_interp_seq::Config;
-use agent_op::op::{self, Op};
-use agent_op::{FnTool, Response};
 use agent_otel::{Otel, Protocol};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tracing_subscriber::layer::SubscriberExt;
+
+#[path = "support/run.rs"]
+mod run;
+
+use run::{SPANS, config, program};
 
 const PACKAGE: &str = "arize-phoenix==20.26.1";
 
@@ -174,36 +176,6 @@ impl Phoenix {
         }
     }
 }
-
-fn program() -> Op<(), ()> {
-    let ask = |q: &'static str| {
-        op::infer_raw::<()>("small", agent_op::Prompt::default().user(q)).map(|_| ())
-    };
-    op::par(vec![ask("first?"), ask("second?")])
-        .then(op::tool_call(agent_op::ToolCall {
-            id: "call-1".into(),
-            name: "lookup".into(),
-            arguments: json!({"q": "x"}),
-        }))
-        .map(|_| ())
-}
-
-fn config(name: &str) -> Config {
-    Config::new()
-        .provider(agent_provider::ScriptedProvider::from_fn(|_, _| {
-            Ok(Response::text("ok").with_usage(11, 3))
-        }))
-        .tool(FnTool::new(
-            "lookup",
-            "Looks up",
-            json!({"type": "object"}),
-            |_: Value| async { Ok(json!("found")) },
-        ))
-        .name(name)
-}
-
-/// Root, fork, two branches, two chats, one tool.
-const SPANS: usize = 7;
 
 fn check(spans: &[Value], root_name: &str) {
     let by_id = |id: &Value| spans.iter().find(|s| s["context"]["span_id"] == *id);

@@ -36,10 +36,8 @@ pub(crate) fn run(trace_id: &TraceId, agent: Option<&str>) -> Span {
         effect_agents.event.last = Empty,
         error.type = Empty,
     );
-    if let Some(name) = agent
-        && !span.is_disabled()
-    {
-        span.record("otel.name", format!("invoke_agent {name}"));
+    if let Some(name) = agent {
+        display_name(&span, || format!("invoke_agent {name}"));
     }
     span
 }
@@ -114,9 +112,7 @@ pub(crate) fn agent(parent: &Span, name: &str, call_id: Option<&str>) -> (Option
         gen_ai.agent.name = name,
         error.type = Empty,
     );
-    if !span.is_disabled() {
-        span.record("otel.name", format!("invoke_agent {name}"));
-    }
+    display_name(&span, || format!("invoke_agent {name}"));
     (outer, span)
 }
 
@@ -142,9 +138,7 @@ pub(crate) fn chat(parent: &Span, provider: &str, model: &str, event: u64) -> Sp
         effect_agents.event.last = Empty,
         error.type = Empty,
     );
-    if !span.is_disabled() {
-        span.record("otel.name", format!("chat {model}"));
-    }
+    display_name(&span, || format!("chat {model}"));
     span
 }
 
@@ -217,9 +211,7 @@ pub(crate) fn tool(parent: &Span, name: &str, call_id: Option<&str>, event: Opti
         effect_agents.event.last = Empty,
         error.type = Empty,
     );
-    if !span.is_disabled() {
-        span.record("otel.name", format!("execute_tool {name}"));
-    }
+    display_name(&span, || format!("execute_tool {name}"));
     span
 }
 
@@ -272,6 +264,13 @@ pub(crate) fn checkpoint(parent: &Span, name: &str, event: u64) -> Span {
         effect_agents.event.first = int(event),
         effect_agents.event.last = int(event),
     )
+}
+
+/// Sets `span`'s display name (`otel.name`), formatting it only for a span someone records.
+fn display_name(span: &Span, name: impl FnOnce() -> String) {
+    if !span.is_disabled() {
+        span.record("otel.name", name());
+    }
 }
 
 /// Marks `span` failed with `error_type` (a short, low-cardinality name).

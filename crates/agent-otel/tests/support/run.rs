@@ -1,0 +1,40 @@
+//! The agent-shaped run the export tests send: two model calls in a `par` and a tool call a
+//! model asked for, under a named run.
+
+use agent_interp_seq::Config;
+use agent_op::op::{self, Op};
+use agent_op::{FnTool, Response};
+use serde_json::json;
+
+/// The spans the run makes: root, fork, two branches, two chats, one tool.
+pub const SPANS: usize = 7;
+
+/// The program.
+pub fn program() -> Op<(), ()> {
+    let ask = |q: &'static str| {
+        op::infer_raw::<()>("small", agent_op::Prompt::default().user(q)).map(|_| ())
+    };
+    op::par(vec![ask("first?"), ask("second?")])
+        .then(op::tool_call(agent_op::ToolCall {
+            id: "call-1".into(),
+            name: "lookup".into(),
+            arguments: json!({"q": "x"}),
+        }))
+        .map(|_| ())
+}
+
+/// A scripted model (11 tokens in, 3 out per call) and the `lookup` tool, for a run named
+/// `name`.
+pub fn config(name: &str) -> Config {
+    Config::new()
+        .provider(agent_provider::ScriptedProvider::from_fn(|_, _| {
+            Ok(Response::text("ok").with_usage(11, 3))
+        }))
+        .tool(FnTool::new(
+            "lookup",
+            "Looks up",
+            json!({"type": "object"}),
+            |_: serde_json::Value| async { Ok(json!("found")) },
+        ))
+        .name(name)
+}
