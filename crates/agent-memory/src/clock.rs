@@ -94,3 +94,14 @@ pub(crate) fn age_cutoff(now: i64, max_age: Duration) -> Option<i64> {
     let age = i64::try_from(max_age.as_micros()).ok()?;
     now.checked_sub(age)
 }
+
+/// `time` in µs since the epoch, rounded up: stored times are whole µs, so `stored >= t` and
+/// `stored < t` give the same answers for `ceil_micros(t)` as for `t` itself.
+pub(crate) fn ceil_micros(time: chrono::DateTime<chrono::Utc>) -> i64 {
+    let floor = time.timestamp_micros();
+    if time.timestamp_subsec_nanos() % 1_000 == 0 {
+        floor
+    } else {
+        floor.saturating_add(1)
+    }
+}

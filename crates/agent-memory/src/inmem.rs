@@ -6,10 +6,10 @@ use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use agent_op::{
     BoxFuture, Candidate, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
-    NewMemory, PrunePolicy, PruneReport, ScoredMemory, Tag,
+    NewMemory, PrunePolicy, PruneReport, ScoredMemory, SearchOptions, Tag,
 };
 
-use crate::clock::{Clock, SystemClock, age_cutoff, from_micros, now_micros};
+use crate::clock::{Clock, SystemClock, age_cutoff, ceil_micros, from_micros, now_micros};
 use crate::common::{
     check_embedder, cpu, distinct_ids, embed_batch_checked, embed_checked, format_id,
     normalize_tags, parse_id, validate_new, validate_query,
@@ -99,6 +99,33 @@ impl Stored {
             accessed_at: from_micros(self.accessed_at),
             access_count: self.access_count,
         }
+    }
+}
+
+/// No restrictions: what `search` and `search_candidates` use.
+static UNRESTRICTED: SearchOptions = SearchOptions::new();
+
+/// [`SearchOptions`]' restrictions in the store's own units (µs), checked against stored
+/// entries during the vector scan.
+struct Filter<'a> {
+    tags: &'a [Tag],
+    after: Option<i64>,
+    before: Option<i64>,
+}
+
+impl<'a> Filter<'a> {
+    fn new(options: &'a SearchOptions) -> Filter<'a> {
+        Filter {
+            tags: &options.tags,
+            after: options.created_after.map(ceil_micros),
+            before: options.created_before.map(ceil_micros),
+        }
+    }
+
+    fn admits(&self, stored: &Stored) -> bool {
+        self.after.is_none_or(|t| stored.created_at >= t)
+            && self.before.is_none_or(|t| stored.created_at < t)
+            && self.tags.iter().all(|tag| stored.tags.contains(tag))
     }
 }
 
@@ -317,8 +344,14 @@ impl InMemoryBackend {
         Ok(format_id(id))
     }
 
-    /// The best `k` hits by cosine similarity (no recall recorded).
-    async fn rank(&self, query: &str, k: usize) -> Result<Vec<Hit>, MemoryError> {
+    /// The best `k` hits by cosine similarity among the entries `options` admits (no recall
+    /// recorded).
+    async fn rank(
+        &self,
+        query: &str,
+        k: usize,
+        options: &SearchOptions,
+    ) -> Result<Vec<Hit>, MemoryError> {
         validate_query(query)?;
         if k == 0 {
             return Ok(Vec::new());
@@ -327,11 +360,26 @@ impl InMemoryBackend {
             embed_checked(self.shared.embedder.as_ref(), self.shared.dimensions, query).await?;
         let floats = self.read().index.len() * vector.len();
         let this = self.clone();
-        cpu(floats, move || this.read().index.search(&vector, k)).await
+        let options = options.clone();
+        cpu(floats, move || {
+            let state = this.read();
+            if options.is_unrestricted() {
+                return state.index.search(&vector, k);
+            }
+            let filter = Filter::new(&options);
+            let admit = |id: i64| state.entries.get(&id).is_some_and(|s| filter.admits(s));
+            state.index.search_where(&vector, k, &admit)
+        })
+        .await
     }
 
-    async fn search_inner(&self, query: &str, k: usize) -> Result<Vec<ScoredMemory>, MemoryError> {
-        let hits = self.rank(query, k).await?;
+    async fn search_inner(
+        &self,
+        query: &str,
+        k: usize,
+        options: &SearchOptions,
+    ) -> Result<Vec<ScoredMemory>, MemoryError> {
+        let hits = self.rank(query, k, options).await?;
         if hits.is_empty() {
             return Ok(Vec::new());
         }
@@ -355,8 +403,9 @@ impl InMemoryBackend {
         &self,
         query: &str,
         k: usize,
+        options: &SearchOptions,
     ) -> Result<Vec<Candidate>, MemoryError> {
-        let hits = self.rank(query, k).await?;
+        let hits = self.rank(query, k, options).await?;
         let state = self.read();
         Ok(hits
             .into_iter()
@@ -460,7 +509,16 @@ impl MemoryBackend for InMemoryBackend {
         query: &'a str,
         k: usize,
     ) -> BoxFuture<'a, Result<Vec<ScoredMemory>, MemoryError>> {
-        Box::pin(self.search_inner(query, k))
+        Box::pin(self.search_inner(query, k, &UNRESTRICTED))
+    }
+
+    fn search_with<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+        options: &'a SearchOptions,
+    ) -> BoxFuture<'a, Result<Vec<ScoredMemory>, MemoryError>> {
+        Box::pin(self.search_inner(query, k, options))
     }
 
     fn recent(&self, n: usize) -> BoxFuture<'_, Result<Vec<MemoryEntry>, MemoryError>> {
@@ -535,7 +593,16 @@ impl MemoryBackend for InMemoryBackend {
         query: &'a str,
         k: usize,
     ) -> BoxFuture<'a, Result<Vec<Candidate>, MemoryError>> {
-        Box::pin(self.search_candidates_inner(query, k))
+        Box::pin(self.search_candidates_inner(query, k, &UNRESTRICTED))
+    }
+
+    fn search_candidates_with<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+        options: &'a SearchOptions,
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, MemoryError>> {
+        Box::pin(self.search_candidates_inner(query, k, options))
     }
 
     fn record_access<'a>(

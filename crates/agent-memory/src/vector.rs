@@ -345,6 +345,12 @@ impl VectorIndex {
     /// normalized here), best first, ties by lower id. Rows with similarity ≤ 0 are left out,
     /// and an all-zero query matches nothing.
     pub(crate) fn search(&self, query: &[f32], k: usize) -> Vec<Hit> {
+        self.search_where(query, k, &|_| true)
+    }
+
+    /// [`search`](VectorIndex::search) among the rows whose id `admit` accepts: the filter
+    /// applies during the scan, so the result is the best `k` admitted rows.
+    pub(crate) fn search_where(&self, query: &[f32], k: usize, admit: &Admit<'_>) -> Vec<Hit> {
         if k == 0 || self.ids.is_empty() || query.len() != self.dimensions {
             return Vec::new();
         }
@@ -361,18 +367,18 @@ impl VectorIndex {
         } else {
             1
         };
-        self.search_unit(&query, k, threads)
+        self.search_unit(&query, k, threads, admit)
     }
 
     /// [`search`](VectorIndex::search) for a non-zero unit `query`, scanning with `threads`
     /// threads.
-    fn search_unit(&self, query: &[f32], k: usize, threads: usize) -> Vec<Hit> {
+    fn search_unit(&self, query: &[f32], k: usize, threads: usize, admit: &Admit<'_>) -> Vec<Hit> {
         let q = Quantized::of(query);
         let wide: Vec<i16> = q.codes.iter().map(|c| i16::from(*c)).collect();
         let rows = self.ids.len();
         let threads = threads.clamp(1, rows);
         let passes: Vec<Pass> = if threads <= 1 {
-            vec![self.filter(&wide, &q, 0, rows, k)]
+            vec![self.filter(&wide, &q, 0, rows, k, admit)]
         } else {
             let per = rows.div_ceil(threads);
             std::thread::scope(|scope| {
@@ -380,7 +386,7 @@ impl VectorIndex {
                     .map(|t| {
                         let (from, to) = (t * per, ((t + 1) * per).min(rows));
                         let (wide, q) = (&wide, &q);
-                        scope.spawn(move || self.filter(wide, q, from, to, k))
+                        scope.spawn(move || self.filter(wide, q, from, to, k, admit))
                     })
                     .collect();
                 handles
@@ -390,7 +396,7 @@ impl VectorIndex {
                     .zip(0..threads)
                     .map(|(h, t)| {
                         h.join().unwrap_or_else(|_| {
-                            self.filter(&wide, &q, t * per, ((t + 1) * per).min(rows), k)
+                            self.filter(&wide, &q, t * per, ((t + 1) * per).min(rows), k, admit)
                         })
                     })
                     .collect()
@@ -427,7 +433,15 @@ impl VectorIndex {
     }
 
     /// Step (1) of [`search`](VectorIndex::search) over rows `from..to`.
-    fn filter(&self, query: &[i16], q: &Quantized, from: usize, to: usize, k: usize) -> Pass {
+    fn filter(
+        &self,
+        query: &[i16],
+        q: &Quantized,
+        from: usize,
+        to: usize,
+        k: usize,
+        admit: &Admit<'_>,
+    ) -> Pass {
         let d = self.dimensions;
         let mut pass = Pass {
             lowers: BinaryHeap::with_capacity(k + 1),
@@ -443,7 +457,7 @@ impl VectorIndex {
             let approx = q.scale * self.scales[slot] * int_dot(query, row) as f32;
             let bound = (1.0 + q.error) * self.errors[slot] + q.error + slack;
             let upper = approx + bound;
-            if upper <= 0.0 || upper < floor {
+            if upper <= 0.0 || upper < floor || !admit(self.ids[slot]) {
                 continue;
             }
             pass.candidates.push((slot, upper));
@@ -460,6 +474,9 @@ impl VectorIndex {
         pass
     }
 }
+
+/// Which ids a search may return (checked only for rows that could make the top `k`).
+pub(crate) type Admit<'a> = dyn Fn(i64) -> bool + Sync + 'a;
 
 /// A deterministic vector of `n` values in [-0.5, 0.5) (xorshift from `seed`), for tests.
 #[cfg(test)]
@@ -522,7 +539,10 @@ mod tests {
             assert_eq!(got.len(), 10);
             assert_eq!(got, brute(&index, &query, 10));
             for threads in [2, 3, 8] {
-                assert_eq!(index.search_unit(&unit(&query), 10, threads), got);
+                assert_eq!(
+                    index.search_unit(&unit(&query), 10, threads, &|_| true),
+                    got
+                );
             }
         }
     }
@@ -562,7 +582,7 @@ mod tests {
         let query = unit(&pseudo_random(99, d));
         let q = Quantized::of(&query);
         let wide: Vec<i16> = q.codes.iter().map(|c| i16::from(*c)).collect();
-        let pass = index.filter(&wide, &q, 0, 5000, 10);
+        let pass = index.filter(&wide, &q, 0, 5000, 10, &|_| true);
         let mut lowers: Vec<f32> = pass.lowers.iter().map(|l| l.0.0).collect();
         lowers.sort_by(|a, b| b.total_cmp(a));
         let refined = pass

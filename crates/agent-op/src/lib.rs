@@ -77,8 +77,8 @@ pub use cost::MicroUsd;
 pub use future::BoxFuture;
 pub use memory::{
     Candidate, EmbeddingError, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, NewMemory, PrunePolicy, PruneReport, ScoredMemory, Tag, check_embedding,
-    content_hash,
+    MemoryId, NewMemory, PrunePolicy, PruneReport, ScoredMemory, SearchOptions, Tag,
+    check_embedding, content_hash,
 };
 pub use merge::Merge;
 pub use message::{

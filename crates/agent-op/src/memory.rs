@@ -105,6 +105,88 @@ pub struct Candidate {
     pub similarity: Option<f32>,
 }
 
+/// How a search runs and which entries it may return: [`MemoryBackend::search_with`].
+///
+/// The restrictions apply *inside* the search — a backend with an approximate index walks it
+/// with the filter, so asking for 10 hits among the entries tagged `"ops"` gives the 10 best
+/// such entries, not the best 10 overall cut down to the few that carry the tag. An entry
+/// must pass every restriction that is set. The default restricts nothing and lets the
+/// backend choose exact or approximate vector search.
+///
+/// ```
+/// use agent_op::{SearchOptions, Tag};
+///
+/// let options = SearchOptions::new().tag("ops").exact(true);
+/// assert_eq!(options.tags, vec![Tag::from("ops")]);
+/// assert!(options.exact && !options.is_unrestricted());
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SearchOptions {
+    /// Only entries carrying every one of these tags (compared exactly).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<Tag>,
+    /// Only entries created at or after this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_after: Option<Timestamp>,
+    /// Only entries created strictly before this time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_before: Option<Timestamp>,
+    /// Compare the query with every candidate vector instead of walking an approximate
+    /// index: slower on large stores, recall exactly 1. Backends without an index always
+    /// search exactly.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub exact: bool,
+}
+
+impl SearchOptions {
+    /// No restrictions; the backend picks exact or approximate search.
+    pub const fn new() -> SearchOptions {
+        SearchOptions {
+            tags: Vec::new(),
+            created_after: None,
+            created_before: None,
+            exact: false,
+        }
+    }
+
+    /// Only entries carrying `tag` (and every other tag asked for).
+    pub fn tag(mut self, tag: impl Into<Tag>) -> SearchOptions {
+        self.tags.push(tag.into());
+        self
+    }
+
+    /// Only entries created at or after `time`.
+    pub fn created_after(mut self, time: Timestamp) -> SearchOptions {
+        self.created_after = Some(time);
+        self
+    }
+
+    /// Only entries created strictly before `time`.
+    pub fn created_before(mut self, time: Timestamp) -> SearchOptions {
+        self.created_before = Some(time);
+        self
+    }
+
+    /// Exact vector search (`true`) or the backend's choice (`false`, the default).
+    pub const fn exact(mut self, exact: bool) -> SearchOptions {
+        self.exact = exact;
+        self
+    }
+
+    /// Whether these options restrict which entries may be returned (tags or times).
+    pub fn is_unrestricted(&self) -> bool {
+        self.tags.is_empty() && self.created_after.is_none() && self.created_before.is_none()
+    }
+
+    /// Whether `entry` passes every restriction.
+    pub fn admits(&self, entry: &MemoryEntry) -> bool {
+        self.created_after.is_none_or(|t| entry.created_at >= t)
+            && self.created_before.is_none_or(|t| entry.created_at < t)
+            && self.tags.iter().all(|tag| entry.tags.contains(tag))
+    }
+}
+
 /// What [`MemoryBackend::prune`] removes. Every rule that is set applies.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
@@ -228,6 +310,72 @@ pub trait MemoryBackend: Send + Sync {
                     similarity: None,
                 })
                 .collect())
+        })
+    }
+
+    /// [`search`](MemoryBackend::search) restricted and tuned by `options`: the `k` best
+    /// entries among those that pass every restriction, with their recall recorded.
+    ///
+    /// The default is correct for any backend but slow on large stores: it asks
+    /// [`search_candidates_with`](MemoryBackend::search_candidates_with) for the hits and
+    /// records a recall of those returned. Backends with their own filtered search override
+    /// both `*_with` methods.
+    fn search_with<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+        options: &'a SearchOptions,
+    ) -> BoxFuture<'a, Result<Vec<ScoredMemory>, MemoryError>> {
+        Box::pin(async move {
+            if options.is_unrestricted() {
+                return self.search(query, k).await;
+            }
+            let hits = self.search_candidates_with(query, k, options).await?;
+            let ids: Vec<MemoryId> = hits.iter().map(|c| c.hit.entry.id.clone()).collect();
+            let mut updated: std::collections::HashMap<MemoryId, MemoryEntry> = self
+                .record_access(&ids)
+                .await?
+                .into_iter()
+                .map(|entry| (entry.id.clone(), entry))
+                .collect();
+            Ok(hits
+                .into_iter()
+                .filter_map(|c| {
+                    let entry = updated.remove(&c.hit.entry.id)?;
+                    Some(ScoredMemory {
+                        entry,
+                        score: c.hit.score,
+                    })
+                })
+                .collect())
+        })
+    }
+
+    /// [`search_candidates`](MemoryBackend::search_candidates) restricted and tuned by
+    /// `options`; records nothing.
+    ///
+    /// The default ranks every stored entry with `search_candidates` and keeps the first `k`
+    /// that pass the restrictions — correct, since nothing is cut before filtering, but it
+    /// reads the whole store (and records a recall of every entry where `search_candidates`
+    /// is itself the trait's default).
+    fn search_candidates_with<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+        options: &'a SearchOptions,
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, MemoryError>> {
+        Box::pin(async move {
+            if options.is_unrestricted() {
+                return self.search_candidates(query, k).await;
+            }
+            if k == 0 {
+                return Ok(Vec::new());
+            }
+            let all = usize::try_from(self.count().await?).unwrap_or(usize::MAX);
+            let mut hits = self.search_candidates(query, all).await?;
+            hits.retain(|c| options.admits(&c.hit.entry));
+            hits.truncate(k);
+            Ok(hits)
         })
     }
 

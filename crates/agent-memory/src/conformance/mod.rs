@@ -39,7 +39,7 @@ use std::time::Duration;
 
 use agent_op::{
     BoxFuture, EmbeddingError, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError,
-    MemoryId, NewMemory, ProviderError, PrunePolicy, Tag,
+    MemoryId, NewMemory, ProviderError, PrunePolicy, SearchOptions, Tag,
 };
 
 use crate::clock::{Clock, ManualClock};
@@ -516,6 +516,128 @@ pub async fn by_tags_requires_every_tag(factory: &impl Factory) {
     assert!(ok(b.by_tags(&tags(&["A"])).await, "by_tags").is_empty());
 }
 
+/// Filtered search (`search_with`, `search_candidates_with`): the restrictions apply inside
+/// the search, so the best admitted entries come back even when many better entries are
+/// excluded; tags must all be present; `created_after` is inclusive and `created_before`
+/// exclusive; `exact` gives the same hits as the default on a small store; only returned
+/// entries count as recalled, and `search_candidates_with` records nothing.
+pub async fn filtered_search_applies_inside_the_search(factory: &impl Factory) {
+    let (f, clock) = fresh(factory).await;
+    let b = f.backend().as_ref();
+    // 120 close matches without the tag, then 3 weaker ones with it, each a second apart.
+    for i in 0..120 {
+        store(
+            b,
+            &format!("the deploy key rotation runbook, copy {i}"),
+            &["noise"],
+        )
+        .await;
+        clock.advance(Duration::from_secs(1));
+    }
+    let t_first = clock.now();
+    let first = store(b, "deploy notes for the ops team", &["ops", "team"]).await;
+    clock.advance(Duration::from_secs(1));
+    let second = store(b, "the ops key list", &["ops"]).await;
+    clock.advance(Duration::from_secs(1));
+    let t_third = clock.now();
+    let third = store(b, "ops rotation calendar", &["ops", "team"]).await;
+    let query = "the deploy key rotation runbook";
+
+    let ids = |hits: Vec<agent_op::ScoredMemory>| {
+        let mut ids: Vec<MemoryId> = hits.into_iter().map(|h| h.entry.id).collect();
+        ids.sort();
+        ids
+    };
+    let sorted = |mut v: Vec<MemoryId>| {
+        v.sort();
+        v
+    };
+    let ops = SearchOptions::new().tag("ops");
+    let hits = ok(b.search_with(query, 10, &ops).await, "search_with");
+    assert!(
+        hits.iter()
+            .all(|h| h.entry.tags.contains(&Tag::from("ops"))),
+        "every hit carries the tag"
+    );
+    assert_eq!(
+        ids(hits),
+        sorted(vec![first.clone(), second.clone(), third.clone()]),
+        "the filter applies inside the search: all 3 tagged entries, though 120 untagged ones match better"
+    );
+    assert_eq!(
+        get(b, &second).await.access_count,
+        1,
+        "returned hits are recalled"
+    );
+    assert_eq!(
+        get(b, &MemoryId::from("1")).await.access_count,
+        0,
+        "excluded entries are not recalled"
+    );
+
+    let both = SearchOptions::new().tag("team").tag("ops");
+    assert_eq!(
+        ids(ok(b.search_with(query, 10, &both).await, "search_with")),
+        sorted(vec![first.clone(), third.clone()]),
+        "every tag must be present"
+    );
+    let one = ok(b.search_with(query, 1, &both).await, "search_with");
+    assert_eq!(one.len(), 1, "k bounds filtered results");
+
+    let window = SearchOptions::new()
+        .created_after(t_first)
+        .created_before(t_third);
+    assert_eq!(
+        ids(ok(b.search_with(query, 10, &window).await, "search_with")),
+        sorted(vec![first.clone(), second.clone()]),
+        "created_after is inclusive, created_before exclusive"
+    );
+    let none = SearchOptions::new()
+        .tag("ops")
+        .created_after(clock.now() + chrono::Duration::seconds(1));
+    assert!(ok(b.search_with(query, 10, &none).await, "search_with").is_empty());
+    assert!(
+        ok(
+            b.search_with(query, 10, &SearchOptions::new().tag("nope"))
+                .await,
+            "search_with"
+        )
+        .is_empty(),
+        "an unknown tag admits nothing"
+    );
+
+    let before = get(b, &first).await.access_count;
+    let candidates = ok(
+        b.search_candidates_with(query, 10, &ops).await,
+        "search_candidates_with",
+    );
+    assert_eq!(candidates.len(), 3);
+    assert_eq!(
+        get(b, &first).await.access_count,
+        before,
+        "search_candidates_with records nothing"
+    );
+
+    let default = ok(
+        b.search_candidates_with(query, 5, &SearchOptions::new())
+            .await,
+        "search_candidates_with",
+    );
+    let exact = ok(
+        b.search_candidates_with(query, 5, &SearchOptions::new().exact(true))
+            .await,
+        "search_candidates_with",
+    );
+    let hit_ids =
+        |c: &[agent_op::Candidate]| c.iter().map(|c| c.hit.entry.id.clone()).collect::<Vec<_>>();
+    assert_eq!(
+        hit_ids(&default),
+        hit_ids(&exact),
+        "exact search agrees on a small store"
+    );
+    assert_eq!(default.len(), 5);
+}
+
 /// `delete`: `true` once, then `false`; the entry is gone from get, search, recent, tags and
 /// count; ids the backend never issued are `false`/`None`, not errors.
 pub async fn delete_removes_everywhere(factory: &impl Factory) {
@@ -955,6 +1077,7 @@ pub async fn run_all(factory: &impl Factory) {
     search_updates_access_stats(factory).await;
     recent_is_newest_first(factory).await;
     by_tags_requires_every_tag(factory).await;
+    filtered_search_applies_inside_the_search(factory).await;
     delete_removes_everywhere(factory).await;
     prune_max_entries_evicts_least_used(factory).await;
     prune_max_age_uses_access_time(factory).await;
@@ -979,6 +1102,7 @@ macro_rules! memory_conformance_tests {
             search_updates_access_stats,
             recent_is_newest_first,
             by_tags_requires_every_tag,
+            filtered_search_applies_inside_the_search,
             delete_removes_everywhere,
             prune_max_entries_evicts_least_used,
             prune_max_age_uses_access_time,

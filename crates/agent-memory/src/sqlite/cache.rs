@@ -20,7 +20,7 @@ use sqlx::SqliteConnection;
 use super::open::META_CHANGES_FLOOR;
 use super::retry::DbError;
 use crate::prune::{COPY_CHUNK, MergeSet};
-use crate::vector::{Hit, VectorIndex, cosine, from_blob};
+use crate::vector::{Admit, Hit, VectorIndex, cosine, from_blob};
 
 /// Unit vectors of every entry, as of change-log position `cursor`.
 pub(crate) struct VectorCache {
@@ -47,6 +47,10 @@ impl VectorCache {
 
     pub(crate) fn search(&self, query: &[f32], k: usize) -> Vec<Hit> {
         self.index.search(query, k)
+    }
+
+    pub(crate) fn search_where(&self, query: &[f32], k: usize, admit: &Admit<'_>) -> Vec<Hit> {
+        self.index.search_where(query, k, admit)
     }
 
     /// The cosine similarity of the unit vector `query` and `id`'s vector; `None` if the

@@ -28,13 +28,16 @@ use std::time::Duration;
 
 use agent_op::{
     BoxFuture, Candidate, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError, MemoryId,
-    NewMemory, PrunePolicy, PruneReport, ScoredMemory, Tag,
+    NewMemory, PrunePolicy, PruneReport, ScoredMemory, SearchOptions, Tag,
 };
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use tokio::sync::Mutex;
 
 use self::cache::{VectorCache, read_cache};
+
+/// No restrictions: what `search` and `search_candidates` use.
+static UNRESTRICTED: SearchOptions = SearchOptions::new();
 use self::retry::{DbError, read_tx};
 use crate::clock::Clock;
 use crate::common::format_id;
@@ -208,7 +211,16 @@ impl MemoryBackend for SqliteBackend {
         query: &'a str,
         k: usize,
     ) -> BoxFuture<'a, Result<Vec<ScoredMemory>, MemoryError>> {
-        Box::pin(self.search_inner(query, k))
+        Box::pin(self.search_inner(query, k, &UNRESTRICTED))
+    }
+
+    fn search_with<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+        options: &'a SearchOptions,
+    ) -> BoxFuture<'a, Result<Vec<ScoredMemory>, MemoryError>> {
+        Box::pin(self.search_inner(query, k, options))
     }
 
     fn recent(&self, n: usize) -> BoxFuture<'_, Result<Vec<MemoryEntry>, MemoryError>> {
@@ -254,7 +266,16 @@ impl MemoryBackend for SqliteBackend {
         query: &'a str,
         k: usize,
     ) -> BoxFuture<'a, Result<Vec<Candidate>, MemoryError>> {
-        Box::pin(self.search_candidates_inner(query, k))
+        Box::pin(self.search_candidates_inner(query, k, &UNRESTRICTED))
+    }
+
+    fn search_candidates_with<'a>(
+        &'a self,
+        query: &'a str,
+        k: usize,
+        options: &'a SearchOptions,
+    ) -> BoxFuture<'a, Result<Vec<Candidate>, MemoryError>> {
+        Box::pin(self.search_candidates_inner(query, k, options))
     }
 
     fn record_access<'a>(

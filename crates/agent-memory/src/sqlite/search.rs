@@ -1,16 +1,16 @@
 //! Search: the vector and keyword rankings, their fusion, and recording recalls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::RwLock;
 
-use agent_op::{Candidate, MemoryEntry, MemoryError, MemoryId, ScoredMemory};
+use agent_op::{Candidate, MemoryEntry, MemoryError, MemoryId, ScoredMemory, SearchOptions};
 use sqlx::sqlite::SqliteConnection;
 
 use super::cache::{VectorCache, read_cache};
 use super::read::with_tags;
 use super::retry::{DbError, read_tx, write_tx};
 use super::{EntryRow, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, SqliteBackend, cache, json_ids};
-use crate::clock::now_micros;
+use crate::clock::{ceil_micros, now_micros};
 use crate::common::{cpu, distinct_ids, embed_checked, format_id, parse_id, validate_query};
 use crate::rank::fuse;
 use crate::text::{fts_match, fts_terms};
@@ -23,7 +23,12 @@ pub(super) const STOP_WORD_MIN_DOCS: u64 = 50;
 impl SqliteBackend {
     /// The fused ranking for `query`: the best `k` entry ids with their scores, best first,
     /// and the query's unit vector. Records nothing.
-    pub(super) async fn rank(&self, query: &str, k: usize) -> Result<Ranking, MemoryError> {
+    pub(super) async fn rank(
+        &self,
+        query: &str,
+        k: usize,
+        options: &SearchOptions,
+    ) -> Result<Ranking, MemoryError> {
         validate_query(query)?;
         if k == 0 {
             return Ok(Ranking::default());
@@ -33,17 +38,32 @@ impl SqliteBackend {
         let query_unit = unit(&vector);
         self.sync().await?;
         let candidates = k.saturating_mul(2).max(MIN_CANDIDATES);
+        let filter = Filter::new(options);
+        // The entries the restrictions admit, as of now; the vector scan checks each row
+        // that could make the top against this set, so the best admitted rows are found.
+        let admitted: Option<HashSet<i64>> = match &filter {
+            Some(filter) => {
+                let listed = read_tx!(self, "listing the entries a search may return", |conn| {
+                    filter.admitted(&mut *conn).await?
+                });
+                Some(listed?)
+            }
+            None => None,
+        };
 
         // The vector scan (CPU, off the executor when large) and the keyword search (on
         // SQLite's connection thread) run at the same time.
         let entries = read_cache(&self.inner.cache).len();
         let cache = self.inner.cache.clone();
         let vector_scan = cpu(entries * vector.len(), move || {
-            read_cache(&cache)
-                .search(&vector, candidates)
-                .into_iter()
-                .map(|hit| hit.id)
-                .collect::<Vec<i64>>()
+            let copy = read_cache(&cache);
+            let hits = match &admitted {
+                Some(admitted) => {
+                    copy.search_where(&vector, candidates, &|id| admitted.contains(&id))
+                }
+                None => copy.search(&vector, candidates),
+            };
+            hits.into_iter().map(|hit| hit.id).collect::<Vec<i64>>()
         });
         let terms = fts_terms(query);
         let keywords = async {
@@ -52,7 +72,7 @@ impl SqliteBackend {
             }
             let limit = i64::try_from(candidates).unwrap_or(i64::MAX);
             read_tx!(self, "searching keywords", |conn| {
-                keyword_search(&mut *conn, &terms, entries as u64, limit).await?
+                keyword_search(&mut *conn, &terms, entries as u64, limit, filter.as_ref()).await?
             })
         };
         let (vector_hits, keyword_hits) = tokio::join!(vector_scan, keywords);
@@ -70,8 +90,9 @@ impl SqliteBackend {
         &self,
         query: &str,
         k: usize,
+        options: &SearchOptions,
     ) -> Result<Vec<ScoredMemory>, MemoryError> {
-        let ranking = self.rank(query, k).await?;
+        let ranking = self.rank(query, k, options).await?;
         if ranking.fused.is_empty() {
             return Ok(Vec::new());
         }
@@ -92,8 +113,9 @@ impl SqliteBackend {
         &self,
         query: &str,
         k: usize,
+        options: &SearchOptions,
     ) -> Result<Vec<Candidate>, MemoryError> {
-        let ranking = self.rank(query, k).await?;
+        let ranking = self.rank(query, k, options).await?;
         if ranking.fused.is_empty() {
             return Ok(Vec::new());
         }
@@ -191,6 +213,7 @@ pub(super) async fn keyword_search(
     terms: &[String],
     entries: u64,
     limit: i64,
+    filter: Option<&Filter>,
 ) -> Result<Vec<i64>, DbError> {
     let cap = i64::try_from(MAX_KEYWORD_POSTINGS + 1).unwrap_or(i64::MAX);
     let cap_param = terms.len() + 1;
@@ -232,15 +255,90 @@ pub(super) async fn keyword_search(
     let Some(expr) = fts_match(&chosen) else {
         return Ok(Vec::new());
     };
-    let rows: Vec<(i64,)> = sqlx::query_as(
-        "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ?1 \
-         ORDER BY bm25(entries_fts, 1.0, 0.5), rowid LIMIT ?2",
-    )
-    .bind(expr)
-    .bind(limit)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows: Vec<(i64,)> = match filter {
+        None => {
+            sqlx::query_as(
+                "SELECT rowid FROM entries_fts WHERE entries_fts MATCH ?1 \
+                 ORDER BY bm25(entries_fts, 1.0, 0.5), rowid LIMIT ?2",
+            )
+            .bind(expr)
+            .bind(limit)
+            .fetch_all(&mut *conn)
+            .await?
+        }
+        Some(filter) => {
+            let sql = format!(
+                "SELECT entries_fts.rowid FROM entries_fts JOIN entries e ON e.id = entries_fts.rowid \
+                 WHERE entries_fts MATCH ?1 AND {} \
+                 ORDER BY bm25(entries_fts, 1.0, 0.5), entries_fts.rowid LIMIT ?2",
+                Filter::CONDITION
+            );
+            filter
+                .bind(sqlx::query_as(&sql).bind(expr).bind(limit))
+                .fetch_all(&mut *conn)
+                .await?
+        }
+    };
     Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
+/// The restrictions of [`SearchOptions`] as SQL on `entries e`; `None` when there are none.
+pub(super) struct Filter {
+    after: Option<i64>,
+    before: Option<i64>,
+    /// The distinct tags asked for, as a JSON array.
+    tags: String,
+    tag_count: i64,
+}
+
+impl Filter {
+    /// The condition, with the filter's values bound as parameters 3 to 6 (1 and 2 are the
+    /// query's own).
+    const CONDITION: &'static str = "(?3 IS NULL OR e.created_at >= ?3) \
+         AND (?4 IS NULL OR e.created_at < ?4) \
+         AND (?5 = 0 OR e.id IN (SELECT entry_id FROM entry_tags \
+              WHERE tag IN (SELECT value FROM json_each(?6)) \
+              GROUP BY entry_id HAVING count(*) = ?5))";
+
+    pub(super) fn new(options: &SearchOptions) -> Option<Filter> {
+        if options.is_unrestricted() {
+            return None;
+        }
+        let tags: std::collections::BTreeSet<&str> =
+            options.tags.iter().map(|t| t.0.as_str()).collect();
+        Some(Filter {
+            after: options.created_after.map(ceil_micros),
+            before: options.created_before.map(ceil_micros),
+            tag_count: i64::try_from(tags.len()).unwrap_or(i64::MAX),
+            tags: serde_json::Value::from(tags.into_iter().collect::<Vec<_>>()).to_string(),
+        })
+    }
+
+    /// Binds the filter's values as parameters 3 to 6 of `query`.
+    fn bind<'q, O>(
+        &'q self,
+        query: sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments<'q>>,
+    ) -> sqlx::query::QueryAs<'q, sqlx::Sqlite, O, sqlx::sqlite::SqliteArguments<'q>> {
+        query
+            .bind(self.after)
+            .bind(self.before)
+            .bind(self.tag_count)
+            .bind(&self.tags)
+    }
+
+    /// Every entry the filter admits.
+    async fn admitted(&self, conn: &mut SqliteConnection) -> Result<HashSet<i64>, DbError> {
+        // Parameters 1 and 2 are unused here; bound so the numbering matches `CONDITION`.
+        let sql = format!(
+            "SELECT e.id FROM entries e WHERE ?1 IS NULL AND ?2 IS NULL AND {}",
+            Filter::CONDITION
+        );
+        let rows: Vec<(i64,)> = self
+            .bind(sqlx::query_as(&sql).bind(None::<i64>).bind(None::<i64>))
+            .fetch_all(&mut *conn)
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
 }
 
 /// The cosine similarity of the unit vector `query` and the vector of each of `ids` that has
