@@ -9,6 +9,7 @@ use agent_op::{
     NewMemory, PrunePolicy, PruneReport, ScoredMemory, SearchOptions, Tag,
 };
 
+use crate::ann::{AnnConfig, IndexStatus};
 use crate::clock::{Clock, SystemClock, age_cutoff, ceil_micros, from_micros, now_micros};
 use crate::common::{
     check_embedder, cpu, distinct_ids, embed_batch_checked, embed_checked, format_id,
@@ -208,6 +209,7 @@ impl State {
 pub struct InMemoryBuilder {
     embedder: Arc<dyn EmbeddingProvider>,
     clock: Arc<dyn Clock>,
+    ann: AnnConfig,
 }
 
 impl InMemoryBuilder {
@@ -223,20 +225,40 @@ impl InMemoryBuilder {
         self
     }
 
+    /// How the approximate vector index is built and searched (default
+    /// [`AnnConfig::default`]: from 10,000 entries on; [`AnnConfig::disabled`] keeps every
+    /// search exact).
+    pub fn ann(mut self, config: AnnConfig) -> InMemoryBuilder {
+        self.ann = config;
+        self
+    }
+
     /// The backend. Fails if the embedder declares zero dimensions.
     pub fn build(self) -> Result<InMemoryBackend, MemoryError> {
         check_embedder(self.embedder.as_ref())?;
-        Ok(InMemoryBackend::from_parts(self.embedder, self.clock))
+        Ok(InMemoryBackend::from_parts(
+            self.embedder,
+            self.clock,
+            self.ann,
+        ))
     }
 }
 
 impl InMemoryBackend {
     /// An empty store with the default [`HashingEmbedder`] and the system clock.
     pub fn new() -> InMemoryBackend {
-        InMemoryBackend::from_parts(Arc::new(HashingEmbedder::new()), Arc::new(SystemClock))
+        InMemoryBackend::from_parts(
+            Arc::new(HashingEmbedder::new()),
+            Arc::new(SystemClock),
+            AnnConfig::default(),
+        )
     }
 
-    fn from_parts(embedder: Arc<dyn EmbeddingProvider>, clock: Arc<dyn Clock>) -> InMemoryBackend {
+    fn from_parts(
+        embedder: Arc<dyn EmbeddingProvider>,
+        clock: Arc<dyn Clock>,
+        ann: AnnConfig,
+    ) -> InMemoryBackend {
         let dimensions = embedder.dimensions();
         InMemoryBackend {
             shared: Arc::new(Shared {
@@ -247,7 +269,7 @@ impl InMemoryBackend {
                     next_id: 1,
                     entries: HashMap::new(),
                     by_time: BTreeSet::new(),
-                    index: VectorIndex::new(dimensions),
+                    index: VectorIndex::with_ann(dimensions, ann),
                 }),
             }),
         }
@@ -258,7 +280,15 @@ impl InMemoryBackend {
         InMemoryBuilder {
             embedder: Arc::new(HashingEmbedder::new()),
             clock: Arc::new(SystemClock),
+            ann: AnnConfig::default(),
         }
+    }
+
+    /// How far the approximate vector index has got: whether the store has one, how many
+    /// vectors are in it and how many wait for the background indexer (searches score those
+    /// exactly meanwhile).
+    pub fn index_status(&self) -> IndexStatus {
+        self.read().index.status()
     }
 
     /// The embedder this store uses.
@@ -364,11 +394,13 @@ impl InMemoryBackend {
         cpu(floats, move || {
             let state = this.read();
             if options.is_unrestricted() {
-                return state.index.search(&vector, k);
+                return state
+                    .index
+                    .search_where(&vector, k, &|_| true, options.exact);
             }
             let filter = Filter::new(&options);
             let admit = |id: i64| state.entries.get(&id).is_some_and(|s| filter.admits(s));
-            state.index.search_where(&vector, k, &admit)
+            state.index.search_where(&vector, k, &admit, options.exact)
         })
         .await
     }

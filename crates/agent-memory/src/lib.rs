@@ -58,6 +58,7 @@
 //! # }).unwrap();
 //! ```
 
+mod ann;
 mod clock;
 mod common;
 pub mod conformance;
@@ -71,6 +72,7 @@ mod sqlite;
 mod text;
 mod vector;
 
+pub use ann::{AnnConfig, IndexStatus};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use common::MAX_TEXT_BYTES;
 pub use context::{

@@ -1,7 +1,9 @@
 //! Exact vector search: [`VectorIndex`], a flat matrix of unit vectors scanned in full.
 
 use std::cmp::Ordering;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
+
+use crate::ann::{Ann, AnnConfig, IndexStatus};
 
 /// Rows × dimensions above which a scan is split across threads.
 const PARALLEL_MIN_FLOATS: usize = 8_000_000;
@@ -242,7 +244,10 @@ struct Pass {
 ///
 /// Memory per vector: `4 × d` bytes (f32) + `d` bytes (int8) + 8 bytes (scale, error bound)
 /// + about 40 bytes of bookkeeping: 1,976 bytes at 384 dimensions.
-#[derive(Clone, Debug, Default)]
+///
+/// From [`AnnConfig::min_entries`] rows on, an approximate index ([`Ann`]) follows the rows:
+/// searches walk its graph for candidates, re-score them here in f32, and exact-score the
+/// rows the graph has not taken in yet (`pending`), so every row is always searchable.
 pub(crate) struct VectorIndex {
     dimensions: usize,
     data: Vec<f32>,
@@ -251,13 +256,116 @@ pub(crate) struct VectorIndex {
     errors: Vec<f32>,
     ids: Vec<i64>,
     slots: HashMap<i64, usize>,
+    config: AnnConfig,
+    ann: Option<Ann>,
+    /// Rows sent to the graph and not known to be in it: (job number, id), in job order.
+    pending: VecDeque<(u64, i64)>,
 }
 
+/// With more rows than this not yet in the graph (while it is first built), a search scans
+/// every row exactly instead: the int8-filtered scan beats scoring a long tail one by one.
+const MAX_TAIL: usize = 4_096;
+
 impl VectorIndex {
+    #[cfg(test)]
     pub(crate) fn new(dimensions: usize) -> VectorIndex {
+        VectorIndex::with_ann(dimensions, AnnConfig::default())
+    }
+
+    /// An empty index whose approximate part follows `config`.
+    pub(crate) fn with_ann(dimensions: usize, config: AnnConfig) -> VectorIndex {
         VectorIndex {
             dimensions,
-            ..VectorIndex::default()
+            data: Vec::new(),
+            codes: Vec::new(),
+            scales: Vec::new(),
+            errors: Vec::new(),
+            ids: Vec::new(),
+            slots: HashMap::new(),
+            config,
+            ann: None,
+            pending: VecDeque::new(),
+        }
+    }
+
+    /// How far the approximate index has got.
+    pub(crate) fn status(&self) -> IndexStatus {
+        match &self.ann {
+            None => IndexStatus::default(),
+            Some(ann) => {
+                let applied = ann.applied();
+                let pending = self
+                    .pending
+                    .iter()
+                    .filter(|(job, _)| *job > applied)
+                    .count();
+                IndexStatus {
+                    enabled: true,
+                    indexed: ann.size(),
+                    pending,
+                    failed: (!ann.usable()).then_some("the index library reported an error"),
+                }
+            }
+        }
+    }
+
+    /// Sends `id`'s unit vector to the graph, building the graph when the index reaches its
+    /// threshold; forgets pending rows the graph has taken in.
+    fn follow_upsert(&mut self, id: i64) {
+        if let Some(ann) = &mut self.ann {
+            let start = self.slots[&id] * self.dimensions;
+            let job = ann.add_all(vec![(
+                id,
+                self.data[start..start + self.dimensions].to_vec(),
+            )]);
+            self.pending.push_back((job, id));
+            self.trim_pending();
+        } else {
+            self.build_if_due();
+        }
+    }
+
+    /// Sets how the approximate index is built (building it now if the index is large
+    /// enough): loaders fill the index with the approximate part off, then turn it on, so
+    /// the graph is built in one batch on several threads.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn set_ann(&mut self, config: AnnConfig) {
+        self.config = config;
+        self.build_if_due();
+    }
+
+    /// Starts the graph, queuing every row, once the index has reached its threshold.
+    fn build_if_due(&mut self) {
+        if self.ann.is_none() && self.ids.len() >= self.config.min_entries {
+            let Some(mut ann) = Ann::new(self.dimensions, &self.config) else {
+                // usearch could not start (out of memory, no thread): stay exact.
+                self.config.min_entries = usize::MAX;
+                return;
+            };
+            let d = self.dimensions;
+            let vectors: Vec<(i64, Vec<f32>)> = self
+                .ids
+                .iter()
+                .zip(self.data.chunks_exact(d))
+                .map(|(id, v)| (*id, v.to_vec()))
+                .collect();
+            let first = ann.add_all(vectors);
+            self.pending = self
+                .ids
+                .iter()
+                .enumerate()
+                .map(|(i, id)| (first + i as u64, *id))
+                .collect();
+            self.ann = Some(ann);
+        }
+    }
+
+    fn trim_pending(&mut self) {
+        if let Some(ann) = &self.ann {
+            let applied = ann.applied();
+            while self.pending.front().is_some_and(|(job, _)| *job <= applied) {
+                self.pending.pop_front();
+            }
         }
     }
 
@@ -302,6 +410,7 @@ impl VectorIndex {
                 self.errors.push(q.error);
             }
         }
+        self.follow_upsert(id);
     }
 
     /// Removes `id`'s vector; whether it was there.
@@ -309,6 +418,10 @@ impl VectorIndex {
         let Some(slot) = self.slots.remove(&id) else {
             return false;
         };
+        if let Some(ann) = &mut self.ann {
+            ann.remove(id);
+        }
+        self.trim_pending();
         let last = self.ids.len() - 1;
         let d = self.dimensions;
         if slot != last {
@@ -344,13 +457,21 @@ impl VectorIndex {
     /// The `k` rows most similar to `query` (any length-`dimensions` vector; it is
     /// normalized here), best first, ties by lower id. Rows with similarity ≤ 0 are left out,
     /// and an all-zero query matches nothing.
+    #[cfg(test)]
     pub(crate) fn search(&self, query: &[f32], k: usize) -> Vec<Hit> {
-        self.search_where(query, k, &|_| true)
+        self.search_where(query, k, &|_| true, false)
     }
 
     /// [`search`](VectorIndex::search) among the rows whose id `admit` accepts: the filter
-    /// applies during the scan, so the result is the best `k` admitted rows.
-    pub(crate) fn search_where(&self, query: &[f32], k: usize, admit: &Admit<'_>) -> Vec<Hit> {
+    /// applies during the scan (or the graph walk), so the result is the best `k` admitted
+    /// rows. `exact` skips the approximate index.
+    pub(crate) fn search_where(
+        &self,
+        query: &[f32],
+        k: usize,
+        admit: &Admit<'_>,
+        exact: bool,
+    ) -> Vec<Hit> {
         if k == 0 || self.ids.is_empty() || query.len() != self.dimensions {
             return Vec::new();
         }
@@ -360,6 +481,11 @@ impl VectorIndex {
         if query.iter().all(|x| *x == 0.0) {
             return Vec::new();
         }
+        if !exact {
+            if let Some(hits) = self.search_approximate(&query, k, admit) {
+                return hits;
+            }
+        }
         let threads = if self.ids.len() * self.dimensions >= PARALLEL_MIN_FLOATS {
             std::thread::available_parallelism()
                 .map_or(1, usize::from)
@@ -368,6 +494,49 @@ impl VectorIndex {
             1
         };
         self.search_unit(&query, k, threads, admit)
+    }
+
+    /// The graph's candidates and the pending tail, scored exactly; `None` when the exact
+    /// scan must answer instead: no usable graph, a tail too long to score row by row, or
+    /// fewer than `k` hits (a filter the graph walk could not satisfy).
+    fn search_approximate(&self, query: &[f32], k: usize, admit: &Admit<'_>) -> Option<Vec<Hit>> {
+        let ann = self.ann.as_ref()?;
+        let applied = ann.applied();
+        let tail: Vec<i64> = self
+            .pending
+            .iter()
+            .rev()
+            .take_while(|(job, _)| *job > applied)
+            .map(|(_, id)| *id)
+            .take(MAX_TAIL + 1)
+            .collect();
+        if tail.len() > MAX_TAIL {
+            return None;
+        }
+        // The graph may still hold rows removed here (its removals are queued): only rows
+        // present now count.
+        let present = |id: i64| self.slots.contains_key(&id) && admit(id);
+        let candidates = ann.candidates(query, k, &present)?;
+        let d = self.dimensions;
+        let mut seen: HashSet<i64> = HashSet::with_capacity(candidates.len() + tail.len());
+        let mut hits: Vec<Hit> = candidates
+            .into_iter()
+            .chain(tail.into_iter().filter(|id| present(*id)))
+            .filter_map(|id| {
+                if !seen.insert(id) {
+                    return None;
+                }
+                let slot = *self.slots.get(&id)?;
+                let score = cosine(query, &self.data[slot * d..(slot + 1) * d]);
+                (score > 0.0).then_some(Hit { id, score })
+            })
+            .collect();
+        if hits.len() < k {
+            return None;
+        }
+        hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.id.cmp(&b.id)));
+        hits.truncate(k);
+        Some(hits)
     }
 
     /// [`search`](VectorIndex::search) for a non-zero unit `query`, scanning with `threads`

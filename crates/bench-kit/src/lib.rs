@@ -154,3 +154,68 @@ fn proc_status_kib(field: &str) -> Option<u64> {
         .parse()
         .ok()
 }
+
+/// `n` unit vectors of `dimensions` with structure, as real embeddings have: `centers`
+/// random unit centers (seeded), each vector a center plus Gaussian noise of standard
+/// deviation `noise` per component, normalized. Uniformly random vectors have no meaningful
+/// nearest neighbours, so approximate-search figures on them mean nothing.
+pub fn clustered_vectors(
+    seed: u64,
+    n: usize,
+    dimensions: usize,
+    centers: usize,
+    noise: f32,
+) -> Vec<Vec<f32>> {
+    let mut rng = SplitMix(seed);
+    let centers: Vec<Vec<f32>> = (0..centers.max(1))
+        .map(|_| normalized((0..dimensions).map(|_| rng.gaussian()).collect()))
+        .collect();
+    (0..n)
+        .map(|_| {
+            let center = &centers[(rng.next() % centers.len() as u64) as usize];
+            normalized(center.iter().map(|c| c + noise * rng.gaussian()).collect())
+        })
+        .collect()
+}
+
+fn normalized(mut v: Vec<f32>) -> Vec<f32> {
+    let norm = v.iter().map(|x| f64::from(*x).powi(2)).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        for x in &mut v {
+            *x = (f64::from(*x) / norm) as f32;
+        }
+    }
+    v
+}
+
+/// SplitMix64: a tiny seeded generator, enough for benchmark data.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// A standard normal value (Box–Muller).
+    fn gaussian(&mut self) -> f32 {
+        let u = self.unit().max(f64::MIN_POSITIVE);
+        let v = self.unit();
+        ((-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()) as f32
+    }
+}
+
+/// Recall@k of `got` against `truth` (the exact top k): the share of true neighbours found.
+pub fn recall_at<T: PartialEq>(truth: &[T], got: &[T]) -> f64 {
+    if truth.is_empty() {
+        return 1.0;
+    }
+    truth.iter().filter(|t| got.contains(t)).count() as f64 / truth.len() as f64
+}

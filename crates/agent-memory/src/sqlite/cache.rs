@@ -19,6 +19,7 @@ use sqlx::SqliteConnection;
 
 use super::open::META_CHANGES_FLOOR;
 use super::retry::DbError;
+use crate::ann::{AnnConfig, IndexStatus};
 use crate::prune::{COPY_CHUNK, MergeSet};
 use crate::vector::{Admit, Hit, VectorIndex, cosine, from_blob};
 
@@ -29,28 +30,38 @@ pub(crate) struct VectorCache {
     dimensions: usize,
     /// Entries whose stored vector is unusable (left out of `index`).
     corrupt: BTreeSet<i64>,
+    /// How `index`'s approximate part is built.
+    ann: AnnConfig,
 }
 
 impl VectorCache {
-    pub(crate) fn new(dimensions: usize) -> VectorCache {
+    pub(crate) fn new(dimensions: usize, ann: AnnConfig) -> VectorCache {
         VectorCache {
-            index: VectorIndex::new(dimensions),
+            index: VectorIndex::with_ann(dimensions, ann.clone()),
             cursor: -1,
             dimensions,
             corrupt: BTreeSet::new(),
+            ann,
         }
+    }
+
+    /// How far the approximate index of the copy has got.
+    pub(crate) fn status(&self) -> IndexStatus {
+        self.index.status()
     }
 
     pub(crate) fn len(&self) -> usize {
         self.index.len()
     }
 
-    pub(crate) fn search(&self, query: &[f32], k: usize) -> Vec<Hit> {
-        self.index.search(query, k)
-    }
-
-    pub(crate) fn search_where(&self, query: &[f32], k: usize, admit: &Admit<'_>) -> Vec<Hit> {
-        self.index.search_where(query, k, admit)
+    pub(crate) fn search_where(
+        &self,
+        query: &[f32],
+        k: usize,
+        admit: &Admit<'_>,
+        exact: bool,
+    ) -> Vec<Hit> {
+        self.index.search_where(query, k, admit, exact)
     }
 
     /// The cosine similarity of the unit vector `query` and `id`'s vector; `None` if the
@@ -114,9 +125,9 @@ pub(crate) async fn sync(
     conn: &mut SqliteConnection,
     cache: &Arc<RwLock<VectorCache>>,
 ) -> Result<(), DbError> {
-    let (cursor, dimensions) = {
+    let (cursor, dimensions, ann) = {
         let c = read_cache(cache);
-        (c.cursor, c.dimensions)
+        (c.cursor, c.dimensions, c.ann.clone())
     };
     let floor: Option<(String,)> = sqlx::query_as("SELECT value FROM store_meta WHERE key = ?1")
         .bind(META_CHANGES_FLOOR)
@@ -129,7 +140,7 @@ pub(crate) async fn sync(
         None => 0,
     };
     if cursor < 0 || cursor < floor {
-        return reload(conn, cache, dimensions).await;
+        return reload(conn, cache, dimensions, ann).await;
     }
 
     let rows: Vec<(i64, i64, i64)> =
@@ -196,6 +207,7 @@ async fn reload(
     conn: &mut SqliteConnection,
     cache: &Arc<RwLock<VectorCache>>,
     dimensions: usize,
+    ann: AnnConfig,
 ) -> Result<(), DbError> {
     let (cursor,): (i64,) = sqlx::query_as(
         "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'changes'), 0)",
@@ -205,7 +217,9 @@ async fn reload(
     let (count,): (i64,) = sqlx::query_as("SELECT count(*) FROM embeddings")
         .fetch_one(&mut *conn)
         .await?;
-    let mut index = VectorIndex::new(dimensions);
+    // Filled with the approximate part off, then turned on: the graph is built in one
+    // batch, on several threads, in the background.
+    let mut index = VectorIndex::with_ann(dimensions, AnnConfig::disabled());
     index.reserve(usize::try_from(count).unwrap_or(0));
     let mut corrupt = BTreeSet::new();
     let mut rows = sqlx::query_as::<_, (i64, Vec<u8>)>(
@@ -221,6 +235,7 @@ async fn reload(
         }
     }
     drop(rows);
+    index.set_ann(ann);
     let mut c = write_cache(cache);
     if cursor >= c.cursor {
         c.index = index;

@@ -35,6 +35,7 @@ use sqlx::sqlite::{SqliteConnection, SqlitePool};
 use tokio::sync::Mutex;
 
 use self::cache::{VectorCache, read_cache};
+use crate::ann::IndexStatus;
 
 /// No restrictions: what `search` and `search_candidates` use.
 static UNRESTRICTED: SearchOptions = SearchOptions::new();
@@ -181,6 +182,14 @@ impl SqliteBackend {
             .into_iter()
             .map(format_id)
             .collect())
+    }
+
+    /// How far this handle's approximate vector index has got, after bringing its vector
+    /// copy up to date: whether it has one, how many vectors are in it and how many wait for
+    /// the background indexer (searches score those exactly meanwhile).
+    pub async fn index_status(&self) -> Result<IndexStatus, MemoryError> {
+        self.sync().await?;
+        Ok(read_cache(&self.inner.cache).status())
     }
 
     /// Brings the vector cache up to date with the database.

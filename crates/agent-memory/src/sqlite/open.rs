@@ -15,6 +15,7 @@ use tokio::sync::Mutex;
 use super::cache::VectorCache;
 use super::retry::{Backoff, DbError};
 use super::{Inner, SqliteBackend, retry, storage};
+use crate::ann::AnnConfig;
 use crate::clock::{Clock, SystemClock};
 use crate::common::check_embedder;
 use crate::embed::HashingEmbedder;
@@ -53,6 +54,7 @@ pub struct SqliteBuilder {
     lock_retry: Duration,
     read_connections: u32,
     create_if_missing: bool,
+    ann: AnnConfig,
 }
 
 impl SqliteBuilder {
@@ -67,6 +69,7 @@ impl SqliteBuilder {
             lock_retry: Duration::from_secs(60),
             read_connections: 4,
             create_if_missing: true,
+            ann: AnnConfig::default(),
         }
     }
 
@@ -108,6 +111,15 @@ impl SqliteBuilder {
     /// more connection of their own.
     pub fn read_connections(mut self, n: u32) -> SqliteBuilder {
         self.read_connections = n.max(1);
+        self
+    }
+
+    /// How the approximate vector index is built and searched (default
+    /// [`AnnConfig::default`]: from 10,000 entries on; [`AnnConfig::disabled`] keeps every
+    /// search exact). The index lives in the handle's memory beside its vector copy; the
+    /// database stays the source of truth.
+    pub fn ann(mut self, config: AnnConfig) -> SqliteBuilder {
+        self.ann = config;
         self
     }
 
@@ -202,7 +214,10 @@ impl SqliteBuilder {
                 path: self.path,
                 readers,
                 writer: Mutex::new(Some(writer)),
-                cache: Arc::new(RwLock::new(VectorCache::new(self.embedder.dimensions()))),
+                cache: Arc::new(RwLock::new(VectorCache::new(
+                    self.embedder.dimensions(),
+                    self.ann,
+                ))),
                 dimensions: self.embedder.dimensions(),
                 embedder: self.embedder,
                 clock: self.clock,

@@ -55,13 +55,14 @@ impl SqliteBackend {
         // SQLite's connection thread) run at the same time.
         let entries = read_cache(&self.inner.cache).len();
         let cache = self.inner.cache.clone();
+        let exact = options.exact;
         let vector_scan = cpu(entries * vector.len(), move || {
             let copy = read_cache(&cache);
             let hits = match &admitted {
                 Some(admitted) => {
-                    copy.search_where(&vector, candidates, &|id| admitted.contains(&id))
+                    copy.search_where(&vector, candidates, &|id| admitted.contains(&id), exact)
                 }
-                None => copy.search(&vector, candidates),
+                None => copy.search_where(&vector, candidates, &|_| true, exact),
             };
             hits.into_iter().map(|hit| hit.id).collect::<Vec<i64>>()
         });

@@ -62,7 +62,7 @@ async fn similarities_of_entries_the_copy_lacks_are_read_from_the_snapshot() {
         .execute(&mut *store.inner.writer.lock().await.as_mut().expect("open"))
         .await
         .expect("damage");
-    let empty = RwLock::new(VectorCache::new(dimensions));
+    let empty = RwLock::new(VectorCache::new(dimensions, crate::AnnConfig::default()));
     let read = read_tx!(store, "test", |conn| {
         candidate_similarities(&mut *conn, &empty, dimensions, &query, &ids).await?
     })

@@ -1,0 +1,459 @@
+//! The approximate vector index: an HNSW graph (usearch, int8 codes) over the exact store's
+//! vectors, fed by a background thread, its candidates re-scored in f32.
+//!
+//! The write path never waits for the graph: an upsert hands the vector to the indexer
+//! thread and returns, and searches exact-score whatever the indexer has not applied yet
+//! (the *tail*), so every stored entry is searchable at once. Operations reach the graph in
+//! the order they were made; [`Ann::applied`] tells how far it got.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, PoisonError, RwLock};
+
+/// How the approximate index is built and searched ([`InMemoryBuilder::ann`] and
+/// [`SqliteBuilder::ann`]).
+///
+/// Below [`min_entries`](AnnConfig::min_entries) entries a store searches exactly: a scan is
+/// then as fast as a graph walk and has recall 1. Above it, vector search walks an HNSW
+/// graph of int8-quantized vectors for `max(rescore, k)` candidates and re-scores them with
+/// the exact f32 vectors, so scores are exact cosine similarities and only the choice of
+/// candidates is approximate. `docs/MEMORY.md` has the measured recall and latency.
+///
+/// [`InMemoryBuilder::ann`]: crate::InMemoryBuilder::ann
+/// [`SqliteBuilder::ann`]: crate::SqliteBuilder
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AnnConfig {
+    /// Stores with fewer entries search exactly (default 10,000); `usize::MAX` never builds
+    /// the index.
+    pub min_entries: usize,
+    /// Graph edges per node (HNSW `M`, default 16).
+    pub connectivity: usize,
+    /// Candidate list size while inserting (default 64): higher builds slower, finds better
+    /// neighbours.
+    pub expansion_add: usize,
+    /// Candidate list size while searching (default 64): higher is slower with better
+    /// recall.
+    pub expansion_search: usize,
+    /// Candidates taken from the graph and re-scored in f32 (default 40; at least `k`).
+    pub rescore: usize,
+    /// Threads inserting into the graph while it is first built (default: the machine's
+    /// cores, at most 8). Later inserts use one thread.
+    pub build_threads: usize,
+}
+
+impl Default for AnnConfig {
+    fn default() -> AnnConfig {
+        AnnConfig {
+            min_entries: 10_000,
+            connectivity: 16,
+            expansion_add: 64,
+            expansion_search: 64,
+            rescore: 40,
+            build_threads: std::thread::available_parallelism()
+                .map_or(1, usize::from)
+                .min(8),
+        }
+    }
+}
+
+impl AnnConfig {
+    /// The defaults.
+    pub fn new() -> AnnConfig {
+        AnnConfig::default()
+    }
+
+    /// Never build an index: every search is exact.
+    pub fn disabled() -> AnnConfig {
+        AnnConfig {
+            min_entries: usize::MAX,
+            ..AnnConfig::default()
+        }
+    }
+
+    /// Search exactly below `n` entries.
+    pub fn min_entries(mut self, n: usize) -> AnnConfig {
+        self.min_entries = n;
+        self
+    }
+
+    /// Candidate list size while searching.
+    pub fn expansion_search(mut self, n: usize) -> AnnConfig {
+        self.expansion_search = n.max(1);
+        self
+    }
+
+    /// Candidates re-scored in f32.
+    pub fn rescore(mut self, n: usize) -> AnnConfig {
+        self.rescore = n.max(1);
+        self
+    }
+}
+
+/// How far a store's approximate index has got ([`InMemoryBackend::index_status`]).
+///
+/// [`InMemoryBackend::index_status`]: crate::InMemoryBackend::index_status
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IndexStatus {
+    /// Whether the store has an approximate index (it has at least
+    /// [`AnnConfig::min_entries`] entries).
+    pub enabled: bool,
+    /// Vectors in the graph.
+    pub indexed: usize,
+    /// Vectors stored but not in the graph yet; searches score them exactly.
+    pub pending: usize,
+    /// Why the index stopped, if it did (searches are then exact).
+    pub failed: Option<&'static str>,
+}
+
+/// Searches that can walk the graph at the same time.
+const SEARCH_THREADS: usize = 64;
+
+/// One change for the graph.
+enum Job {
+    Add(i64, Vec<f32>),
+    Remove(i64),
+}
+
+/// State shared by the handle and its indexer thread.
+struct Shared {
+    /// usearch's graph tolerates concurrent inserts and searches, but growing its capacity
+    /// must be exclusive: adds and searches take the read lock, `reserve` the write lock.
+    graph: RwLock<usearch::Index>,
+    /// Jobs applied so far (a job's number is its position in the order sent).
+    applied: AtomicU64,
+    /// Set when usearch reported an error; the handle then searches exactly.
+    failed: AtomicBool,
+    /// Set when the handle is dropped: the indexer stops, even mid-batch.
+    closed: AtomicBool,
+    config: AnnConfig,
+}
+
+/// The approximate index of one vector store.
+pub(crate) struct Ann {
+    shared: Arc<Shared>,
+    jobs: Sender<Vec<Job>>,
+    /// Jobs sent so far.
+    sent: u64,
+}
+
+impl Ann {
+    /// A new, empty index for unit vectors of `dimensions`, with its indexer thread.
+    pub(crate) fn new(dimensions: usize, config: &AnnConfig) -> Option<Ann> {
+        let options = usearch::IndexOptions {
+            dimensions,
+            metric: usearch::MetricKind::Cos,
+            quantization: usearch::ScalarKind::I8,
+            connectivity: config.connectivity,
+            expansion_add: config.expansion_add,
+            expansion_search: config.expansion_search,
+            multi: false,
+        };
+        let graph = usearch::Index::new(&options).ok()?;
+        let shared = Arc::new(Shared {
+            graph: RwLock::new(graph),
+            applied: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            closed: AtomicBool::new(false),
+            config: config.clone(),
+        });
+        let (jobs, receiver) = mpsc::channel();
+        let worker = shared.clone();
+        std::thread::Builder::new()
+            .name("agent-memory-ann".into())
+            .spawn(move || index_jobs(&worker, &receiver))
+            .ok()?;
+        Some(Ann {
+            shared,
+            jobs,
+            sent: 0,
+        })
+    }
+
+    /// Queues vectors (unit length) for the graph; returns the job number of the first (the
+    /// i-th vector is job `first + i`, applied once [`applied`](Ann::applied) reaches it).
+    pub(crate) fn add_all(&mut self, vectors: Vec<(i64, Vec<f32>)>) -> u64 {
+        let first = self.sent + 1;
+        let jobs: Vec<Job> = vectors
+            .into_iter()
+            .map(|(id, vector)| Job::Add(id, vector))
+            .collect();
+        self.send(jobs);
+        first
+    }
+
+    /// Queues the removal of `id` from the graph.
+    pub(crate) fn remove(&mut self, id: i64) {
+        self.send(vec![Job::Remove(id)]);
+    }
+
+    fn send(&mut self, jobs: Vec<Job>) {
+        self.sent += jobs.len() as u64;
+        // The thread only ends when this sender is dropped or usearch failed (then
+        // `failed` is set and searches no longer use the graph).
+        if self.jobs.send(jobs).is_err() {
+            self.shared.failed.store(true, Ordering::Release);
+        }
+    }
+
+    /// Jobs applied so far.
+    pub(crate) fn applied(&self) -> u64 {
+        self.shared.applied.load(Ordering::Acquire)
+    }
+
+    /// Whether the graph can be used.
+    pub(crate) fn usable(&self) -> bool {
+        !self.shared.failed.load(Ordering::Acquire)
+    }
+
+    /// Vectors in the graph.
+    pub(crate) fn size(&self) -> usize {
+        read(&self.shared.graph).size()
+    }
+
+    /// Up to `count` keys near the unit vector `query` among those `admit` accepts, best
+    /// first by the graph's (quantized) distance; `None` if the graph failed.
+    pub(crate) fn candidates(
+        &self,
+        query: &[f32],
+        count: usize,
+        admit: &dyn Fn(i64) -> bool,
+    ) -> Option<Vec<i64>> {
+        if !self.usable() {
+            return None;
+        }
+        let count = count.max(self.shared.config.rescore);
+        let graph = read(&self.shared.graph);
+        let matches = graph
+            .filtered_search(query, count, |key: u64| {
+                i64::try_from(key).is_ok_and(admit)
+            })
+            .ok()?;
+        Some(
+            matches
+                .keys
+                .into_iter()
+                .filter_map(|key| i64::try_from(key).ok())
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Ann {
+    fn drop(&mut self) {
+        self.shared.closed.store(true, Ordering::Release);
+    }
+}
+
+fn read(graph: &RwLock<usearch::Index>) -> std::sync::RwLockReadGuard<'_, usearch::Index> {
+    // Nothing panics while holding the lock; a poisoned lock still guards a whole graph.
+    graph.read().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The indexer thread: applies job batches in order until the handle is dropped.
+fn index_jobs(shared: &Shared, receiver: &Receiver<Vec<Job>>) {
+    while let Ok(mut batch) = receiver.recv() {
+        // Take what else is waiting, so a burst of single stores becomes one batch.
+        while batch.len() < 65_536 {
+            match receiver.try_recv() {
+                Ok(more) => batch.extend(more),
+                Err(_) => break,
+            }
+        }
+        if shared.closed.load(Ordering::Acquire) {
+            return;
+        }
+        if shared.failed.load(Ordering::Acquire) || apply(shared, batch).is_err() {
+            shared.failed.store(true, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// Applies one batch; the applied count advances as each chunk lands.
+fn apply(shared: &Shared, batch: Vec<Job>) -> Result<(), ()> {
+    let adds = batch.iter().filter(|j| matches!(j, Job::Add(..))).count();
+    {
+        let needed = read(&shared.graph).size() + adds;
+        // usearch keeps a context per concurrent caller: the builders plus searches from
+        // any number of executor and blocking-pool threads (a search finding none free
+        // falls back to the exact scan).
+        let threads = shared.config.build_threads.max(1) + SEARCH_THREADS;
+        let graph = shared.graph.write().unwrap_or_else(PoisonError::into_inner);
+        if needed > graph.capacity() {
+            let capacity = needed.max(graph.capacity().saturating_mul(2)).max(1024);
+            graph
+                .reserve_capacity_and_threads(capacity, threads)
+                .map_err(|_| ())?;
+        }
+    }
+    // Large batches (the first build) are inserted by several threads; each chunk's jobs
+    // are counted as applied only when the whole chunk is in.
+    let threads = if adds >= 4_096 {
+        shared.config.build_threads.max(1)
+    } else {
+        1
+    };
+    for chunk in batch.chunks(16_384) {
+        let per = chunk.len().div_ceil(threads);
+        let ok = std::thread::scope(|scope| {
+            let workers: Vec<_> = chunk
+                .chunks(per.max(1))
+                .map(|part| scope.spawn(move || apply_part(shared, part)))
+                .collect();
+            workers
+                .into_iter()
+                .all(|w| w.join().unwrap_or(Err(())).is_ok())
+        });
+        if !ok {
+            return Err(());
+        }
+        shared
+            .applied
+            .fetch_add(chunk.len() as u64, Ordering::AcqRel);
+    }
+    Ok(())
+}
+
+fn apply_part(shared: &Shared, part: &[Job]) -> Result<(), ()> {
+    let graph = read(&shared.graph);
+    for (i, job) in part.iter().enumerate() {
+        if i % 256 == 0 && shared.closed.load(Ordering::Acquire) {
+            return Err(());
+        }
+        match job {
+            Job::Add(id, vector) => {
+                let key = u64::try_from(*id).map_err(|_| ())?;
+                // A vector stored again (a replayed change) replaces the old one.
+                if graph.contains(key) {
+                    let _ = graph.remove(key);
+                }
+                graph.add(key, vector).map_err(|_| ())?;
+            }
+            Job::Remove(id) => {
+                if let Ok(key) = u64::try_from(*id) {
+                    // A key the graph never got (removed before it was indexed) is fine.
+                    let _ = graph.remove(key);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use bench_kit::{clustered_vectors, recall_at};
+
+    use super::AnnConfig;
+    use crate::vector::VectorIndex;
+
+    const D: usize = 64;
+
+    fn built(n: usize) -> (VectorIndex, Vec<Vec<f32>>) {
+        let vectors = clustered_vectors(7, n + 100, D, 60, 0.05);
+        let mut index = VectorIndex::with_ann(D, AnnConfig::new().min_entries(1_000));
+        for (i, v) in vectors[..n].iter().enumerate() {
+            index.upsert(i as i64 + 1, v);
+        }
+        wait_indexed(&index);
+        (index, vectors[n..].to_vec())
+    }
+
+    fn wait_indexed(index: &VectorIndex) {
+        let start = Instant::now();
+        while index.status().pending > 0 {
+            assert!(
+                start.elapsed() < Duration::from_secs(120),
+                "the graph did not take in the rows: {:?}",
+                index.status()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn ids(hits: &[crate::vector::Hit]) -> Vec<i64> {
+        hits.iter().map(|h| h.id).collect()
+    }
+
+    #[test]
+    fn small_stores_have_no_graph_and_large_ones_build_it() {
+        let mut index = VectorIndex::with_ann(D, AnnConfig::new().min_entries(1_000));
+        for (i, v) in clustered_vectors(1, 999, D, 10, 0.05).iter().enumerate() {
+            index.upsert(i as i64 + 1, v);
+        }
+        assert!(!index.status().enabled);
+        index.upsert(5_000, &clustered_vectors(2, 1, D, 10, 0.05)[0]);
+        assert!(index.status().enabled);
+        wait_indexed(&index);
+        let status = index.status();
+        assert_eq!(
+            (status.indexed, status.pending, status.failed),
+            (1_000, 0, None)
+        );
+    }
+
+    #[test]
+    fn approximate_search_finds_the_exact_neighbours_with_exact_scores() {
+        let (index, queries) = built(6_000);
+        let mut recall = 0.0;
+        for q in &queries {
+            let exact = index.search_where(q, 10, &|_| true, true);
+            let approximate = index.search_where(q, 10, &|_| true, false);
+            assert_eq!(approximate.len(), 10);
+            for hit in &approximate {
+                if let Some(same) = exact.iter().find(|e| e.id == hit.id) {
+                    assert_eq!(same.score, hit.score, "scores are exact cosines");
+                }
+            }
+            recall += recall_at(&ids(&exact), &ids(&approximate));
+        }
+        let recall = recall / queries.len() as f64;
+        assert!(recall >= 0.95, "recall@10 {recall}");
+    }
+
+    #[test]
+    fn new_rows_are_found_at_once_and_removed_rows_never() {
+        let (mut index, queries) = built(3_000);
+        for (i, q) in queries.iter().take(20).enumerate() {
+            let id = 100_000 + i as i64;
+            index.upsert(id, q);
+            let hits = index.search_where(q, 5, &|_| true, false);
+            assert_eq!(hits[0].id, id, "a row stored a moment ago is found first");
+            index.remove(id);
+            let hits = index.search_where(q, 5, &|_| true, false);
+            assert!(
+                hits.iter().all(|h| h.id != id),
+                "a removed row is never returned"
+            );
+            assert_eq!(hits.len(), 5);
+        }
+    }
+
+    #[test]
+    fn filters_apply_inside_the_graph_walk() {
+        let (index, queries) = built(6_000);
+        let admit = |id: i64| id % 20 == 0;
+        let mut recall = 0.0;
+        for q in &queries {
+            let exact = index.search_where(q, 10, &admit, true);
+            let filtered = index.search_where(q, 10, &admit, false);
+            assert_eq!(
+                filtered.len(),
+                10,
+                "10 admitted hits, not the top 10 cut down"
+            );
+            assert!(filtered.iter().all(|h| admit(h.id)));
+            recall += recall_at(&ids(&exact), &ids(&filtered));
+        }
+        let recall = recall / queries.len() as f64;
+        assert!(recall >= 0.9, "filtered recall@10 {recall}");
+        // A filter admitting almost nothing still finds what it admits (exact fallback).
+        let one = |id: i64| id == 4_321;
+        let hits = index.search_where(&queries[0], 10, &one, false);
+        assert_eq!(ids(&hits), vec![4_321]);
+    }
+}
