@@ -14,8 +14,11 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_memory::{ContextWindow, InMemoryBackend, SqliteBackend, build_context};
-use agent_op::{BoxFuture, EmbeddingError, EmbeddingProvider, MemoryBackend, NewMemory};
+use agent_memory::{ContextWindow, InMemoryBackend, IndexStatus, SqliteBackend, build_context};
+use agent_op::{
+    BoxFuture, EmbeddingError, EmbeddingProvider, MemoryBackend, MemoryId, NewMemory,
+    SearchOptions,
+};
 use sqlx::Connection;
 
 const DIMS: usize = 384;
@@ -24,6 +27,9 @@ const SMALL: usize = 10_000;
 const BATCH: usize = 1_000;
 const QUERIES: usize = 200;
 const VOCABULARY: usize = 5_000;
+/// Clusters of the generated vectors, and the per-component noise around their centers.
+const CLUSTERS: usize = 1_000;
+const NOISE: f32 = 0.03;
 
 /// A deterministic xorshift generator.
 struct Rng(u64);
@@ -53,17 +59,6 @@ impl Rng {
             .map(|_| format!("w{}", self.word()))
             .collect::<Vec<_>>()
             .join(" ")
-    }
-
-    fn unit_vector(&mut self) -> Vec<f32> {
-        let mut v: Vec<f32> = (0..DIMS)
-            .map(|_| (self.unit() * 2.0 - 1.0) as f32)
-            .collect();
-        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-        for x in &mut v {
-            *x /= norm;
-        }
-        v
     }
 }
 
@@ -103,10 +98,14 @@ fn data(n: usize, seed: u64) -> Data {
     let mut memories = Vec::with_capacity(n);
     let mut vectors = Vec::with_capacity(n);
     let mut map = HashMap::with_capacity(n + QUERIES);
+    // Vectors with structure (1,000 clusters), as real embeddings have: on uniformly random
+    // vectors nearest neighbours mean nothing and no approximate index finds them.
+    let mut clustered =
+        bench_kit::clustered_vectors(seed, n + QUERIES, DIMS, CLUSTERS, NOISE).into_iter();
     for i in 0..n {
         // The index keeps every content distinct.
         let content = format!("{} n{i}", rng.sentence(8, 20));
-        let vector = rng.unit_vector();
+        let vector = clustered.next().expect("generated");
         map.insert(content.clone(), vector.clone());
         memories.push(NewMemory {
             content,
@@ -118,7 +117,7 @@ fn data(n: usize, seed: u64) -> Data {
     let mut queries = Vec::with_capacity(QUERIES);
     for q in 0..QUERIES {
         let query = format!("{} q{q}", rng.sentence(3, 8));
-        map.insert(query.clone(), rng.unit_vector());
+        map.insert(query.clone(), clustered.next().expect("generated"));
         queries.push(query);
     }
     Data {
@@ -318,6 +317,69 @@ fn hydrate_latencies(
     (subject, baseline)
 }
 
+/// Approximate vector search against exact search on the same store, query by query:
+/// `{prefix}.ann_search_{size}` (p50 ms; baseline: exact search's p50), its p99 row, and
+/// `{prefix}.ann_recall_{size}` (recall@10 against exact search), after the background
+/// indexer has taken in every vector (`{prefix}.ann_build_{size}`, seconds from the last
+/// store until the graph holds everything; baseline: the time the stores took).
+fn ann_figures(
+    prefix: &str,
+    size: &str,
+    data: &Data,
+    stored_in: Duration,
+    status: &dyn Fn() -> IndexStatus,
+    nearest: &dyn Fn(&[f32], bool) -> Vec<(MemoryId, f32)>,
+) {
+    let start = Instant::now();
+    loop {
+        let now = status();
+        if now.failed.is_some() {
+            eprintln!("{prefix}: the approximate index failed: {now:?}");
+            return;
+        }
+        if now.enabled && now.pending == 0 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let built = start.elapsed();
+    bench_kit::report(
+        &format!("{prefix}.ann_build_{size}"),
+        built.as_secs_f64(),
+        "s",
+        stored_in.as_secs_f64(),
+    );
+    let queries: Vec<&Vec<f32>> = data
+        .queries
+        .iter()
+        .map(|q| data.embedder.vectors.get(q).expect("query vector"))
+        .collect();
+    for q in queries.iter().take(10) {
+        black_box(nearest(q, false));
+        black_box(nearest(q, true));
+    }
+    let (mut ann, mut exact, mut recall) = (Vec::new(), Vec::new(), 0.0);
+    for q in &queries {
+        let start = Instant::now();
+        let got = nearest(q, false);
+        ann.push(bench_kit::ms(start.elapsed()));
+        let start = Instant::now();
+        let truth = nearest(q, true);
+        exact.push(bench_kit::ms(start.elapsed()));
+        let ids = |hits: Vec<(MemoryId, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
+        recall += bench_kit::recall_at(&ids(truth), &ids(got));
+    }
+    let (a, e) = (bench_kit::stats(&ann), bench_kit::stats(&exact));
+    bench_kit::report(&format!("{prefix}.ann_search_{size}"), a.median, "ms", e.median);
+    bench_kit::report(&format!("{prefix}.ann_search_{size}_p99"), a.p99, "ms", e.p99);
+    bench_kit::report(
+        &format!("{prefix}.ann_recall_{size}"),
+        recall / queries.len() as f64,
+        "recall@10",
+        1.0,
+    );
+}
+
 fn report_search(name: &str, subject: &[f64], baseline: &[f64]) {
     let s = bench_kit::stats(subject);
     let b = bench_kit::stats(baseline);
@@ -369,13 +431,15 @@ fn main() {
     let on = bench_kit::enabled;
     let sqlite_large = [
         "memory.sqlite.insert",
+        "memory.sqlite.ann_search_100k",
         "memory.sqlite.open_100k",
         "memory.sqlite.search_100k",
         "memory.sqlite.build_context_100k",
         "prompt.hydrate_semantic_100k",
     ];
-    let need_sqlite_large = sqlite_large.iter().any(|n| on(n));
-    let need_large = need_sqlite_large || on("memory.inmem.search_100k");
+    let need_sqlite_large = sqlite_large.iter().any(|n| on(n)) || on("memory.sqlite.ann_");
+    let need_large =
+        need_sqlite_large || on("memory.inmem.search_100k") || on("memory.inmem.ann_");
     let need_small = on("memory.sqlite.search_10k")
         || on("memory.inmem.search_10k")
         || on("memory.sqlite.prune_merge_5k");
@@ -432,6 +496,20 @@ fn main() {
                 bench_kit::stats(&read_ms).median,
             );
         }
+        if on("memory.sqlite.ann_") {
+            ann_figures(
+                "memory.sqlite",
+                "100k",
+                &large,
+                took,
+                &|| rt.block_on(backend.index_status()).expect("index status"),
+                &|v, exact| {
+                    let options = SearchOptions::new().exact(exact);
+                    rt.block_on(backend.nearest(v, 10, &options))
+                        .expect("nearest")
+                },
+            );
+        }
         if on("memory.sqlite.search_100k") {
             let (s, b) = search_latencies(&rt, &backend, &large);
             report_search("memory.sqlite.search_100k", &s, &b);
@@ -473,19 +551,38 @@ fn main() {
         ("memory.inmem.search_100k", &large),
         ("memory.inmem.search_10k", &small),
     ] {
-        if !on(name) {
+        let ann = name.ends_with("100k") && on("memory.inmem.ann_");
+        if !on(name) && !ann {
             continue;
         }
         let backend = InMemoryBackend::builder()
             .embedder(data.embedder.clone())
             .build()
             .expect("in-memory backend");
+        let start = Instant::now();
         for chunk in data.memories.chunks(BATCH) {
             rt.block_on(backend.store_batch(chunk.to_vec()))
                 .expect("store");
         }
-        let (s, b) = search_latencies(&rt, &backend, data);
-        report_search(name, &s, &b);
+        let stored_in = start.elapsed();
+        if ann {
+            ann_figures(
+                "memory.inmem",
+                "100k",
+                data,
+                stored_in,
+                &|| backend.index_status(),
+                &|v, exact| {
+                    let options = SearchOptions::new().exact(exact);
+                    rt.block_on(backend.nearest(v, 10, &options))
+                        .expect("nearest")
+                },
+            );
+        }
+        if on(name) {
+            let (s, b) = search_latencies(&rt, &backend, data);
+            report_search(name, &s, &b);
+        }
     }
 }
 

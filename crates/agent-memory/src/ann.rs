@@ -32,7 +32,8 @@ pub struct AnnConfig {
     /// Candidate list size while inserting (default 64): higher builds slower, finds better
     /// neighbours.
     pub expansion_add: usize,
-    /// Candidate list size while searching (default 64): higher is slower with better
+    /// Candidate list size while searching (default 32; the walk keeps at least
+    /// [`rescore`](AnnConfig::rescore) candidates either way): higher is slower with better
     /// recall.
     pub expansion_search: usize,
     /// Candidates taken from the graph and re-scored in f32 (default 40; at least `k`).
@@ -48,7 +49,7 @@ impl Default for AnnConfig {
             min_entries: 10_000,
             connectivity: 16,
             expansion_add: 64,
-            expansion_search: 64,
+            expansion_search: 32,
             rescore: 40,
             build_threads: std::thread::available_parallelism()
                 .map_or(1, usize::from)

@@ -388,7 +388,35 @@ impl InMemoryBackend {
         }
         let vector =
             embed_checked(self.shared.embedder.as_ref(), self.shared.dimensions, query).await?;
-        let floats = self.read().index.len() * vector.len();
+        self.rank_vector(vector, k, options).await
+    }
+
+    /// The `k` entries whose vectors are nearest `vector` (cosine similarity, best first)
+    /// among those `options` admits, with their similarity — vector search alone, for a
+    /// caller that already has the query's embedding: no embedding call, no recall recorded.
+    /// `vector` must have the store's dimension and finite values
+    /// ([`MemoryError::Embedding`] otherwise).
+    pub async fn nearest(
+        &self,
+        vector: &[f32],
+        k: usize,
+        options: &SearchOptions,
+    ) -> Result<Vec<(MemoryId, f32)>, MemoryError> {
+        agent_op::check_embedding(vector, self.shared.dimensions)?;
+        let hits = self.rank_vector(vector.to_vec(), k, options).await?;
+        Ok(hits.into_iter().map(|h| (format_id(h.id), h.score)).collect())
+    }
+
+    async fn rank_vector(
+        &self,
+        vector: Vec<f32>,
+        k: usize,
+        options: &SearchOptions,
+    ) -> Result<Vec<Hit>, MemoryError> {
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let floats = self.read().index.search_cost(options.exact);
         let this = self.clone();
         let options = options.clone();
         cpu(floats, move || {

@@ -294,10 +294,12 @@ impl VectorIndex {
             None => IndexStatus::default(),
             Some(ann) => {
                 let applied = ann.applied();
+                // Jobs are applied in order: the unapplied ones are a suffix.
                 let pending = self
                     .pending
                     .iter()
-                    .filter(|(job, _)| *job > applied)
+                    .rev()
+                    .take_while(|(job, _)| *job > applied)
                     .count();
                 IndexStatus {
                     enabled: true,
@@ -494,6 +496,21 @@ impl VectorIndex {
             1
         };
         self.search_unit(&query, k, threads, admit)
+    }
+
+    /// The vector data a search touches, for deciding whether it runs off the executor: a
+    /// graph walk reads a few hundred rows, a scan all of them.
+    pub(crate) fn search_cost(&self, exact: bool) -> usize {
+        let graph = !exact
+            && self
+                .ann
+                .as_ref()
+                .is_some_and(|ann| ann.usable() && self.status().pending <= MAX_TAIL);
+        if graph {
+            (MAX_TAIL + 1_000) * self.dimensions / 4
+        } else {
+            self.ids.len() * self.dimensions
+        }
     }
 
     /// The graph's candidates and the pending tail, scored exactly; `None` when the exact

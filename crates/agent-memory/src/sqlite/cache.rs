@@ -45,6 +45,11 @@ impl VectorCache {
         }
     }
 
+    /// The vector data a search touches (see [`VectorIndex::search_cost`]).
+    pub(crate) fn search_cost(&self, exact: bool) -> usize {
+        self.index.search_cost(exact)
+    }
+
     /// How far the approximate index of the copy has got.
     pub(crate) fn status(&self) -> IndexStatus {
         self.index.status()

@@ -14,7 +14,7 @@ use crate::clock::{ceil_micros, now_micros};
 use crate::common::{cpu, distinct_ids, embed_checked, format_id, parse_id, validate_query};
 use crate::rank::fuse;
 use crate::text::{fts_match, fts_terms};
-use crate::vector::{cosine, unit};
+use crate::vector::{Hit, cosine, unit};
 
 /// A term must be in more entries than this (and in more than half of them) to be treated
 /// as a stop word by keyword search.
@@ -39,45 +39,21 @@ impl SqliteBackend {
         self.sync().await?;
         let candidates = k.saturating_mul(2).max(MIN_CANDIDATES);
         let filter = Filter::new(options);
-        // The entries the restrictions admit, as of now; the vector scan checks each row
-        // that could make the top against this set, so the best admitted rows are found.
-        let admitted: Option<HashSet<i64>> = match &filter {
-            Some(filter) => {
-                let listed = read_tx!(self, "listing the entries a search may return", |conn| {
-                    filter.admitted(&mut *conn).await?
-                });
-                Some(listed?)
-            }
-            None => None,
-        };
-
-        // The vector scan (CPU, off the executor when large) and the keyword search (on
-        // SQLite's connection thread) run at the same time.
-        let entries = read_cache(&self.inner.cache).len();
-        let cache = self.inner.cache.clone();
-        let exact = options.exact;
-        let vector_scan = cpu(entries * vector.len(), move || {
-            let copy = read_cache(&cache);
-            let hits = match &admitted {
-                Some(admitted) => {
-                    copy.search_where(&vector, candidates, &|id| admitted.contains(&id), exact)
-                }
-                None => copy.search_where(&vector, candidates, &|_| true, exact),
-            };
-            hits.into_iter().map(|hit| hit.id).collect::<Vec<i64>>()
-        });
         let terms = fts_terms(query);
         let keywords = async {
             if terms.is_empty() {
                 return Ok(Vec::new());
             }
+            let entries = read_cache(&self.inner.cache).len() as u64;
             let limit = i64::try_from(candidates).unwrap_or(i64::MAX);
             read_tx!(self, "searching keywords", |conn| {
-                keyword_search(&mut *conn, &terms, entries as u64, limit, filter.as_ref()).await?
+                keyword_search(&mut *conn, &terms, entries, limit, filter.as_ref()).await?
             })
         };
+        let vector_scan = self.vector_ranking(vector, candidates, options, filter.as_ref());
         let (vector_hits, keyword_hits) = tokio::join!(vector_scan, keywords);
         let (vector_hits, keyword_hits) = (vector_hits?, keyword_hits?);
+        let vector_hits: Vec<i64> = vector_hits.into_iter().map(|hit| hit.id).collect();
 
         let fused = if terms.is_empty() {
             fuse(&[&vector_hits], k)
@@ -85,6 +61,64 @@ impl SqliteBackend {
             fuse(&[&vector_hits, &keyword_hits], k)
         };
         Ok(Ranking { fused, query_unit })
+    }
+
+    /// The `k` entries whose vectors are nearest `vector` (cosine similarity, best first)
+    /// among those `options` admits, with their similarity — vector search alone, for a
+    /// caller that already has the query's embedding: no embedding call, no keyword search,
+    /// no recall recorded. `vector` must have the store's dimension and finite values
+    /// ([`MemoryError::Embedding`] otherwise).
+    pub async fn nearest(
+        &self,
+        vector: &[f32],
+        k: usize,
+        options: &SearchOptions,
+    ) -> Result<Vec<(MemoryId, f32)>, MemoryError> {
+        agent_op::check_embedding(vector, self.inner.dimensions)?;
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        self.sync().await?;
+        let filter = Filter::new(options);
+        let hits = self
+            .vector_ranking(vector.to_vec(), k, options, filter.as_ref())
+            .await?;
+        Ok(hits.into_iter().map(|h| (format_id(h.id), h.score)).collect())
+    }
+
+    /// The vector ranking of [`rank`](SqliteBackend::rank): the handle's copy must be
+    /// synced. Runs off the executor when large.
+    async fn vector_ranking(
+        &self,
+        vector: Vec<f32>,
+        count: usize,
+        options: &SearchOptions,
+        filter: Option<&Filter>,
+    ) -> Result<Vec<Hit>, MemoryError> {
+        // The entries the restrictions admit, as of now; the vector scan checks each row
+        // that could make the top against this set, so the best admitted rows are found.
+        let admitted: Option<HashSet<i64>> = match filter {
+            Some(filter) => {
+                let listed = read_tx!(self, "listing the entries a search may return", |conn| filter
+                    .admitted(&mut *conn)
+                    .await?);
+                Some(listed?)
+            }
+            None => None,
+        };
+        let exact = options.exact;
+        let cost = read_cache(&self.inner.cache).search_cost(exact);
+        let cache = self.inner.cache.clone();
+        cpu(cost, move || {
+            let copy = read_cache(&cache);
+            match &admitted {
+                Some(admitted) => {
+                    copy.search_where(&vector, count, &|id| admitted.contains(&id), exact)
+                }
+                None => copy.search_where(&vector, count, &|_| true, exact),
+            }
+        })
+        .await
     }
 
     pub(super) async fn search_inner(
