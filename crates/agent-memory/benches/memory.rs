@@ -16,8 +16,7 @@ use std::time::{Duration, Instant};
 
 use agent_memory::{ContextWindow, InMemoryBackend, IndexStatus, SqliteBackend, build_context};
 use agent_op::{
-    BoxFuture, EmbeddingError, EmbeddingProvider, MemoryBackend, MemoryId, NewMemory,
-    SearchOptions,
+    BoxFuture, EmbeddingError, EmbeddingProvider, MemoryBackend, MemoryId, NewMemory, SearchOptions,
 };
 use sqlx::Connection;
 
@@ -317,6 +316,9 @@ fn hydrate_latencies(
     (subject, baseline)
 }
 
+/// A backend's `nearest(vector, 10, exact)`.
+type Nearest<'a> = dyn Fn(&[f32], bool) -> Vec<(MemoryId, f32)> + 'a;
+
 /// Approximate vector search against exact search on the same store, query by query:
 /// `{prefix}.ann_search_{size}` (p50 ms; baseline: exact search's p50), its p99 row, and
 /// `{prefix}.ann_recall_{size}` (recall@10 against exact search), after the background
@@ -328,7 +330,7 @@ fn ann_figures(
     data: &Data,
     stored_in: Duration,
     status: &dyn Fn() -> IndexStatus,
-    nearest: &dyn Fn(&[f32], bool) -> Vec<(MemoryId, f32)>,
+    nearest: &Nearest<'_>,
 ) {
     let start = Instant::now();
     loop {
@@ -370,8 +372,18 @@ fn ann_figures(
         recall += bench_kit::recall_at(&ids(truth), &ids(got));
     }
     let (a, e) = (bench_kit::stats(&ann), bench_kit::stats(&exact));
-    bench_kit::report(&format!("{prefix}.ann_search_{size}"), a.median, "ms", e.median);
-    bench_kit::report(&format!("{prefix}.ann_search_{size}_p99"), a.p99, "ms", e.p99);
+    bench_kit::report(
+        &format!("{prefix}.ann_search_{size}"),
+        a.median,
+        "ms",
+        e.median,
+    );
+    bench_kit::report(
+        &format!("{prefix}.ann_search_{size}_p99"),
+        a.p99,
+        "ms",
+        e.p99,
+    );
     bench_kit::report(
         &format!("{prefix}.ann_recall_{size}"),
         recall / queries.len() as f64,
@@ -438,8 +450,7 @@ fn main() {
         "prompt.hydrate_semantic_100k",
     ];
     let need_sqlite_large = sqlite_large.iter().any(|n| on(n)) || on("memory.sqlite.ann_");
-    let need_large =
-        need_sqlite_large || on("memory.inmem.search_100k") || on("memory.inmem.ann_");
+    let need_large = need_sqlite_large || on("memory.inmem.search_100k") || on("memory.inmem.ann_");
     let need_small = on("memory.sqlite.search_10k")
         || on("memory.inmem.search_10k")
         || on("memory.sqlite.prune_merge_5k");

@@ -151,7 +151,39 @@ impl Ann {
             expansion_search: config.expansion_search,
             multi: false,
         };
-        let graph = usearch::Index::new(&options).ok()?;
+        Ann::start(usearch::Index::new(&options).ok()?, config)
+    }
+
+    #[cfg(feature = "sqlite")]
+    /// An index holding the graph `bytes` (from [`graph_bytes`](Ann::graph_bytes)) for unit
+    /// vectors of `dimensions`; `None` if they do not hold such a graph.
+    pub(crate) fn restore(dimensions: usize, config: &AnnConfig, bytes: &[u8]) -> Option<Ann> {
+        let graph = usearch::Index::restore_from_buffer(bytes).ok()?;
+        if graph.dimensions() != dimensions || graph.scalar_kind() != usearch::ScalarKind::I8 {
+            return None;
+        }
+        graph.change_expansion_search(config.expansion_search);
+        graph.change_expansion_add(config.expansion_add);
+        let capacity = graph.size().max(1024);
+        graph
+            .reserve_capacity_and_threads(capacity, config.build_threads.max(1) + SEARCH_THREADS)
+            .ok()?;
+        Ann::start(graph, config)
+    }
+
+    #[cfg(feature = "sqlite")]
+    /// The graph, serialized; `None` if usearch cannot.
+    pub(crate) fn graph_bytes(&self) -> Option<Vec<u8>> {
+        if !self.usable() {
+            return None;
+        }
+        let graph = read(&self.shared.graph);
+        let mut bytes = vec![0u8; graph.serialized_length()];
+        graph.save_to_buffer(&mut bytes).ok()?;
+        Some(bytes)
+    }
+
+    fn start(graph: usearch::Index, config: &AnnConfig) -> Option<Ann> {
         let shared = Arc::new(Shared {
             graph: RwLock::new(graph),
             applied: AtomicU64::new(0),
@@ -227,9 +259,7 @@ impl Ann {
         let count = count.max(self.shared.config.rescore);
         let graph = read(&self.shared.graph);
         let matches = graph
-            .filtered_search(query, count, |key: u64| {
-                i64::try_from(key).is_ok_and(admit)
-            })
+            .filtered_search(query, count, |key: u64| i64::try_from(key).is_ok_and(admit))
             .ok()?;
         Some(
             matches

@@ -404,7 +404,10 @@ impl InMemoryBackend {
     ) -> Result<Vec<(MemoryId, f32)>, MemoryError> {
         agent_op::check_embedding(vector, self.shared.dimensions)?;
         let hits = self.rank_vector(vector.to_vec(), k, options).await?;
-        Ok(hits.into_iter().map(|h| (format_id(h.id), h.score)).collect())
+        Ok(hits
+            .into_iter()
+            .map(|h| (format_id(h.id), h.score))
+            .collect())
     }
 
     async fn rank_vector(

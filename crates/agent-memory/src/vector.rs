@@ -5,6 +5,11 @@ use std::collections::{BinaryHeap, HashMap, HashSet, VecDeque};
 
 use crate::ann::{Ann, AnnConfig, IndexStatus};
 
+#[cfg(feature = "sqlite")]
+mod file;
+#[cfg(feature = "sqlite")]
+pub(crate) use file::Reader;
+
 /// Rows × dimensions above which a scan is split across threads.
 const PARALLEL_MIN_FLOATS: usize = 8_000_000;
 /// The most threads one scan uses.
@@ -371,6 +376,7 @@ impl VectorIndex {
         }
     }
 
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
     pub(crate) fn len(&self) -> usize {
         self.ids.len()
     }

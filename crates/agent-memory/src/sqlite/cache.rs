@@ -32,6 +32,8 @@ pub(crate) struct VectorCache {
     corrupt: BTreeSet<i64>,
     /// How `index`'s approximate part is built.
     ann: AnnConfig,
+    /// Changes applied since the copy was last saved beside the database (or loaded).
+    pub(crate) unsaved: u64,
 }
 
 impl VectorCache {
@@ -42,7 +44,43 @@ impl VectorCache {
             dimensions,
             corrupt: BTreeSet::new(),
             ann,
+            unsaved: 0,
         }
+    }
+
+    /// A copy holding `index` as of change-log position `cursor`, as saved beside the
+    /// database.
+    pub(crate) fn restored(
+        index: VectorIndex,
+        cursor: i64,
+        corrupt: BTreeSet<i64>,
+        ann: AnnConfig,
+    ) -> VectorCache {
+        VectorCache {
+            dimensions: index.dimensions(),
+            index,
+            cursor,
+            corrupt,
+            ann,
+            unsaved: 0,
+        }
+    }
+
+    /// The change-log position the copy is at (-1: nothing loaded).
+    pub(crate) fn cursor(&self) -> i64 {
+        self.cursor
+    }
+
+    pub(crate) fn index(&self) -> &VectorIndex {
+        &self.index
+    }
+
+    pub(crate) fn corrupt_set(&self) -> &BTreeSet<i64> {
+        &self.corrupt
+    }
+
+    pub(crate) fn ann_config(&self) -> &AnnConfig {
+        &self.ann
     }
 
     /// The vector data a search touches (see [`VectorIndex::search_cost`]).
@@ -188,6 +226,7 @@ pub(crate) async fn sync(
         if seq <= from {
             continue;
         }
+        c.unsaved += 1;
         match vectors.get(&id) {
             Some(Some(vector)) => {
                 c.index.upsert(id, vector);
@@ -243,6 +282,7 @@ async fn reload(
     index.set_ann(ann);
     let mut c = write_cache(cache);
     if cursor >= c.cursor {
+        c.unsaved = index.len() as u64 + 1;
         c.index = index;
         c.cursor = cursor;
         c.corrupt = corrupt;

@@ -15,6 +15,7 @@ mod open;
 mod prune;
 mod read;
 pub(crate) mod retry;
+mod saved;
 mod search;
 mod write;
 
@@ -23,6 +24,7 @@ pub use self::open::{Durability, SqliteBuilder};
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -131,7 +133,16 @@ struct Inner {
     clock: Arc<dyn Clock>,
     lock_retry: Duration,
     cache: Arc<RwLock<VectorCache>>,
+    /// The store's id (`store_meta.store_id`), which names it in the saved vector copy.
+    store_id: String,
+    /// Set while a background save of the vector copy runs.
+    saving: AtomicBool,
 }
+
+/// How long [`SqliteBackend::close`] waits for the background indexer before saving.
+const CLOSE_WAIT: Duration = Duration::from_secs(30);
+/// Unsaved changes (at least, and at least a quarter of the entries) that start a save.
+const SAVE_AFTER_CHANGES: u64 = 10_000;
 
 /// An entry row: id, content, context, created_at, accessed_at, access_count.
 type EntryRow = (i64, String, String, i64, i64, i64);
@@ -163,6 +174,15 @@ impl SqliteBackend {
     /// [`MemoryError::Storage`]. Dropping every clone also closes the connections, in the
     /// background.
     pub async fn close(&self) {
+        // Saved with the graph when it can be: wait (a while) for the background indexer.
+        let deadline = std::time::Instant::now() + CLOSE_WAIT;
+        while read_cache(&self.inner.cache).status().pending > 0
+            && std::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        // A copy that cannot be saved costs only time at the next open.
+        let _ = self.save_vectors().await;
         if let Some(writer) = self.inner.writer.lock().await.take() {
             // Nothing useful to do if closing fails: the connection is gone either way.
             let _ = writer.close().await;
@@ -197,7 +217,32 @@ impl SqliteBackend {
         let cache = &self.inner.cache;
         read_tx!(self, "loading vectors", |conn| {
             cache::sync(&mut *conn, cache).await?
-        })
+        })?;
+        self.save_in_background_if_due();
+        Ok(())
+    }
+
+    /// Starts a save of the vector copy when many changes are unsaved and the graph has
+    /// caught up, so a handle that is never closed still leaves a recent copy.
+    fn save_in_background_if_due(&self) {
+        let due = {
+            let copy = read_cache(&self.inner.cache);
+            copy.unsaved >= SAVE_AFTER_CHANGES.max(copy.len() as u64 / 4)
+                && copy.status().pending == 0
+        };
+        if !due || self.inner.saving.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.inner.saving.store(false, Ordering::Release);
+            return;
+        };
+        let this = self.clone();
+        runtime.spawn(async move {
+            // Best effort: a failed save is retried after the next batch of changes.
+            let _ = this.save_vectors().await;
+            this.inner.saving.store(false, Ordering::Release);
+        });
     }
 }
 

@@ -2,6 +2,7 @@
 //! file this crate did not make or an embedder it was not built with.
 
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -12,7 +13,7 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Mutex;
 
-use super::cache::VectorCache;
+use super::cache::{VectorCache, read_cache};
 use super::retry::{Backoff, DbError};
 use super::{Inner, SqliteBackend, retry, storage};
 use crate::ann::AnnConfig;
@@ -27,6 +28,7 @@ pub(super) static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migratio
 pub(super) const META_MODEL: &str = "embedding_model";
 pub(super) const META_DIMENSIONS: &str = "embedding_dimensions";
 pub(super) const META_CHANGES_FLOOR: &str = "changes_floor";
+pub(super) const META_STORE_ID: &str = "store_id";
 
 /// How hard SQLite works to make a commit survive a crash.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -194,12 +196,13 @@ impl SqliteBuilder {
             }
         }
 
-        check_recorded_embedder(&mut writer, self.embedder.as_ref(), self.lock_retry)
-            .await
-            .map_err(|e| match e {
-                Recorded::Mismatch(e) => e,
-                Recorded::Db(e) => fail("checking the recorded embedder", e),
-            })?;
+        let store_id =
+            check_recorded_embedder(&mut writer, self.embedder.as_ref(), self.lock_retry)
+                .await
+                .map_err(|e| match e {
+                    Recorded::Mismatch(e) => e,
+                    Recorded::Db(e) => fail("checking the recorded embedder", e),
+                })?;
 
         let readers = SqlitePoolOptions::new()
             .max_connections(self.read_connections)
@@ -222,9 +225,24 @@ impl SqliteBuilder {
                 embedder: self.embedder,
                 clock: self.clock,
                 lock_retry: self.lock_retry,
+                store_id,
+                saving: AtomicBool::new(false),
             }),
         };
+        // The copy saved beside the database, if it verifies, then the changes since.
+        let loaded = backend.load_saved().await?;
         backend.sync().await?;
+        if loaded && !backend.saved_copy_agrees().await? {
+            let ann = read_cache(&backend.inner.cache).ann_config().clone();
+            *backend
+                .inner
+                .cache
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) =
+                VectorCache::new(backend.inner.dimensions, ann);
+            let _ = tokio::fs::remove_file(super::saved::path_for(&backend.inner.path)).await;
+            backend.sync().await?;
+        }
         Ok(backend)
     }
 }
@@ -316,16 +334,20 @@ pub(super) async fn check_recorded_embedder(
     writer: &mut SqliteConnection,
     embedder: &dyn EmbeddingProvider,
     lock_retry: Duration,
-) -> Result<(), Recorded> {
+) -> Result<String, Recorded> {
     let model = embedder.model().to_owned();
     let dimensions = embedder.dimensions();
+    // Names this store for the vector copy saved beside it (a copy of another store that
+    // was moved to this path is never loaded).
+    let new_store_id = format!("{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
     let mut backoff = Backoff::new(lock_retry);
-    let (stored_model, stored_dimensions) = loop {
-        let attempt: Result<(String, String), DbError> = async {
+    let (stored_model, stored_dimensions, store_id) = loop {
+        let attempt: Result<(String, String, String), DbError> = async {
             let mut tx = retry::begin_immediate(writer).await?;
             for (key, value) in [
                 (META_MODEL, model.clone()),
                 (META_DIMENSIONS, dimensions.to_string()),
+                (META_STORE_ID, new_store_id.clone()),
             ] {
                 sqlx::query("INSERT OR IGNORE INTO store_meta (key, value) VALUES (?1, ?2)")
                     .bind(key)
@@ -334,9 +356,10 @@ pub(super) async fn check_recorded_embedder(
                     .await?;
             }
             let rows: Vec<(String, String)> =
-                sqlx::query_as("SELECT key, value FROM store_meta WHERE key IN (?1, ?2)")
+                sqlx::query_as("SELECT key, value FROM store_meta WHERE key IN (?1, ?2, ?3)")
                     .bind(META_MODEL)
                     .bind(META_DIMENSIONS)
+                    .bind(META_STORE_ID)
                     .fetch_all(&mut *tx)
                     .await?;
             tx.commit().await?;
@@ -346,7 +369,7 @@ pub(super) async fn check_recorded_embedder(
                     .map(|(_, v)| v.clone())
                     .ok_or_else(|| DbError::Corrupt(format!("store_meta.{key} is missing")))
             };
-            Ok((get(META_MODEL)?, get(META_DIMENSIONS)?))
+            Ok((get(META_MODEL)?, get(META_DIMENSIONS)?, get(META_STORE_ID)?))
         }
         .await;
         let busy = matches!(&attempt, Err(e) if e.is_busy());
@@ -368,5 +391,5 @@ pub(super) async fn check_recorded_embedder(
             given_dimensions: dimensions,
         }));
     }
-    Ok(())
+    Ok(store_id)
 }

@@ -83,7 +83,10 @@ impl SqliteBackend {
         let hits = self
             .vector_ranking(vector.to_vec(), k, options, filter.as_ref())
             .await?;
-        Ok(hits.into_iter().map(|h| (format_id(h.id), h.score)).collect())
+        Ok(hits
+            .into_iter()
+            .map(|h| (format_id(h.id), h.score))
+            .collect())
     }
 
     /// The vector ranking of [`rank`](SqliteBackend::rank): the handle's copy must be
@@ -99,9 +102,9 @@ impl SqliteBackend {
         // that could make the top against this set, so the best admitted rows are found.
         let admitted: Option<HashSet<i64>> = match filter {
             Some(filter) => {
-                let listed = read_tx!(self, "listing the entries a search may return", |conn| filter
-                    .admitted(&mut *conn)
-                    .await?);
+                let listed = read_tx!(self, "listing the entries a search may return", |conn| {
+                    filter.admitted(&mut *conn).await?
+                });
                 Some(listed?)
             }
             None => None,
