@@ -169,12 +169,16 @@ impl SqliteBackend {
         &self.inner.embedder
     }
 
-    /// Closes the connections (checkpointing the WAL when they are the last ones to the
-    /// file). Later operations on this handle or its clones fail with
-    /// [`MemoryError::Storage`]. Dropping every clone also closes the connections, in the
-    /// background.
+    /// Saves the handle's vector copy beside the database (`<file>.vectors`, so the next
+    /// open is fast; it first brings the copy up to date and waits up to 30 s for the
+    /// background indexer, so the graph is saved too), then closes the connections
+    /// (checkpointing the WAL when they are the last ones to the file). Later operations on
+    /// this handle or its clones fail with [`MemoryError::Storage`]. Dropping every clone
+    /// also closes the connections, in the background, without saving.
     pub async fn close(&self) {
-        // Saved with the graph when it can be: wait (a while) for the background indexer.
+        // The copy is saved up to date, with the graph when it can be: sync, then wait (a
+        // while) for the background indexer. A failed sync only makes the saved copy older.
+        let _ = self.sync().await;
         let deadline = std::time::Instant::now() + CLOSE_WAIT;
         while read_cache(&self.inner.cache).status().pending > 0
             && std::time::Instant::now() < deadline
