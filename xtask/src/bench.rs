@@ -6,17 +6,26 @@ use std::process::{ExitCode, Stdio};
 
 use crate::{cargo, display, exit_code};
 
-/// Runs `cargo bench --workspace --benches [-- FILTER]` from `root`, forwarding each result
+/// Set for `--large`: bench targets then also run their slow figures.
+const LARGE_VAR: &str = "EFFECT_AGENTS_BENCH_LARGE";
+
+/// Runs `cargo bench --workspace --benches [-- FILTER]` from `root` (with `large`, telling
+/// the bench targets to run their slow figures too), forwarding each result
 /// line of the child's stdout to stdout as it arrives and every other line to stderr. The
 /// child's stderr is inherited. Exits with the child's status.
-pub fn run(root: &Path, filter: Option<String>) -> Result<ExitCode, String> {
+pub fn run(root: &Path, filter: Option<String>, large: bool) -> Result<ExitCode, String> {
     let mut args = vec!["bench", "--workspace", "--benches"];
     if let Some(filter) = &filter {
         args.extend(["--", filter.as_str()]);
     }
     let shown = display(&args);
     eprintln!("==> {shown}");
-    let mut child = cargo(root, &args)
+    let mut command = cargo(root, &args);
+    if large {
+        // Read by the bench targets (`bench_kit::large`).
+        command.env(LARGE_VAR, "1");
+    }
+    let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

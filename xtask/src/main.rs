@@ -25,8 +25,10 @@ Usage: cargo xtask <command>
 
 Commands:
   test-all        cargo fmt --check, clippy -D warnings, tests, doctests (what CI runs)
-  bench [FILTER]  run all benchmarks (only those whose name contains FILTER);
-                  JSON result lines go to stdout, everything else to stderr
+  bench [--large] [FILTER]
+                  run all benchmarks (only those whose name contains FILTER);
+                  JSON result lines go to stdout, everything else to stderr;
+                  --large adds the slow ones (1,000,000-entry memory search)
   interop         the provider clients against real servers (llama-cpp-python, LiteLLM),
                   installed into target/interop/ (the first run builds llama.cpp: ~10 min)
   help            print this message";
@@ -41,8 +43,9 @@ enum Task {
     Help,
     /// Run every check, as CI does.
     TestAll,
-    /// Run the benchmarks, optionally only those whose name contains the filter.
-    Bench(Option<String>),
+    /// Run the benchmarks, optionally only those whose name contains the filter, and with
+    /// `large` the slow ones too.
+    Bench { filter: Option<String>, large: bool },
     /// Run the provider clients against real servers.
     Interop,
 }
@@ -62,7 +65,9 @@ fn main() -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         Task::TestAll => workspace_root().and_then(|root| test_all::run(&root)),
-        Task::Bench(filter) => workspace_root().and_then(|root| bench::run(&root, filter)),
+        Task::Bench { filter, large } => {
+            workspace_root().and_then(|root| bench::run(&root, filter, large))
+        }
         Task::Interop => workspace_root().and_then(|root| interop::run(&root)),
     };
     result.unwrap_or_else(|message| {
@@ -77,11 +82,24 @@ fn parse(args: &[String]) -> Result<Task, String> {
     match args.first().map(String::as_str) {
         None | Some("help" | "-h" | "--help") => Ok(Task::Help),
         Some("test-all") if rest.is_empty() => Ok(Task::TestAll),
-        Some("bench") if rest.len() <= 1 => Ok(Task::Bench(rest.first().cloned())),
-        Some("interop") if rest.is_empty() => Ok(Task::Interop),
-        Some(cmd @ ("test-all" | "bench" | "interop")) => {
-            Err(format!("too many arguments for `{cmd}`"))
+        Some("bench") => {
+            let large = rest.iter().any(|a| a == "--large");
+            let others: Vec<&String> = rest.iter().filter(|a| *a != "--large").collect();
+            match others.as_slice() {
+                [] => Ok(Task::Bench {
+                    filter: None,
+                    large,
+                }),
+                [filter] if !filter.starts_with('-') => Ok(Task::Bench {
+                    filter: Some((*filter).clone()),
+                    large,
+                }),
+                [flag] => Err(format!("unknown option `{flag}` for `bench`")),
+                _ => Err("too many arguments for `bench`".to_owned()),
+            }
         }
+        Some("interop") if rest.is_empty() => Ok(Task::Interop),
+        Some(cmd @ ("test-all" | "interop")) => Err(format!("too many arguments for `{cmd}`")),
         Some(other) => Err(format!("unknown command `{other}`")),
     }
 }
@@ -145,10 +163,27 @@ mod tests {
         assert_eq!(parse(&args(&["help"])), Ok(Task::Help));
         assert_eq!(parse(&args(&["test-all"])), Ok(Task::TestAll));
         assert_eq!(parse(&args(&["interop"])), Ok(Task::Interop));
-        assert_eq!(parse(&args(&["bench"])), Ok(Task::Bench(None)));
+        assert_eq!(
+            parse(&args(&["bench"])),
+            Ok(Task::Bench {
+                filter: None,
+                large: false
+            })
+        );
+        assert_eq!(
+            parse(&args(&["bench", "--large", "memory"])),
+            Ok(Task::Bench {
+                filter: Some("memory".into()),
+                large: true
+            })
+        );
+        assert!(parse(&args(&["bench", "--huge"])).is_err());
         assert_eq!(
             parse(&args(&["bench", "seq"])),
-            Ok(Task::Bench(Some("seq".into())))
+            Ok(Task::Bench {
+                filter: Some("seq".into()),
+                large: false
+            })
         );
     }
 

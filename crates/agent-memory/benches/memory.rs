@@ -22,6 +22,8 @@ use sqlx::Connection;
 
 const DIMS: usize = 384;
 const LARGE: usize = 100_000;
+/// Entries of the `--large` figures.
+const HUGE: usize = 1_000_000;
 const SMALL: usize = 10_000;
 const BATCH: usize = 1_000;
 const QUERIES: usize = 200;
@@ -454,11 +456,12 @@ fn main() {
     let need_small = on("memory.sqlite.search_10k")
         || on("memory.inmem.search_10k")
         || on("memory.sqlite.prune_merge_5k");
+    let rt = runtime();
+    let dir = tempfile::tempdir().expect("temp dir");
+    million(&rt, dir.path());
     if !need_large && !need_small {
         return;
     }
-    let rt = runtime();
-    let dir = tempfile::tempdir().expect("temp dir");
     let large = if need_large {
         data(LARGE, 0x5eed_0001)
     } else {
@@ -594,6 +597,70 @@ fn main() {
             let (s, b) = search_latencies(&rt, &backend, data);
             report_search(name, &s, &b);
         }
+    }
+}
+
+/// The 1,000,000-entry figures (`cargo xtask bench --large`): approximate search on both
+/// backends, graph build time, and the in-memory backend's resident memory.
+fn million(rt: &tokio::runtime::Runtime, dir: &std::path::Path) {
+    let on = bench_kit::enabled;
+    let (inmem, sqlite) = (
+        on("memory.inmem.ann_search_1m"),
+        on("memory.sqlite.ann_search_1m"),
+    );
+    if !bench_kit::large() || !(inmem || sqlite) {
+        return;
+    }
+    let huge = data(HUGE, 0x5eed_0003);
+    if inmem {
+        let before = bench_kit::rss_bytes();
+        let backend = InMemoryBackend::builder()
+            .embedder(huge.embedder.clone())
+            .build()
+            .expect("in-memory backend");
+        let start = Instant::now();
+        for chunk in huge.memories.chunks(BATCH) {
+            rt.block_on(backend.store_batch(chunk.to_vec()))
+                .expect("store");
+        }
+        let stored_in = start.elapsed();
+        ann_figures(
+            "memory.inmem",
+            "1m",
+            &huge,
+            stored_in,
+            &|| backend.index_status(),
+            &|v, exact| {
+                let options = SearchOptions::new().exact(exact);
+                rt.block_on(backend.nearest(v, 10, &options))
+                    .expect("nearest")
+            },
+        );
+        if let (Some(before), Some(after)) = (before, bench_kit::rss_bytes()) {
+            // Baseline: the f32 vectors alone.
+            bench_kit::report(
+                "memory.inmem.rss_1m",
+                after.saturating_sub(before) as f64 / (1 << 20) as f64,
+                "MiB",
+                (HUGE * DIMS * 4) as f64 / (1 << 20) as f64,
+            );
+        }
+    }
+    if sqlite {
+        let (backend, took) = rt.block_on(fill_sqlite(&dir.join("huge.db"), &huge));
+        ann_figures(
+            "memory.sqlite",
+            "1m",
+            &huge,
+            took,
+            &|| rt.block_on(backend.index_status()).expect("index status"),
+            &|v, exact| {
+                let options = SearchOptions::new().exact(exact);
+                rt.block_on(backend.nearest(v, 10, &options))
+                    .expect("nearest")
+            },
+        );
+        rt.block_on(backend.close());
     }
 }
 

@@ -21,10 +21,13 @@ use crate::vector::{Hit, VectorIndex};
 
 /// Memories held in the process's memory; gone when the last clone is dropped.
 ///
-/// Search is exact cosine similarity over every stored vector (an int8-filtered flat scan
-/// that returns the same results as a full f32 scan, split across threads for large
-/// stores); [`ScoredMemory::score`] is that cosine similarity, in (0, 1] (entries with
-/// similarity ≤ 0 are not returned). Vectors take `5 × dimensions + ~50` bytes each.
+/// Search ranks by cosine similarity: below [`AnnConfig::min_entries`] entries (and with
+/// [`SearchOptions::exact`]) by an exact scan of every stored vector (int8-filtered, the
+/// same results as a full f32 scan, split across threads for large stores), above it
+/// through an approximate HNSW graph whose candidates are re-scored exactly (see
+/// [`AnnConfig`]). [`ScoredMemory::score`] is the cosine similarity, in (0, 1] (entries with
+/// similarity ≤ 0 are not returned). Vectors take `5 × dimensions + ~50` bytes each, plus
+/// about `dimensions + 150` for the graph.
 ///
 /// Prune holds the store's lock only to apply its rules: merge planning (O(n²)) works on a
 /// copy of the vectors (`4 × dimensions` bytes per entry while it runs, taken a chunk at a

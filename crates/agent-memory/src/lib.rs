@@ -5,10 +5,11 @@
 //! embedders and the context builder that go with them.
 //!
 //! - Backends:
-//!   - [`InMemoryBackend`]: in the process's memory; exact cosine search. For tests and
+//!   - [`InMemoryBackend`]: in the process's memory; cosine search. For tests and
 //!     short-lived agents.
-//!   - [`SqliteBackend`]: one SQLite file (WAL); exact vector search fused with FTS5 keyword
-//!     search; safe for many tasks and processes; survives crashes. Opened with
+//!   - [`SqliteBackend`]: one SQLite file (WAL); vector search fused with FTS5 keyword
+//!     search; safe for many tasks and processes; survives crashes; its vector copy and
+//!     graph are saved beside the file (`<file>.vectors`) so large stores open fast. Opened with
 //!     [`SqliteBackend::open`] or configured with [`SqliteBackend::builder`]
 //!     ([`SqliteBuilder`]: embedder, clock, [`Durability`], busy timeout, lock retries);
 //!     also [`SqliteBackend::store_batch`], [`SqliteBackend::integrity_check`] ([`IntegrityReport`]),
@@ -18,6 +19,13 @@
 //!     (hits with their cosine similarity, no recall recorded) and
 //!     [`record_access`](agent_op::MemoryBackend::record_access), and plan prune merges
 //!     without holding a lock.
+//! - Vector search in both backends is exact below [`AnnConfig::min_entries`] (10,000) and
+//!   approximate above: an HNSW graph (usearch, int8) whose candidates are re-scored in f32,
+//!   fed by a background thread so inserts never wait, with every not-yet-indexed entry
+//!   scored exactly ([`AnnConfig`], `index_status()` → [`IndexStatus`]). Filters
+//!   ([`SearchOptions`](agent_op::SearchOptions): tags, creation time, `exact`) apply inside
+//!   the search (`search_with`, `search_candidates_with`); `nearest(vector, k, options)` is
+//!   vector search alone.
 //! - Embedders ([`EmbeddingProvider`](agent_op::EmbeddingProvider)):
 //!   - [`HashingEmbedder`]: local and deterministic (feature hashing of words and word
 //!     pairs); the default, so semantic recall works offline;

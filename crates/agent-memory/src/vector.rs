@@ -8,7 +8,7 @@ use crate::ann::{Ann, AnnConfig, IndexStatus};
 #[cfg(feature = "sqlite")]
 mod file;
 #[cfg(feature = "sqlite")]
-pub(crate) use file::Reader;
+pub(crate) use file::Source;
 
 /// Rows × dimensions above which a scan is split across threads.
 const PARALLEL_MIN_FLOATS: usize = 8_000_000;

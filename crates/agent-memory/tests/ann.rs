@@ -208,6 +208,17 @@ async fn copies_that_do_not_verify_are_discarded() {
     );
     backend.close().await;
 
+    // A truncated copy (a disk that filled up while another program copied it).
+    let bytes = std::fs::read(copy_of(&a)).expect("saved");
+    std::fs::write(copy_of(&a), &bytes[..bytes.len() / 3]).expect("truncate");
+    let backend = open(&a, table.clone()).await;
+    assert_eq!(
+        nearest(&backend, &table, 5, true).await[0],
+        MemoryId::from("6")
+    );
+    assert_eq!(backend.count().await.expect("count"), 1_500);
+    backend.close().await;
+
     // A database put back to an older state under a newer copy.
     let old_db = std::fs::read(&b).expect("db");
     let backend = open(&b, table.clone()).await;

@@ -25,6 +25,12 @@ pub fn enabled(name: &str) -> bool {
     filter().is_none_or(|f| name.contains(&f))
 }
 
+/// Whether the slow figures were asked for (`cargo xtask bench --large`, which sets
+/// `EFFECT_AGENTS_BENCH_LARGE=1`).
+pub fn large() -> bool {
+    std::env::var_os("EFFECT_AGENTS_BENCH_LARGE").is_some_and(|v| v == "1")
+}
+
 /// Prints one result line on stdout.
 pub fn report(name: &str, value: f64, unit: &str, baseline: f64) {
     let ratio = if baseline == 0.0 {

@@ -22,8 +22,7 @@ use super::cache::{VectorCache, decode, read_cache};
 use super::open::META_CHANGES_FLOOR;
 use super::retry::{DbError, read_tx};
 use crate::ann::AnnConfig;
-use crate::common::cpu;
-use crate::vector::{Reader, VectorIndex, unit};
+use crate::vector::{Source, VectorIndex, unit};
 
 const MAGIC: &[u8; 8] = b"EAMEMVEC";
 /// Bumped whenever the layout changes; other versions are ignored (and replaced).
@@ -65,27 +64,65 @@ struct Decoded {
     check: (i64, i64),
 }
 
-fn decode_file(bytes: &[u8], store_id: &str, dimensions: usize, ann: AnnConfig) -> Option<Decoded> {
-    let (body, crc) = bytes.split_at_checked(bytes.len().checked_sub(8)?)?;
-    if u64::from(crc32fast::hash(body)) != u64::from_le_bytes(crc.try_into().ok()?) {
+/// Reads the file at `path` front to back, checking its CRC-32 as it goes; the values land
+/// straight in their vectors (no second copy of a file of hundreds of megabytes).
+struct CheckedFile {
+    file: std::io::BufReader<std::fs::File>,
+    crc: crc32fast::Hasher,
+    /// Bytes left before the trailing checksum.
+    left: u64,
+}
+
+impl Source for CheckedFile {
+    fn fill(&mut self, buf: &mut [u8]) -> Option<()> {
+        use std::io::Read;
+        self.check_len(buf.len())?;
+        self.file.read_exact(buf).ok()?;
+        self.crc.update(buf);
+        self.left -= buf.len() as u64;
+        Some(())
+    }
+
+    fn check_len(&self, len: usize) -> Option<usize> {
+        (len as u64 <= self.left).then_some(len)
+    }
+}
+
+fn decode_file(path: &Path, store_id: &str, dimensions: usize, ann: AnnConfig) -> Option<Decoded> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let mut src = CheckedFile {
+        file: std::io::BufReader::with_capacity(1 << 20, file),
+        crc: crc32fast::Hasher::new(),
+        left: len.checked_sub(8)?,
+    };
+    let mut magic = [0u8; 8];
+    src.fill(&mut magic)?;
+    if &magic != MAGIC || src.u64()? != VERSION {
         return None;
     }
-    let mut r = Reader(body);
-    if r.take(8)? != MAGIC || r.u64()? != VERSION {
+    let id_len = usize::try_from(src.u64()?).ok()?;
+    let id_len = src.check_len(id_len)?;
+    let mut id = vec![0u8; id_len];
+    src.fill(&mut id)?;
+    if id != store_id.as_bytes() {
         return None;
     }
-    let id_len = usize::try_from(r.u64()?).ok()?;
-    if r.take(id_len)? != store_id.as_bytes() {
+    let cursor = src.i64()?;
+    let check = (src.i64()?, src.i64()?);
+    let corrupt_len = usize::try_from(src.u64()?).ok()?;
+    src.check_len(corrupt_len.checked_mul(8)?)?;
+    let corrupt: BTreeSet<i64> = (0..corrupt_len).map(|_| src.i64()).collect::<Option<_>>()?;
+    let (mut index, graph) = VectorIndex::read_from(&mut src, dimensions)?;
+    let mut trailer = [0u8; 8];
+    if src.left != 0 || src.file.read_exact(&mut trailer).is_err() {
         return None;
     }
-    let cursor = r.i64()?;
-    let check = (r.i64()?, r.i64()?);
-    let corrupt_len = usize::try_from(r.u64()?).ok()?;
-    let corrupt: BTreeSet<i64> = (0..corrupt_len).map(|_| r.i64()).collect::<Option<_>>()?;
-    let index = VectorIndex::read_from(&mut r, dimensions, ann.clone())?;
-    if !r.0.is_empty() {
+    if u64::from(src.crc.finalize()) != u64::from_le_bytes(trailer) {
         return None;
     }
+    index.attach_graph(&graph, ann.clone());
     Some(Decoded {
         copy: VectorCache::restored(index, cursor, corrupt, ann),
         check,
@@ -111,16 +148,16 @@ impl SqliteBackend {
     /// missing or unusable file is not an error.
     pub(super) async fn load_saved(&self) -> Result<bool, MemoryError> {
         let path = path_for(&self.inner.path);
-        let Ok(bytes) = tokio::fs::read(&path).await else {
+        if !tokio::fs::try_exists(&path).await.unwrap_or(false) {
             return Ok(false);
-        };
+        }
         let (store_id, dimensions) = (self.inner.store_id.clone(), self.inner.dimensions);
         let ann = read_cache(&self.inner.cache).ann_config().clone();
-        let floats = bytes.len() / 4;
-        let decoded = cpu(floats, move || {
-            decode_file(&bytes, &store_id, dimensions, ann)
-        })
-        .await?;
+        let file = path.clone();
+        let decoded =
+            tokio::task::spawn_blocking(move || decode_file(&file, &store_id, dimensions, ann))
+                .await
+                .map_err(|e| MemoryError::storage("loading the saved vectors", None, e))?;
         let Some(decoded) = decoded else {
             let _ = tokio::fs::remove_file(&path).await;
             return Ok(false);

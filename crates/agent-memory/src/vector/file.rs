@@ -29,13 +29,11 @@ impl VectorIndex {
         put_u64(out, self.dimensions as u64);
         put_u64(out, n as u64);
         out.reserve(n * (8 + 4 * self.dimensions + self.dimensions + 8) + 16);
-        for id in &self.ids {
-            out.extend_from_slice(&id.to_le_bytes());
-        }
-        for x in self.data.iter().chain(&self.scales).chain(&self.errors) {
-            out.extend_from_slice(&x.to_le_bytes());
-        }
-        out.extend(self.codes.iter().map(|c| c.to_le_bytes()[0]));
+        put_le(out, &self.ids);
+        put_le(out, &self.data);
+        put_le(out, &self.scales);
+        put_le(out, &self.errors);
+        out.extend_from_slice(bytemuck::cast_slice(&self.codes));
         let graph = self
             .ann
             .as_ref()
@@ -50,45 +48,36 @@ impl VectorIndex {
         }
     }
 
-    /// An index from what [`write_to`](VectorIndex::write_to) wrote, with the approximate
-    /// part following `config` (the saved graph if there is one, else built in the
-    /// background when due); `None` if `bytes` is not such an index of `dimensions`.
+    /// The rows of an index from what [`write_to`](VectorIndex::write_to) wrote, read from
+    /// `src`, and its saved graph's bytes (empty if none): attach them with
+    /// [`attach_graph`](VectorIndex::attach_graph) once the whole file has been checked.
+    /// `None` if `src` does not hold such an index of `dimensions`.
     pub(crate) fn read_from(
-        bytes: &mut Reader<'_>,
+        src: &mut dyn Source,
         dimensions: usize,
-        config: AnnConfig,
-    ) -> Option<VectorIndex> {
-        if bytes.u64()? != dimensions as u64 {
+    ) -> Option<(VectorIndex, Vec<u8>)> {
+        if src.u64()? != dimensions as u64 {
             return None;
         }
-        let n = usize::try_from(bytes.u64()?).ok()?;
+        let n = usize::try_from(src.u64()?).ok()?;
         let floats = n.checked_mul(dimensions)?;
-        let ids: Vec<i64> = bytes
-            .take(n.checked_mul(8)?)?
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-            .collect();
-        let all = bytes.take(floats.checked_add(2 * n)?.checked_mul(4)?)?;
-        let mut all: Vec<f32> = all
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap_or([0; 4])))
-            .collect();
-        let errors = all.split_off(floats + n);
-        let scales = all.split_off(floats);
-        let codes: Vec<i8> = bytes
-            .take(floats)?
-            .iter()
-            .map(|b| i8::from_le_bytes([*b]))
-            .collect();
-        let graph_len = usize::try_from(bytes.u64()?).ok()?;
-        let graph = bytes.take(graph_len)?;
+        let ids: Vec<i64> = read_le(src, n)?;
+        let data: Vec<f32> = read_le(src, floats)?;
+        let scales: Vec<f32> = read_le(src, n)?;
+        let errors: Vec<f32> = read_le(src, n)?;
+        let mut codes = vec![0i8; floats];
+        src.fill(bytemuck::cast_slice_mut(&mut codes))?;
+        let graph_len = usize::try_from(src.u64()?).ok()?;
+        // A length beyond what is left is refused by the source before anything is allocated.
+        let mut graph = vec![0u8; src.check_len(graph_len)?];
+        src.fill(&mut graph)?;
         let mut slots = HashMap::with_capacity(n);
         for (slot, id) in ids.iter().enumerate() {
             if slots.insert(*id, slot).is_some() {
                 return None;
             }
         }
-        if all
+        if data
             .iter()
             .chain(&scales)
             .chain(&errors)
@@ -96,9 +85,9 @@ impl VectorIndex {
         {
             return None;
         }
-        let mut index = VectorIndex {
+        let index = VectorIndex {
             dimensions,
-            data: all,
+            data,
             codes,
             scales,
             errors,
@@ -108,37 +97,82 @@ impl VectorIndex {
             ann: None,
             pending: VecDeque::new(),
         };
-        if graph_len > 0 && n >= config.min_entries {
-            // A graph that does not hold exactly these rows is not used: it is rebuilt.
-            index.ann = Ann::restore(dimensions, &config, graph).filter(|ann| ann.size() == n);
+        Some((index, graph))
+    }
+
+    /// Gives a freshly read index its approximate part: the saved `graph` if it holds
+    /// exactly these rows, else one built in the background when due.
+    pub(crate) fn attach_graph(&mut self, graph: &[u8], config: AnnConfig) {
+        if !graph.is_empty() && self.ids.len() >= config.min_entries {
+            self.ann = Ann::restore(self.dimensions, &config, graph)
+                .filter(|ann| ann.size() == self.ids.len());
         }
-        index.set_ann(config);
-        Some(index)
+        self.set_ann(config);
+    }
+}
+
+/// Where a saved index is read from: every read fills its buffer completely or fails.
+pub(crate) trait Source {
+    /// Fills `buf`; `None` at the end of the data or on a read error.
+    fn fill(&mut self, buf: &mut [u8]) -> Option<()>;
+
+    /// `len` if that many bytes are left, else `None`.
+    fn check_len(&self, len: usize) -> Option<usize>;
+
+    fn u64(&mut self) -> Option<u64> {
+        let mut b = [0u8; 8];
+        self.fill(&mut b)?;
+        Some(u64::from_le_bytes(b))
+    }
+
+    fn i64(&mut self) -> Option<i64> {
+        let mut b = [0u8; 8];
+        self.fill(&mut b)?;
+        Some(i64::from_le_bytes(b))
+    }
+}
+
+/// `n` values read from `src` (stored little-endian), straight into their vector.
+fn read_le<T: bytemuck::Pod + ToLe>(src: &mut dyn Source, n: usize) -> Option<Vec<T>> {
+    src.check_len(n.checked_mul(std::mem::size_of::<T>())?)?;
+    let mut values = vec![T::zeroed(); n];
+    src.fill(bytemuck::cast_slice_mut(&mut values))?;
+    if !cfg!(target_endian = "little") {
+        for v in &mut values {
+            *v = v.to_le();
+        }
+    }
+    Some(values)
+}
+
+/// Appends `values` as little-endian bytes (a plain copy on little-endian machines).
+fn put_le<T: bytemuck::Pod + ToLe>(out: &mut Vec<u8>, values: &[T]) {
+    if cfg!(target_endian = "little") {
+        out.extend_from_slice(bytemuck::cast_slice(values));
+    } else {
+        for v in values {
+            out.extend_from_slice(bytemuck::bytes_of(&v.to_le()));
+        }
+    }
+}
+
+/// Byte order conversion (its own inverse) for the stored value types.
+trait ToLe: Copy {
+    fn to_le(self) -> Self;
+}
+
+impl ToLe for i64 {
+    fn to_le(self) -> Self {
+        i64::to_le(self)
+    }
+}
+
+impl ToLe for f32 {
+    fn to_le(self) -> Self {
+        f32::from_bits(self.to_bits().to_le())
     }
 }
 
 fn put_u64(out: &mut Vec<u8>, value: u64) {
     out.extend_from_slice(&value.to_le_bytes());
-}
-
-/// Reads a byte buffer front to back; every read is bounds-checked (`None` past the end).
-pub(crate) struct Reader<'a>(pub(crate) &'a [u8]);
-
-impl<'a> Reader<'a> {
-    pub(crate) fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if n > self.0.len() {
-            return None;
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(head)
-    }
-
-    pub(crate) fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-
-    pub(crate) fn i64(&mut self) -> Option<i64> {
-        Some(i64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
 }
