@@ -260,7 +260,7 @@ pub(crate) struct VectorIndex {
     scales: Vec<f32>,
     errors: Vec<f32>,
     ids: Vec<i64>,
-    slots: HashMap<i64, usize>,
+    slots: Slots,
     config: AnnConfig,
     ann: Option<Ann>,
     /// Rows sent to the graph and not known to be in it: (job number, id), in job order.
@@ -286,7 +286,7 @@ impl VectorIndex {
             scales: Vec::new(),
             errors: Vec::new(),
             ids: Vec::new(),
-            slots: HashMap::new(),
+            slots: Slots::default(),
             config,
             ann: None,
             pending: VecDeque::new(),
@@ -664,6 +664,30 @@ impl VectorIndex {
             }
         }
         pass
+    }
+}
+
+/// Row of each id. Ids are the backends' own row numbers, not attacker-chosen keys, and
+/// graph walks look one up per candidate: a multiply-shift hash instead of SipHash.
+pub(crate) type Slots = HashMap<i64, usize, std::hash::BuildHasherDefault<IdHasher>>;
+
+/// Fibonacci hashing of one integer key.
+#[derive(Default)]
+pub(crate) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_i64(&mut self, n: i64) {
+        self.0 = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26);
     }
 }
 

@@ -1,9 +1,9 @@
 //! The index as bytes, for the SQLite backend's saved vector copy: rows, int8 codes and,
 //! when the graph has every row, the graph.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
-use super::VectorIndex;
+use super::{Slots, VectorIndex};
 use crate::ann::{Ann, AnnConfig};
 
 impl VectorIndex {
@@ -71,7 +71,7 @@ impl VectorIndex {
         // A length beyond what is left is refused by the source before anything is allocated.
         let mut graph = vec![0u8; src.check_len(graph_len)?];
         src.fill(&mut graph)?;
-        let mut slots = HashMap::with_capacity(n);
+        let mut slots = Slots::with_capacity_and_hasher(n, Default::default());
         for (slot, id) in ids.iter().enumerate() {
             if slots.insert(*id, slot).is_some() {
                 return None;
