@@ -687,7 +687,9 @@ impl std::hash::Hasher for IdHasher {
     }
 
     fn write_i64(&mut self, n: i64) {
-        self.0 = (n as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(26);
+        self.0 = (n as u64)
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(26);
     }
 }
 

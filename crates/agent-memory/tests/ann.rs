@@ -277,3 +277,45 @@ async fn filters_and_exact_search_on_a_large_in_memory_store() {
         assert!(bench_kit::recall_at(&ids(&exact), &ids(&hits)) >= 0.8);
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nearest_refuses_bad_vectors_on_both_backends() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let table = table();
+    let sqlite = open(&dir.path().join("m.db"), table.clone()).await;
+    let memory = InMemoryBackend::builder()
+        .embedder(table.clone())
+        .build()
+        .expect("backend");
+    sqlite.store(entry(1)).await.expect("store");
+    memory.store(entry(1)).await.expect("store");
+    let mut nan = table.0[1].clone();
+    nan[3] = f32::NAN;
+    let mut inf = table.0[1].clone();
+    inf[0] = f32::INFINITY;
+    let short = table.0[1][..D - 1].to_vec();
+    let any = SearchOptions::new();
+    for bad in [&nan, &inf, &short] {
+        let e = sqlite.nearest(bad, 3, &any).await.expect_err("refused");
+        assert!(matches!(e, agent_op::MemoryError::Embedding(_)), "{e}");
+        let e = memory.nearest(bad, 3, &any).await.expect_err("refused");
+        assert!(matches!(e, agent_op::MemoryError::Embedding(_)), "{e}");
+    }
+    // The zero vector is valid and matches nothing; k = 0 asks for nothing.
+    let zero = vec![0.0; D];
+    assert!(
+        sqlite
+            .nearest(&zero, 3, &any)
+            .await
+            .expect("zero")
+            .is_empty()
+    );
+    assert!(
+        memory
+            .nearest(&table.0[1], 0, &any)
+            .await
+            .expect("k = 0")
+            .is_empty()
+    );
+    sqlite.close().await;
+}
