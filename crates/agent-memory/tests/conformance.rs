@@ -51,3 +51,47 @@ mod sqlite {
         }
     );
 }
+
+/// Both backends again with the approximate index from the first entry on, so every check
+/// also holds when searches walk the graph (and its not-yet-indexed tail).
+mod in_memory_with_graph {
+    use agent_memory::conformance::Fixture;
+    use agent_memory::{AnnConfig, InMemoryBackend};
+
+    agent_memory::memory_conformance_tests!(|embedder, clock| async move {
+        let backend = InMemoryBackend::builder()
+            .embedder(embedder)
+            .clock(clock)
+            .ann(AnnConfig::new().min_entries(1))
+            .build()?;
+        Ok(Fixture::new(backend.clone()).with_second_handle(backend))
+    });
+}
+
+mod sqlite_with_graph {
+    use std::sync::Arc;
+
+    use agent_memory::conformance::Fixture;
+    use agent_memory::{AnnConfig, Clock, SqliteBackend};
+    use agent_op::{EmbeddingProvider, MemoryError};
+
+    agent_memory::memory_conformance_tests!(
+        |embedder: Arc<dyn EmbeddingProvider>, clock: Arc<dyn Clock>| async move {
+            let dir = tempfile::tempdir()
+                .map_err(|e| MemoryError::storage("creating a temp dir", None, e))?;
+            let path = dir.path().join("memory.db");
+            let open = |embedder, clock| {
+                SqliteBackend::builder(&path)
+                    .embedder(embedder)
+                    .clock(clock)
+                    .ann(AnnConfig::new().min_entries(1))
+                    .open()
+            };
+            let backend = open(embedder.clone(), clock.clone()).await?;
+            let second = open(embedder, clock).await?;
+            Ok(Fixture::new(backend)
+                .with_second_handle(second)
+                .with_guard(dir))
+        }
+    );
+}
