@@ -36,7 +36,7 @@ pub struct AnnConfig {
     /// [`rescore`](AnnConfig::rescore) candidates either way): higher is slower with better
     /// recall.
     pub expansion_search: usize,
-    /// Candidates taken from the graph and re-scored in f32 (default 40; at least `k`).
+    /// Candidates taken from the graph and re-scored in f32 (default 32; at least `k`).
     pub rescore: usize,
     /// Threads inserting into the graph while it is first built (default: the machine's
     /// cores, at most 8). Later inserts use one thread.
@@ -50,7 +50,7 @@ impl Default for AnnConfig {
             connectivity: 16,
             expansion_add: 64,
             expansion_search: 32,
-            rescore: 40,
+            rescore: 32,
             build_threads: std::thread::available_parallelism()
                 .map_or(1, usize::from)
                 .min(8),

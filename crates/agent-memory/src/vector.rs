@@ -541,7 +541,8 @@ impl VectorIndex {
         let present = |id: i64| self.slots.contains_key(&id) && admit(id);
         let candidates = ann.candidates(query, k, &present)?;
         let d = self.dimensions;
-        let mut seen: HashSet<i64> = HashSet::with_capacity(candidates.len() + tail.len());
+        let mut seen: HashSet<i64, std::hash::BuildHasherDefault<IdHasher>> =
+            HashSet::with_capacity_and_hasher(candidates.len() + tail.len(), Default::default());
         let mut hits: Vec<Hit> = candidates
             .into_iter()
             .chain(tail.into_iter().filter(|id| present(*id)))
