@@ -58,6 +58,8 @@
 //! # }).unwrap();
 //! ```
 
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod backoff;
 mod clock;
 mod common;
 pub mod conformance;
@@ -78,10 +80,7 @@ pub use context::{
 };
 pub use embed::{DEFAULT_DIMENSIONS, HashingEmbedder, ZeroEmbedder};
 pub use inmem::{InMemoryBackend, InMemoryBuilder};
-pub use rank::RRF_K;
+pub use rank::{MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, RRF_K};
 #[cfg(feature = "sqlite")]
-pub use sqlite::{
-    Durability, IntegrityProblem, IntegrityReport, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES,
-    SqliteBackend, SqliteBuilder,
-};
+pub use sqlite::{Durability, IntegrityProblem, IntegrityReport, SqliteBackend, SqliteBuilder};
 pub use text::tokenize;
