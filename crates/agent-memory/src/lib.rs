@@ -66,6 +66,8 @@ pub mod conformance;
 mod context;
 mod embed;
 mod inmem;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod prune;
 mod rank;
 #[cfg(feature = "sqlite")]
@@ -80,6 +82,8 @@ pub use context::{
 };
 pub use embed::{DEFAULT_DIMENSIONS, HashingEmbedder, ZeroEmbedder};
 pub use inmem::{InMemoryBackend, InMemoryBuilder};
+#[cfg(feature = "postgres")]
+pub use postgres::{PgvectorError, PostgresBackend, PostgresBuilder};
 pub use rank::{MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, RRF_K};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{Durability, IntegrityProblem, IntegrityReport, SqliteBackend, SqliteBuilder};
