@@ -174,6 +174,14 @@ impl PostgresBuilder {
     pub async fn connect(self) -> Result<PostgresBackend, MemoryError> {
         check_embedder(self.embedder.as_ref())?;
         check_schema_name(&self.schema)?;
+        if !["postgres://", "postgresql://"]
+            .iter()
+            .any(|scheme| self.url.starts_with(scheme))
+        {
+            return Err(MemoryError::InvalidInput(
+                "a PostgreSQL URL starts with postgres:// or postgresql://".to_owned(),
+            ));
+        }
         let options = PgConnectOptions::from_str(&self.url)
             .map_err(|e| MemoryError::InvalidInput(format!("unusable PostgreSQL URL: {e}")))?
             .application_name("agent-memory");

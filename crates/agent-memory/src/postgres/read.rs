@@ -38,6 +38,10 @@ impl PostgresBackend {
         if wanted.is_empty() {
             return self.recent_inner(usize::MAX).await;
         }
+        if wanted.iter().any(|t| t.contains('\0')) {
+            // No stored tag holds a NUL (PostgreSQL text cannot), and none can be sent.
+            return Ok(Vec::new());
+        }
         let sql = format!(
             "SELECT {ENTRY_COLUMNS} FROM entries e \
              WHERE e.id IN (SELECT entry_id FROM entry_tags WHERE tag = ANY($1) \
