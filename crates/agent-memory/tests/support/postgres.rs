@@ -21,10 +21,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use agent_op::MemoryError;
 use sqlx::{Connection, PgConnection};
 
-/// Set by `cargo xtask test-all` when it found no way to run a server: the reason, so tests
-/// skip at once instead of trying again.
-pub const UNAVAILABLE_ENV: &str = "AGENT_MEMORY_PG_UNAVAILABLE";
-
 /// The workspace's `target` directory.
 pub fn target() -> PathBuf {
     cluster::target_dir(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
@@ -38,7 +34,7 @@ pub fn server_url() -> Option<&'static str> {
         if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
             return Some(url);
         }
-        if let Ok(why) = std::env::var(UNAVAILABLE_ENV) {
+        if let Ok(why) = std::env::var(cluster::UNAVAILABLE_ENV) {
             skipped(&why);
             return None;
         }
