@@ -6,11 +6,22 @@ use std::process::{ExitCode, Stdio};
 
 use crate::{cargo, display, exit_code};
 
-/// Runs `cargo bench --workspace --benches [-- FILTER]` from `root`, forwarding each result
-/// line of the child's stdout to stdout as it arrives and every other line to stderr. The
-/// child's stderr is inherited. Exits with the child's status.
+/// Runs `cargo bench --workspace --benches --features agent-memory/postgres [-- FILTER]`
+/// from `root`, forwarding each result line of the child's stdout to stdout as it arrives
+/// and every other line to stderr. The child's stderr is inherited. Exits with the child's
+/// status.
+///
+/// The `postgres` feature builds the PostgreSQL benchmark, which starts the project's test
+/// server itself (`xtask/src/pg.rs`, or uses `DATABASE_URL`), stops it when done, and says
+/// `SKIPPED:` on stderr when no server can be had.
 pub fn run(root: &Path, filter: Option<String>) -> Result<ExitCode, String> {
-    let mut args = vec!["bench", "--workspace", "--benches"];
+    let mut args = vec![
+        "bench",
+        "--workspace",
+        "--benches",
+        "--features",
+        "agent-memory/postgres",
+    ];
     if let Some(filter) = &filter {
         args.extend(["--", filter.as_str()]);
     }
