@@ -12,7 +12,7 @@ pub const RRF_K: f32 = 60.0;
 pub const MIN_CANDIDATES: usize = 50;
 
 /// Keyword search reads at most this many postings (term × entry pairs): the query's terms
-/// are taken rarest first while their document counts fit. See [`keyword_terms`].
+/// are taken rarest first while their document counts fit (see `docs/MEMORY.md`).
 pub const MAX_KEYWORD_POSTINGS: u64 = 5_000;
 
 /// A term must be in more entries than this (and in more than half of them) to be treated

@@ -10,6 +10,7 @@
 //! tests running beside it.
 
 #[path = "support/postgres.rs"]
+#[allow(dead_code)] // each test binary uses its own part of it
 mod support;
 
 use std::error::Error as _;

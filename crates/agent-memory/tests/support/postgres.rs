@@ -14,6 +14,7 @@
 #[allow(dead_code)]
 pub mod cluster;
 
+use std::io::Write;
 use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,11 +42,11 @@ pub fn server_url() -> Option<&'static str> {
         match cluster::Cluster::main(&target()).start() {
             Ok(started) => {
                 if !started.already_running {
-                    eprintln!(
+                    say(&format!(
                         "note: started the PostgreSQL test server ({}) at {}; it keeps running \
                          for later runs: stop it with `cargo xtask pg stop`",
                         started.source, started.url
-                    );
+                    ));
                 }
                 Some(started.url)
             }
@@ -65,12 +66,18 @@ pub fn server_url() -> Option<&'static str> {
 pub fn skipped(why: &str) {
     static SAID: OnceLock<()> = OnceLock::new();
     SAID.get_or_init(|| {
-        eprintln!(
+        say(&format!(
             "SKIPPED: Postgres tests need a PostgreSQL server with pgvector (DATABASE_URL, or \
-             {} from PyPI, or Debian's postgresql with pgvector): {why}",
-            cluster::PACKAGE
-        );
+             a wheel from PyPI ({}), or Debian's postgresql with pgvector): {why}",
+            cluster::WHEELS.map(|w| w.package).join(", ")
+        ));
     });
+}
+
+/// One line on stderr that the test harness does not capture (it captures `eprintln!`,
+/// which would show the line only for a failing test).
+fn say(line: &str) {
+    let _ = writeln!(std::io::stderr(), "{line}");
 }
 
 /// A schema name no other test uses, dropped (with everything in it) when this is dropped.
