@@ -9,12 +9,22 @@ use crate::{cargo, display, exit_code};
 /// Set for `--large`: bench targets then also run their slow figures.
 const LARGE_VAR: &str = "EFFECT_AGENTS_BENCH_LARGE";
 
-/// Runs `cargo bench --workspace --benches [-- FILTER]` from `root` (with `large`, telling
-/// the bench targets to run their slow figures too), forwarding each result
-/// line of the child's stdout to stdout as it arrives and every other line to stderr. The
-/// child's stderr is inherited. Exits with the child's status.
+/// Runs `cargo bench --workspace --benches --features agent-memory/postgres [-- FILTER]`
+/// from `root` (with `large`, telling the bench targets to run their slow figures too),
+/// forwarding each result line of the child's stdout to stdout as it arrives and every other
+/// line to stderr. The child's stderr is inherited. Exits with the child's status.
+///
+/// The `postgres` feature builds the PostgreSQL benchmark, which starts the project's test
+/// server itself (`xtask/src/pg.rs`, or uses `DATABASE_URL`), stops it when done, and says
+/// `SKIPPED:` on stderr when no server can be had.
 pub fn run(root: &Path, filter: Option<String>, large: bool) -> Result<ExitCode, String> {
-    let mut args = vec!["bench", "--workspace", "--benches"];
+    let mut args = vec![
+        "bench",
+        "--workspace",
+        "--benches",
+        "--features",
+        "agent-memory/postgres",
+    ];
     if let Some(filter) = &filter {
         args.extend(["--", filter.as_str()]);
     }

@@ -6,12 +6,17 @@
 //!   lines (see `bench-kit`'s `report`) to stdout; everything else goes to stderr.
 //! * `cargo xtask interop` runs the provider clients against real OpenAI-compatible servers
 //!   (llama-cpp-python and the LiteLLM proxy, installed under `target/interop/`).
+//! * `cargo xtask pg start|stop|status` manages the PostgreSQL + pgvector server the
+//!   PostgreSQL memory backend's tests and benchmarks use (see `pg.rs`).
 //!
 //! Every child process is the `cargo` that invoked xtask and runs from the workspace root,
 //! whatever the current directory.
 
 mod bench;
 mod interop;
+// Also compiled into agent-memory's tests and benchmarks (`#[path]`), which use all of it.
+#[allow(dead_code)]
+mod pg;
 mod test_all;
 
 use std::ffi::OsString;
@@ -31,6 +36,9 @@ Commands:
                   --large adds the slow ones (1,000,000-entry memory search)
   interop         the provider clients against real servers (llama-cpp-python, LiteLLM),
                   installed into target/interop/ (the first run builds llama.cpp: ~10 min)
+  pg start|stop|status
+                  the PostgreSQL + pgvector test server under target/pg/ (start prints its
+                  URL; status exits 3 when it is not running)
   help            print this message";
 
 /// Exit code for command-line usage errors.
@@ -48,6 +56,16 @@ enum Task {
     Bench { filter: Option<String>, large: bool },
     /// Run the provider clients against real servers.
     Interop,
+    /// Manage the PostgreSQL test server.
+    Pg(PgAction),
+}
+
+/// What `cargo xtask pg` does.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum PgAction {
+    Start,
+    Stop,
+    Status,
 }
 
 fn main() -> ExitCode {
@@ -69,6 +87,7 @@ fn main() -> ExitCode {
             workspace_root().and_then(|root| bench::run(&root, filter, large))
         }
         Task::Interop => workspace_root().and_then(|root| interop::run(&root)),
+        Task::Pg(action) => workspace_root().and_then(|root| pg_command(&root, action)),
     };
     result.unwrap_or_else(|message| {
         eprintln!("error: {message}");
@@ -99,8 +118,56 @@ fn parse(args: &[String]) -> Result<Task, String> {
             }
         }
         Some("interop") if rest.is_empty() => Ok(Task::Interop),
+        Some("pg") => match rest {
+            [action] if action == "start" => Ok(Task::Pg(PgAction::Start)),
+            [action] if action == "stop" => Ok(Task::Pg(PgAction::Stop)),
+            [action] if action == "status" => Ok(Task::Pg(PgAction::Status)),
+            _ => Err("`pg` takes one of `start`, `stop`, `status`".to_owned()),
+        },
         Some(cmd @ ("test-all" | "interop")) => Err(format!("too many arguments for `{cmd}`")),
         Some(other) => Err(format!("unknown command `{other}`")),
+    }
+}
+
+/// `cargo xtask pg start|stop|status`: the URL goes to stdout, everything else to stderr.
+fn pg_command(root: &Path, action: PgAction) -> Result<ExitCode, String> {
+    let cluster = pg::Cluster::main(&pg::target_dir(root));
+    match action {
+        PgAction::Start => {
+            let started = cluster.start().map_err(|e| e.to_string())?;
+            if started.already_running {
+                eprintln!("the PostgreSQL test server was already running");
+            } else {
+                eprintln!(
+                    "started the PostgreSQL test server ({}); stop it with `cargo xtask pg stop`",
+                    started.source
+                );
+            }
+            println!("{}", started.url);
+            Ok(ExitCode::SUCCESS)
+        }
+        PgAction::Stop => {
+            let stopped = cluster.stop().map_err(|e| e.to_string())?;
+            eprintln!(
+                "{}",
+                if stopped {
+                    "stopped the PostgreSQL test server"
+                } else {
+                    "the PostgreSQL test server was not running"
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        PgAction::Status => match cluster.status().map_err(|e| e.to_string())? {
+            Some(url) => {
+                println!("{url}");
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                eprintln!("the PostgreSQL test server is not running");
+                Ok(ExitCode::from(3))
+            }
+        },
     }
 }
 
@@ -179,6 +246,14 @@ mod tests {
         );
         assert!(parse(&args(&["bench", "--huge"])).is_err());
         assert_eq!(
+            parse(&args(&["pg", "start"])),
+            Ok(Task::Pg(PgAction::Start))
+        );
+        assert_eq!(
+            parse(&args(&["pg", "status"])),
+            Ok(Task::Pg(PgAction::Status))
+        );
+        assert_eq!(
             parse(&args(&["bench", "seq"])),
             Ok(Task::Bench {
                 filter: Some("seq".into()),
@@ -193,6 +268,8 @@ mod tests {
         assert!(parse(&args(&["test-all", "x"])).is_err());
         assert!(parse(&args(&["interop", "x"])).is_err());
         assert!(parse(&args(&["bench", "a", "b"])).is_err());
+        assert!(parse(&args(&["pg"])).is_err());
+        assert!(parse(&args(&["pg", "restart"])).is_err());
     }
 
     #[test]

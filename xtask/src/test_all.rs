@@ -4,9 +4,19 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::{cargo, display, format_duration};
+use crate::{cargo, display, format_duration, pg};
 
-/// The steps, in order: each is the argument list of one `cargo` invocation.
+/// One step of the run.
+enum Step {
+    /// A `cargo` invocation: its arguments.
+    Cargo(&'static [&'static str]),
+    /// Starts the PostgreSQL test server (`cargo xtask pg start`) for the steps after it,
+    /// which get its URL as `DATABASE_URL`; it is stopped when the run ends, however it ends.
+    /// With `DATABASE_URL` already set, that server is used instead.
+    StartPostgres,
+}
+
+/// The steps, in order: mostly `cargo` invocations.
 ///
 /// The test step deliberately does not use `--all-targets`. Per the cargo book that flag
 /// means `--lib --bins --tests --benches --examples`, and `cargo test` *executes* every
@@ -18,21 +28,26 @@ use crate::{cargo, display, format_duration};
 /// `cargo test --all-targets` such a bench's `main` runs with no arguments at all. So bench
 /// targets are only compiled (and linted) by the clippy step, which does use
 /// `--all-targets`.
-const STEPS: &[&[&str]] = &[
-    &["fmt", "--all", "--", "--check"],
-    // Also with the facade's optional `otel` feature, so its module is built and linted.
-    &[
+///
+/// The test, doctest and doc steps build with the facade's `postgres` feature, so the
+/// PostgreSQL backend's tests run (against the server started before them) and its docs are
+/// checked; all three use the same features, so nothing is rebuilt between them.
+const STEPS: &[Step] = &[
+    Step::Cargo(&["fmt", "--all", "--", "--check"]),
+    // Also with the facade's optional `otel` and `postgres` features, so their modules are
+    // built and linted.
+    Step::Cargo(&[
         "clippy",
         "--workspace",
         "--all-targets",
         "--features",
-        "effect-agents/otel",
+        "effect-agents/otel,effect-agents/postgres",
         "--",
         "-D",
         "warnings",
-    ],
+    ]),
     // Crates with optional heavy dependencies must also build, lint-clean, without them.
-    &[
+    Step::Cargo(&[
         "clippy",
         "-p",
         "agent-memory",
@@ -49,36 +64,53 @@ const STEPS: &[&[&str]] = &[
         "--",
         "-D",
         "warnings",
-    ],
-    &[
+    ]),
+    Step::StartPostgres,
+    Step::Cargo(&[
         "test",
         "--workspace",
         "--lib",
         "--bins",
         "--tests",
         "--examples",
-    ],
-    &["test", "--workspace", "--doc"],
+        "--features",
+        "effect-agents/postgres",
+    ]),
+    Step::Cargo(&[
+        "test",
+        "--workspace",
+        "--doc",
+        "--features",
+        "effect-agents/postgres",
+    ]),
     // Broken intra-doc links and other rustdoc warnings fail the build like clippy's do.
-    &[
+    Step::Cargo(&[
         "doc",
         "--workspace",
         "--no-deps",
+        "--features",
+        "effect-agents/postgres",
         "--config",
         "build.rustdocflags=[\"-D\", \"warnings\"]",
-    ],
+    ]),
 ];
 
 /// Runs every step from the workspace `root`. Returns failure after the first failed step.
+/// A PostgreSQL server the run started is stopped before this returns, whatever happened.
 pub fn run(root: &Path) -> Result<ExitCode, String> {
     let start = Instant::now();
-    for (i, args) in STEPS.iter().enumerate() {
-        if !run_step(root, args, i + 1)? {
+    let mut database = Database::default();
+    for (i, step) in STEPS.iter().enumerate() {
+        let n = i + 1;
+        let ok = match step {
+            Step::Cargo(args) => run_step(root, args, n, &database.env)?,
+            Step::StartPostgres => database.start(root, n),
+        };
+        if !ok {
             eprintln!(
-                "test-all: FAILED at step {}/{} (`{}`) after {}",
-                i + 1,
+                "test-all: FAILED at step {n}/{} (`{}`) after {}",
                 STEPS.len(),
-                display(args),
+                step.display(),
                 format_duration(start.elapsed())
             );
             return Ok(ExitCode::FAILURE);
@@ -92,12 +124,88 @@ pub fn run(root: &Path) -> Result<ExitCode, String> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Runs step number `n` and reports it on stderr. Returns whether it succeeded.
-fn run_step(root: &Path, args: &[&str], n: usize) -> Result<bool, String> {
+impl Step {
+    fn display(&self) -> String {
+        match self {
+            Step::Cargo(args) => display(args),
+            Step::StartPostgres => "cargo xtask pg start".to_owned(),
+        }
+    }
+}
+
+/// The PostgreSQL server of the steps after [`Step::StartPostgres`]: the variables they
+/// get, and the server this run started (stopped when this is dropped).
+#[derive(Default)]
+struct Database {
+    env: Vec<(&'static str, String)>,
+    started: Option<pg::Cluster>,
+}
+
+impl Database {
+    /// Starts the server (step `n`); `false` if that failed. No server to be had is not a
+    /// failure: the tests then say `SKIPPED:` and the rest runs.
+    fn start(&mut self, root: &Path, n: usize) -> bool {
+        eprintln!("==> [{n}/{}] cargo xtask pg start", STEPS.len());
+        if std::env::var_os("DATABASE_URL").is_some_and(|url| !url.is_empty()) {
+            eprintln!("==> ok: DATABASE_URL is set; the tests use that server");
+            return true;
+        }
+        let cluster = pg::Cluster::main(&pg::target_dir(root));
+        match cluster.start() {
+            Ok(started) => {
+                eprintln!(
+                    "==> ok: PostgreSQL test server ({}) at {}{}",
+                    started.source,
+                    started.url,
+                    if started.already_running {
+                        " (already running: left running)"
+                    } else {
+                        ""
+                    }
+                );
+                self.env.push(("DATABASE_URL", started.url));
+                if !started.already_running {
+                    self.started = Some(cluster);
+                }
+                true
+            }
+            Err(pg::PgError::Unavailable(why)) => {
+                eprintln!("==> ok: no PostgreSQL test server, its tests will be skipped: {why}");
+                self.env.push((pg::UNAVAILABLE_ENV, why));
+                true
+            }
+            Err(pg::PgError::Failed(why)) => {
+                eprintln!("==> FAILED: starting the PostgreSQL test server: {why}");
+                false
+            }
+        }
+    }
+}
+
+impl Drop for Database {
+    fn drop(&mut self) {
+        if let Some(cluster) = self.started.take() {
+            match cluster.stop() {
+                Ok(_) => eprintln!("==> stopped the PostgreSQL test server"),
+                Err(e) => eprintln!("==> stopping the PostgreSQL test server failed: {e}"),
+            }
+        }
+    }
+}
+
+/// Runs step number `n` with the variables `env` and reports it on stderr. Returns whether
+/// it succeeded.
+fn run_step(
+    root: &Path,
+    args: &[&str],
+    n: usize,
+    env: &[(&'static str, String)],
+) -> Result<bool, String> {
     let shown = display(args);
     eprintln!("==> [{n}/{}] {shown}", STEPS.len());
     let start = Instant::now();
     let status = cargo(root, args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .status()
         .map_err(|e| format!("could not run `{shown}`: {e}"))?;
     let elapsed = format_duration(start.elapsed());

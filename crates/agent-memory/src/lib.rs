@@ -13,13 +13,22 @@
 //!     [`SqliteBackend::open`] or configured with [`SqliteBackend::builder`]
 //!     ([`SqliteBuilder`]: embedder, clock, [`Durability`], busy timeout, lock retries);
 //!     also [`SqliteBackend::store_batch`], [`SqliteBackend::integrity_check`] ([`IntegrityReport`]),
-//!     [`SqliteBackend::corrupt_embeddings`], [`SqliteBackend::close`]. Ranking constants:
-//!     [`RRF_K`], [`MIN_CANDIDATES`], [`MAX_KEYWORD_POSTINGS`].
-//!   - Both implement [`search_candidates`](agent_op::MemoryBackend::search_candidates)
-//!     (hits with their cosine similarity, no recall recorded) and
-//!     [`record_access`](agent_op::MemoryBackend::record_access), and plan prune merges
+//!     [`SqliteBackend::corrupt_embeddings`], [`SqliteBackend::close`].
+//!   - `PostgresBackend` (feature `postgres`): a PostgreSQL database with pgvector, one
+//!     schema per store; HNSW vector search (filters inside the index scan) fused with
+//!     full-text search; a connection pool; safe for many processes and hosts. Connected
+//!     with `PostgresBackend::connect` or configured with `PostgresBackend::builder`
+//!     (`PostgresBuilder`: embedder, clock, schema, pool sizes, connect, acquire and
+//!     statement timeouts, retries); also `PostgresBackend::store_batch` and `close`; a
+//!     server without (the right to create) pgvector fails with a `PgvectorError` cause.
+//!   - Ranking constants shared by SQLite and PostgreSQL: [`RRF_K`], [`MIN_CANDIDATES`],
+//!     [`MAX_KEYWORD_POSTINGS`].
+//!   - All implement [`search_candidates`](agent_op::MemoryBackend::search_candidates)
+//!     (hits with their cosine similarity, no recall recorded),
+//!     [`record_access`](agent_op::MemoryBackend::record_access) and filtered search
+//!     ([`search_with`](agent_op::MemoryBackend::search_with)), and plan prune merges
 //!     without holding a lock.
-//! - Vector search in both backends is exact below [`AnnConfig::min_entries`] (10,000) and
+//! - Vector search in the in-memory and SQLite backends is exact below [`AnnConfig::min_entries`] (10,000) and
 //!   approximate above: an HNSW graph (usearch, int8) whose candidates are re-scored in f32,
 //!   fed by a background thread so inserts never wait, with every not-yet-indexed entry
 //!   scored exactly ([`AnnConfig`], `index_status()` → [`IndexStatus`]). Filters
@@ -40,15 +49,23 @@
 //! - Small pieces: [`Clock`] ([`SystemClock`], [`ManualClock`]), [`tokenize`],
 //!   [`MAX_TEXT_BYTES`], [`DEFAULT_DIMENSIONS`].
 //!
-//! Both backends accept and refuse the same inputs: empty content and texts over
+//! The backends accept and refuse the same inputs: empty content and texts over
 //! [`MAX_TEXT_BYTES`] are [`MemoryError::InvalidInput`](agent_op::MemoryError), embedder
 //! failures and bad vectors (NaN, wrong dimension) are
 //! [`MemoryError::Embedding`](agent_op::MemoryError) and store nothing, unknown ids are
-//! `None`/`false`. Tags are stored as a sorted set. Times are kept to the microsecond.
+//! `None`/`false` (PostgreSQL also refuses the NUL character, which its text cannot hold).
+//! Tags are stored as a sorted set. Times are kept to the microsecond.
 //! `docs/MEMORY.md` describes schema, ranking, pruning and guarantees in full.
 //!
-//! Cargo features: `sqlite` (default) builds [`SqliteBackend`] and pulls in sqlx; without it the
-//! crate has the in-memory backend, the embedders, `build_context` and the conformance suite.
+//! Cargo features:
+//!
+//! | feature | default | enables |
+//! |---|---|---|
+//! | `sqlite` | yes | [`SqliteBackend`] (pulls in sqlx with SQLite) |
+//! | `postgres` | no | `PostgresBackend` (pulls in sqlx's Postgres driver and rustls; needs a server with the pgvector extension, see `docs/MEMORY.md`) |
+//!
+//! Without either the crate has the in-memory backend, the embedders, `build_context` and the
+//! conformance suite.
 //!
 //! ```
 //! use agent_memory::{ContextWindow, InMemoryBackend, build_context};
@@ -67,12 +84,16 @@
 //! ```
 
 mod ann;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod backoff;
 mod clock;
 mod common;
 pub mod conformance;
 mod context;
 mod embed;
 mod inmem;
+#[cfg(feature = "postgres")]
+mod postgres;
 mod prune;
 mod rank;
 #[cfg(feature = "sqlite")]
@@ -88,10 +109,9 @@ pub use context::{
 };
 pub use embed::{DEFAULT_DIMENSIONS, HashingEmbedder, ZeroEmbedder};
 pub use inmem::{InMemoryBackend, InMemoryBuilder};
-pub use rank::RRF_K;
+#[cfg(feature = "postgres")]
+pub use postgres::{PgvectorError, PostgresBackend, PostgresBuilder};
+pub use rank::{MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, RRF_K};
 #[cfg(feature = "sqlite")]
-pub use sqlite::{
-    Durability, IntegrityProblem, IntegrityReport, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES,
-    SqliteBackend, SqliteBuilder,
-};
+pub use sqlite::{Durability, IntegrityProblem, IntegrityReport, SqliteBackend, SqliteBuilder};
 pub use text::tokenize;

@@ -1,4 +1,5 @@
-//! Tokenizing text: words for the hashing embedder, terms for the SQLite keyword query.
+//! Tokenizing text: words for the hashing embedder, terms for the keyword queries of the
+//! SQLite and PostgreSQL backends.
 
 use unicode_segmentation::UnicodeSegmentation;
 
@@ -15,7 +16,7 @@ pub fn tokenize(text: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 /// The most distinct terms taken from one query for keyword search.
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by the SQLite backend
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 pub(crate) const MAX_QUERY_TERMS: usize = 64;
 
 /// Keyword-search terms of `query`: its runs of letters and digits with the combining marks
@@ -39,6 +40,21 @@ pub(crate) const MAX_QUERY_TERMS: usize = 64;
 /// match `123`). The separator kept in the term is harmless: FTS5 splits it off again.
 #[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by the SQLite backend
 pub(crate) fn fts_terms(query: &str) -> Vec<String> {
+    terms(query, true)
+}
+
+/// The terms of [`fts_terms`] with their case kept (distinct as written), for PostgreSQL:
+/// its text-search parser lowercases query terms exactly as it lowercased the indexed text
+/// (by the database's `LC_CTYPE`), which lowercasing here could disagree with — under the C
+/// locale PostgreSQL lowercases ASCII only, so a term lowercased here (`été`) would miss
+/// the indexed `Été`.
+#[cfg_attr(not(feature = "postgres"), allow(dead_code))] // used by the PostgreSQL backend
+pub(crate) fn cased_terms(query: &str) -> Vec<String> {
+    terms(query, false)
+}
+
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+fn terms(query: &str, lowercase: bool) -> Vec<String> {
     let mut terms: Vec<String> = Vec::new();
     let mut run = String::new();
     let mut clusters = query.graphemes(true);
@@ -51,7 +67,11 @@ pub(crate) fn fts_terms(query: &str) -> Vec<String> {
             }
         }
         if !run.is_empty() {
-            let term = run.to_lowercase();
+            let term = if lowercase {
+                run.to_lowercase()
+            } else {
+                run.clone()
+            };
             run.clear();
             if !terms.contains(&term) {
                 terms.push(term);
@@ -70,7 +90,7 @@ pub(crate) fn fts_terms(query: &str) -> Vec<String> {
 /// Whether `c` is part of an FTS5 `unicode61` token: a letter or digit (Rust's alphanumeric,
 /// a superset of the tokenizer's `L*` and `N*` categories) or a private-use character
 /// (`Co`).
-#[cfg_attr(not(feature = "sqlite"), allow(dead_code))] // used by the SQLite backend
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
 fn is_token_char(c: char) -> bool {
     c.is_alphanumeric()
         || matches!(c, '\u{e000}'..='\u{f8ff}' | '\u{f0000}'..='\u{ffffd}' | '\u{100000}'..='\u{10fffd}')
@@ -131,6 +151,7 @@ mod tests {
         let terms = fts_terms(&long);
         assert_eq!(terms.len(), MAX_QUERY_TERMS);
         assert_eq!(terms[..2], ["w0", "w1"]);
+        assert_eq!(cased_terms("Été été ÉTÉ été"), ["Été", "été", "ÉTÉ"]);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The shared conformance suite, instantiated for both backends of this crate.
+//! The shared conformance suite, instantiated for every backend of this crate (PostgreSQL
+//! with the `postgres` feature).
 
 mod in_memory {
     use agent_memory::InMemoryBackend;
@@ -94,4 +95,49 @@ mod sqlite_with_graph {
                 .with_guard(dir))
         }
     );
+}
+
+#[cfg(feature = "postgres")]
+#[path = "support/postgres.rs"]
+mod pg_support;
+
+/// Each test gets a schema of its own on the test server (see `support/postgres.rs`), and
+/// two handles with their own pools on it.
+#[cfg(feature = "postgres")]
+mod postgres {
+    use std::sync::Arc;
+
+    use agent_memory::conformance::Fixture;
+    use agent_memory::{Clock, PostgresBackend};
+    use agent_op::EmbeddingProvider;
+
+    use super::pg_support::{TestSchema, problems, server_url};
+
+    agent_memory::memory_conformance_tests!({
+        let Some(url) = server_url() else {
+            return;
+        };
+        move |embedder: Arc<dyn EmbeddingProvider>, clock: Arc<dyn Clock>| async move {
+            let schema = TestSchema::new(url);
+            let open = || {
+                PostgresBackend::builder(url)
+                    .schema(schema.name())
+                    .embedder(embedder.clone())
+                    .clock(clock.clone())
+                    .max_connections(4)
+                    .connect()
+            };
+            let backend = open().await?;
+            // Its own pool: what another process would see.
+            let second = open().await?;
+            let name = schema.name().to_owned();
+            Ok(Fixture::new(backend)
+                .with_second_handle(second)
+                .with_integrity_check(move || {
+                    let name = name.clone();
+                    async move { problems(url, &name).await }
+                })
+                .with_guard(schema))
+        }
+    });
 }

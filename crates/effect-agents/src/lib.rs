@@ -38,7 +38,8 @@
 //!   [`EmbeddingProvider`].
 //! - [`provider`]: model clients ([`provider::openai`], [`provider::ollama`]), layers (retry,
 //!   timeout, rate limit, fallback), cassettes, pricing, and [`ScriptedProvider`] for tests.
-//! - [`memory`]: memory backends ([`memory::InMemoryBackend`], [`memory::sqlite`]),
+//! - [`memory`]: memory backends ([`memory::InMemoryBackend`], [`memory::sqlite`],
+//!   `memory::postgres` with feature `postgres`),
 //!   embedders, [`memory::build_context`] and the backend conformance suite.
 //! - [`context`]: what `op::infer` asks for ([`ContextRequest`]) and the report the trace
 //!   records for it; [`prompt`]: the context sources, the pipeline and the Prompt IR —
@@ -60,6 +61,7 @@
 //! | `agents` | yes | [`agents`], typed output, typed tools and toolboxes (pulls in schemars and jsonschema) |
 //! | `otel` | no | `effect_agents::otel`: OTLP export of the runtime's `tracing` spans (HTTP/protobuf and gRPC; pulls in opentelemetry and tonic) |
 //! | `sqlite` | yes | [`memory::sqlite`], the SQLite memory backend (pulls in sqlx) |
+//! | `postgres` | no | `effect_agents::memory::postgres`, the PostgreSQL + pgvector memory backend (pulls in sqlx's Postgres driver and rustls) |
 //! | `prompt` | yes | [`prompt`], the Prompt IR, token counting (pulls in bpe-openai) and the default context pipeline of `op::infer` |
 //!
 //! `#[derive(Merge)]` and [`op!`] work through this crate alone: a crate depending only on

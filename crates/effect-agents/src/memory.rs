@@ -20,8 +20,9 @@
 
 pub use agent_memory::{
     BuiltContext, Clock, ContextEntry, ContextWindow, DEFAULT_DIMENSIONS, HashingEmbedder,
-    InMemoryBackend, InMemoryBuilder, MAX_TEXT_BYTES, ManualClock, RRF_K, SystemClock,
-    ZeroEmbedder, build_context, build_context_at, conformance, estimate_tokens, tokenize,
+    InMemoryBackend, InMemoryBuilder, MAX_KEYWORD_POSTINGS, MAX_TEXT_BYTES, MIN_CANDIDATES,
+    ManualClock, RRF_K, SystemClock, ZeroEmbedder, build_context, build_context_at, conformance,
+    estimate_tokens, tokenize,
 };
 
 /// The SQLite backend: memories in one file (WAL, FTS5 keyword search fused with exact
@@ -33,4 +34,13 @@ pub mod sqlite {
         Durability, IntegrityProblem, IntegrityReport, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES,
         SqliteBackend, SqliteBuilder,
     };
+}
+
+/// The PostgreSQL backend: memories in a PostgreSQL database with the pgvector extension
+/// (HNSW vector search fused with full-text search), shared by any number of processes.
+/// See `docs/MEMORY.md` for the server requirements.
+#[cfg(feature = "postgres")]
+#[cfg_attr(docsrs, doc(cfg(feature = "postgres")))]
+pub mod postgres {
+    pub use agent_memory::{PgvectorError, PostgresBackend, PostgresBuilder};
 }

@@ -16,6 +16,8 @@ const ENTRY: &str = "node_modules/@modelcontextprotocol/server-everything/dist/i
 /// Tests in one binary run on several threads and test binaries may share `target/`, so
 /// the install holds a file lock, and it happens in a staging directory renamed into place
 /// only when complete: no test ever sees half a `node_modules`.
+// `File::lock` needs Rust 1.89, above the workspace's MSRV; test code only.
+#[allow(clippy::incompatible_msrv)]
 pub fn server_everything() -> Option<PathBuf> {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)

@@ -44,14 +44,7 @@ static UNRESTRICTED: SearchOptions = SearchOptions::new();
 use self::retry::{DbError, read_tx};
 use crate::clock::Clock;
 use crate::common::format_id;
-
-/// Each of the vector and keyword searches ranks at least this many candidates (or `2k` if
-/// larger) before fusion.
-pub const MIN_CANDIDATES: usize = 50;
-
-/// Keyword search reads at most this many postings (term × entry pairs): the query's terms
-/// are taken rarest first while their document counts fit. See [`SqliteBackend`].
-pub const MAX_KEYWORD_POSTINGS: u64 = 5_000;
+use crate::rank::MAX_KEYWORD_POSTINGS;
 
 /// Memories in one SQLite file, shared safely by any number of handles, tasks and processes.
 ///
@@ -61,7 +54,7 @@ pub const MAX_KEYWORD_POSTINGS: u64 = 5_000;
 ///   embedder's model name and dimension (opening with another embedder fails with
 ///   [`MemoryError::EmbedderMismatch`]). All SQL uses bound parameters.
 /// - **Search** ([`MemoryBackend::search`]) fuses two rankings by reciprocal rank fusion
-///   (k = 60), each of at least [`MIN_CANDIDATES`] (or `2k`) entries:
+///   (k = 60), each of at least [`MIN_CANDIDATES`](crate::MIN_CANDIDATES) (or `2k`) entries:
 ///   - *vector*: exact cosine similarity over an in-memory copy of every vector (loaded at
 ///     open, kept current by replaying a change log before each search, so writes by other
 ///     handles and processes are seen); only positive similarities count;

@@ -1,16 +1,12 @@
 //! Errors of the SQLite layer and the retry loop for "database is locked".
 
-use std::time::{Duration, Instant};
-
 use sqlx::migrate::MigrateError;
+
+pub(crate) use crate::backoff::Backoff;
 
 /// SQLite's primary result codes for a lock held by another connection.
 const SQLITE_BUSY: i32 = 5;
 const SQLITE_LOCKED: i32 = 6;
-
-/// First pause after a busy error; doubles up to [`MAX_DELAY`], with ±50 % jitter.
-const FIRST_DELAY: Duration = Duration::from_millis(2);
-const MAX_DELAY: Duration = Duration::from_millis(250);
 
 /// What went wrong inside the SQLite backend, before it becomes a `MemoryError`.
 #[derive(Debug)]
@@ -73,35 +69,6 @@ impl DbError {
     }
 }
 
-/// Backoff between attempts of an operation that met a busy error: exponential (from 2 ms,
-/// doubling up to 250 ms) with ±50 % jitter, until `limit` has passed since the first try.
-pub(crate) struct Backoff {
-    deadline: Instant,
-    delay: Duration,
-}
-
-impl Backoff {
-    /// Starts the clock: retries are allowed for `limit` from now.
-    pub(crate) fn new(limit: Duration) -> Backoff {
-        Backoff {
-            deadline: Instant::now() + limit,
-            delay: FIRST_DELAY,
-        }
-    }
-
-    /// Sleeps before the next attempt; `false` (without sleeping) once the time is up.
-    pub(crate) async fn wait(&mut self) -> bool {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        let jittered = self.delay.mul_f64(0.5 + fastrand::f64());
-        tokio::time::sleep(jittered.min(left)).await;
-        self.delay = (self.delay * 2).min(MAX_DELAY);
-        true
-    }
-}
-
 /// Opens a write transaction on `connection` holding SQLite's write lock from the start, as
 /// `BEGIN IMMEDIATE` would: waiting for the lock happens here, under the busy timeout and
 /// [`Backoff`], never halfway through the caller's statements.
@@ -133,7 +100,7 @@ pub(crate) async fn begin_immediate(
 macro_rules! write_tx {
     ($backend:expr, $what:expr, |$conn:ident| $body:expr) => {{
         let inner = &$backend.inner;
-        let mut backoff = $crate::sqlite::retry::Backoff::new(inner.lock_retry);
+        let mut backoff = $crate::backoff::Backoff::new(inner.lock_retry);
         loop {
             let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
                 let mut guard = inner.writer.lock().await;
@@ -163,7 +130,7 @@ macro_rules! write_tx {
 macro_rules! read_tx {
     ($backend:expr, $what:expr, |$conn:ident| $body:expr) => {{
         let inner = &$backend.inner;
-        let mut backoff = $crate::sqlite::retry::Backoff::new(inner.lock_retry);
+        let mut backoff = $crate::backoff::Backoff::new(inner.lock_retry);
         loop {
             let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
                 let mut pooled = inner.readers.acquire().await?;

@@ -9,16 +9,12 @@ use sqlx::sqlite::SqliteConnection;
 use super::cache::{VectorCache, read_cache};
 use super::read::with_tags;
 use super::retry::{DbError, read_tx, write_tx};
-use super::{EntryRow, MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, SqliteBackend, cache, json_ids};
+use super::{EntryRow, MAX_KEYWORD_POSTINGS, SqliteBackend, cache, json_ids};
 use crate::clock::{ceil_micros, now_micros};
 use crate::common::{cpu, distinct_ids, embed_checked, format_id, parse_id, validate_query};
-use crate::rank::fuse;
+use crate::rank::{candidates, fuse, keyword_terms};
 use crate::text::{fts_match, fts_terms};
 use crate::vector::{Hit, cosine, unit};
-
-/// A term must be in more entries than this (and in more than half of them) to be treated
-/// as a stop word by keyword search.
-pub(super) const STOP_WORD_MIN_DOCS: u64 = 50;
 
 impl SqliteBackend {
     /// The fused ranking for `query`: the best `k` entry ids with their scores, best first,
@@ -37,7 +33,7 @@ impl SqliteBackend {
             embed_checked(self.inner.embedder.as_ref(), self.inner.dimensions, query).await?;
         let query_unit = unit(&vector);
         self.sync().await?;
-        let candidates = k.saturating_mul(2).max(MIN_CANDIDATES);
+        let candidates = candidates(k);
         let filter = Filter::new(options);
         let terms = fts_terms(query);
         let keywords = async {
@@ -241,11 +237,8 @@ pub(super) struct Ranking {
 /// most `limit`.
 ///
 /// Which terms are searched: BM25 must score every entry a term occurs in, so each term's
-/// document count is probed first (counting stops at [`MAX_KEYWORD_POSTINGS`] + 1). Terms
-/// are then taken rarest first while their counts add up to at most
-/// [`MAX_KEYWORD_POSTINGS`]; a term in more than half of the `entries` (and more than
-/// [`STOP_WORD_MIN_DOCS`]) is a stop word and skipped — BM25 gives it no weight. In small
-/// stores every other term is used; in large ones, common words are left to vector search.
+/// document count is probed first (counting stops at [`MAX_KEYWORD_POSTINGS`] + 1), and
+/// [`keyword_terms`] picks the terms (rarest first, within the budget, no stop words).
 pub(super) async fn keyword_search(
     conn: &mut SqliteConnection,
     terms: &[String],
@@ -269,27 +262,14 @@ pub(super) async fn keyword_search(
         probe = probe.bind(fts_match(&[term.as_str()]));
     }
     let counts = probe.bind(cap).fetch_all(&mut *conn).await?;
-    let mut ranked: Vec<(u64, &str)> = counts
+    let counted: Vec<(u64, &str)> = counts
         .into_iter()
         .filter_map(|(i, docs)| {
             let term = terms.get(usize::try_from(i - 1).ok()?)?;
             Some((u64::try_from(docs).unwrap_or(0), term.as_str()))
         })
-        .filter(|(docs, _)| *docs <= STOP_WORD_MIN_DOCS || docs.saturating_mul(2) <= entries)
         .collect();
-    ranked.sort_by_key(|(docs, _)| *docs);
-    let mut budget = MAX_KEYWORD_POSTINGS;
-    let mut chosen = Vec::new();
-    for (docs, term) in ranked {
-        if docs == 0 {
-            continue;
-        }
-        if docs > budget {
-            break;
-        }
-        budget -= docs;
-        chosen.push(term);
-    }
+    let chosen = keyword_terms(counted, entries);
     let Some(expr) = fts_match(&chosen) else {
         return Ok(Vec::new());
     };

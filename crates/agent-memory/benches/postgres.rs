@@ -1,0 +1,427 @@
+//! PostgreSQL backend benchmarks, each with a baseline measured in the same run:
+//!
+//! - `memory.postgres.insert`: `store_batch` of 10,000 entries in batches of 1,000 into a
+//!   store with its HNSW index, in entries/s; baseline: the SQLite backend doing the same.
+//! - `memory.postgres.insert_single`: 500 single `store` calls on top, in entries/s;
+//!   baseline: the SQLite backend doing the same.
+//! - `memory.postgres.search_100k` (`.p99`): p50 (p99) of `search(q, 10)` over 100,000
+//!   entries through the HNSW index, in ms; baseline: the same searches with
+//!   `SearchOptions::exact` (every vector compared), interleaved.
+//! - `memory.postgres.recall_100k`: recall@10 of the HNSW vector ranking against the exact
+//!   one over the same 100,000 entries (0–1); baseline: the exact ranking's own, 1.
+//!
+//! Data: clustered 384-dimension vectors, as real embeddings are (uniformly random vectors
+//! have no meaningful neighbours): 1,000 random unit centers; each vector is a center plus
+//! Gaussian noise (σ = 0.03 per dimension), normalized. Queries are drawn the same way. The
+//! "embedder" looks vectors up by text, so no embedding work is timed. Texts are 8–20 words
+//! from a 5,000-word Zipf-like vocabulary (keyword search does real work); the recall queries
+//! are words found nowhere, so the fused ranking is the vector ranking alone. The 100,000
+//! entries are loaded without the index, which the store then builds when it is opened again
+//! (the time is printed on stderr).
+//!
+//! The server: `DATABASE_URL`, else the project's test server (`xtask/src/pg.rs`), started
+//! here and stopped at the end if this started it; without either, one `SKIPPED:` line on
+//! stderr and no results.
+
+#[path = "../tests/support/postgres.rs"]
+#[allow(dead_code)]
+mod support;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_memory::{PostgresBackend, SqliteBackend};
+use agent_op::{
+    BoxFuture, EmbeddingError, EmbeddingProvider, MemoryBackend, NewMemory, SearchOptions,
+};
+use sqlx::{Connection, PgConnection};
+
+use support::TestSchema;
+use support::cluster::{Cluster, PgError};
+
+const DIMS: usize = 384;
+const LARGE: usize = 100_000;
+const INSERTED: usize = 10_000;
+const SINGLE: usize = 500;
+const BATCH: usize = 1_000;
+const QUERIES: usize = 200;
+const CENTERS: usize = 1_000;
+const NOISE: f64 = 0.03;
+const VOCABULARY: usize = 5_000;
+
+/// A deterministic xorshift generator.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform in (0, 1).
+    fn unit(&mut self) -> f64 {
+        ((self.next() >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+
+    /// Standard normal (Box–Muller).
+    fn gaussian(&mut self) -> f64 {
+        let (u, v) = (self.unit(), self.unit());
+        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
+    }
+
+    /// A Zipf-like word index: rank r has weight about 1/r.
+    fn word(&mut self) -> usize {
+        let x = (VOCABULARY as f64).powf(self.unit());
+        (x as usize).clamp(1, VOCABULARY) - 1
+    }
+
+    fn sentence(&mut self, min: usize, max: usize) -> String {
+        let n = min + (self.next() as usize) % (max - min + 1);
+        (0..n)
+            .map(|_| format!("w{}", self.word()))
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+}
+
+fn normalized(v: Vec<f64>) -> Vec<f32> {
+    let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    v.into_iter().map(|x| (x / norm) as f32).collect()
+}
+
+/// Clustered unit vectors: a random center plus noise, normalized.
+struct Clusters {
+    centers: Vec<Vec<f64>>,
+}
+
+impl Clusters {
+    fn new(rng: &mut Rng) -> Clusters {
+        let centers = (0..CENTERS)
+            .map(|_| {
+                let v = normalized((0..DIMS).map(|_| rng.gaussian()).collect());
+                v.into_iter().map(f64::from).collect()
+            })
+            .collect();
+        Clusters { centers }
+    }
+
+    fn draw(&self, rng: &mut Rng) -> Vec<f32> {
+        let center = &self.centers[(rng.next() as usize) % CENTERS];
+        normalized(center.iter().map(|c| c + NOISE * rng.gaussian()).collect())
+    }
+}
+
+/// An "embedder" that returns precomputed vectors by text.
+struct Precomputed {
+    vectors: HashMap<String, Vec<f32>>,
+}
+
+impl EmbeddingProvider for Precomputed {
+    fn model(&self) -> &str {
+        "precomputed-384"
+    }
+
+    fn dimensions(&self) -> usize {
+        DIMS
+    }
+
+    fn embed<'a>(&'a self, text: &'a str) -> BoxFuture<'a, Result<Vec<f32>, EmbeddingError>> {
+        Box::pin(async move {
+            self.vectors
+                .get(text)
+                .cloned()
+                .ok_or_else(|| EmbeddingError::Other(format!("no precomputed vector for {text:?}")))
+        })
+    }
+}
+
+struct Data {
+    memories: Vec<NewMemory>,
+    /// Hybrid queries (words and a vector).
+    queries: Vec<String>,
+    /// The same vectors under words no entry holds: only the vector ranking counts.
+    vector_queries: Vec<String>,
+    embedder: Arc<Precomputed>,
+}
+
+fn data() -> Data {
+    let mut rng = Rng(0x5eed_0014);
+    let clusters = Clusters::new(&mut rng);
+    let mut vectors = HashMap::with_capacity(LARGE + 2 * QUERIES);
+    let mut memories = Vec::with_capacity(LARGE);
+    for i in 0..LARGE {
+        // The index keeps every content distinct.
+        let content = format!("{} n{i}", rng.sentence(8, 20));
+        vectors.insert(content.clone(), clusters.draw(&mut rng));
+        memories.push(NewMemory {
+            content,
+            context: rng.sentence(3, 6),
+            tags: vec![format!("t{}", i % 20).into()],
+        });
+    }
+    let mut queries = Vec::with_capacity(QUERIES);
+    let mut vector_queries = Vec::with_capacity(QUERIES);
+    for q in 0..QUERIES {
+        let vector = clusters.draw(&mut rng);
+        let query = format!("{} q{q}", rng.sentence(3, 8));
+        let only_vector = format!("zq{q}");
+        vectors.insert(query.clone(), vector.clone());
+        vectors.insert(only_vector.clone(), vector);
+        queries.push(query);
+        vector_queries.push(only_vector);
+    }
+    Data {
+        memories,
+        queries,
+        vector_queries,
+        embedder: Arc::new(Precomputed { vectors }),
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// The server: `DATABASE_URL`, else the test server (and whether this started it).
+fn server() -> Option<(String, Option<Cluster>)> {
+    if let Some(url) = std::env::var("DATABASE_URL").ok().filter(|u| !u.is_empty()) {
+        return Some((url, None));
+    }
+    let cluster = Cluster::main(&support::target());
+    match cluster.start() {
+        Ok(started) if started.already_running => Some((started.url, None)),
+        Ok(started) => Some((started.url, Some(cluster))),
+        Err(PgError::Unavailable(why)) => {
+            eprintln!(
+                "SKIPPED: Postgres benchmarks need a PostgreSQL server with pgvector \
+                 (DATABASE_URL, or a wheel from PyPI ({}), or Debian's postgresql with \
+                 pgvector): {why}",
+                support::cluster::WHEELS.map(|w| w.package).join(", ")
+            );
+            None
+        }
+        Err(PgError::Failed(why)) => panic!("starting the PostgreSQL test server: {why}"),
+    }
+}
+
+/// Stops the server this started, however the run ends.
+struct StopOnDrop(Option<Cluster>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Some(cluster) = self.0.take() {
+            if let Err(e) = cluster.stop() {
+                eprintln!("stopping the PostgreSQL test server: {e}");
+            }
+        }
+    }
+}
+
+fn per_second(n: usize, took: Duration) -> f64 {
+    n as f64 / took.as_secs_f64()
+}
+
+fn main() {
+    let on = bench_kit::enabled;
+    let names = [
+        "memory.postgres.insert",
+        "memory.postgres.insert_single",
+        "memory.postgres.search_100k",
+        "memory.postgres.recall_100k",
+    ];
+    if !names.iter().any(|n| on(n)) {
+        return;
+    }
+    let Some((url, started)) = server() else {
+        return;
+    };
+    let _stop = StopOnDrop(started);
+    let rt = runtime();
+    let data = data();
+    let embedder: Arc<dyn EmbeddingProvider> = data.embedder.clone();
+
+    if on("memory.postgres.insert") || on("memory.postgres.insert_single") {
+        insert(&rt, &url, &data, embedder.clone());
+    }
+    if on("memory.postgres.search_100k") || on("memory.postgres.recall_100k") {
+        search(&rt, &url, &data, embedder);
+    }
+}
+
+/// Inserts into an indexed store, against SQLite doing the same.
+fn insert(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    data: &Data,
+    embedder: Arc<dyn EmbeddingProvider>,
+) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let batches = &data.memories[..INSERTED];
+    let singles = &data.memories[INSERTED..INSERTED + SINGLE];
+    let schema = TestSchema::new(url);
+    rt.block_on(async {
+        let sqlite = SqliteBackend::builder(dir.path().join("insert.db"))
+            .embedder(embedder.clone())
+            .open()
+            .await
+            .expect("open sqlite");
+        let postgres = PostgresBackend::builder(url)
+            .schema(schema.name())
+            .embedder(embedder)
+            .connect()
+            .await
+            .expect("connect");
+
+        let start = Instant::now();
+        for chunk in batches.chunks(BATCH) {
+            sqlite
+                .store_batch(chunk.to_vec())
+                .await
+                .expect("sqlite batch");
+        }
+        let sqlite_batches = start.elapsed();
+        let start = Instant::now();
+        for chunk in batches.chunks(BATCH) {
+            postgres
+                .store_batch(chunk.to_vec())
+                .await
+                .expect("postgres batch");
+        }
+        let postgres_batches = start.elapsed();
+        bench_kit::report(
+            "memory.postgres.insert",
+            per_second(INSERTED, postgres_batches),
+            "entries/s",
+            per_second(INSERTED, sqlite_batches),
+        );
+
+        let start = Instant::now();
+        for memory in singles {
+            sqlite.store(memory.clone()).await.expect("sqlite store");
+        }
+        let sqlite_single = start.elapsed();
+        let start = Instant::now();
+        for memory in singles {
+            postgres
+                .store(memory.clone())
+                .await
+                .expect("postgres store");
+        }
+        let postgres_single = start.elapsed();
+        bench_kit::report(
+            "memory.postgres.insert_single",
+            per_second(SINGLE, postgres_single),
+            "entries/s",
+            per_second(SINGLE, sqlite_single),
+        );
+        sqlite.close().await;
+        postgres.close().await;
+    });
+}
+
+/// Runs `sql` on a connection of its own.
+async fn admin(url: &str, sql: &str) {
+    let mut conn = PgConnection::connect(url).await.expect("connect");
+    sqlx::query(sql).execute(&mut conn).await.expect(sql);
+    let _ = conn.close().await;
+}
+
+/// Search latency and recall over 100,000 entries.
+fn search(
+    rt: &tokio::runtime::Runtime,
+    url: &str,
+    data: &Data,
+    embedder: Arc<dyn EmbeddingProvider>,
+) {
+    let schema = TestSchema::new(url);
+    let name = schema.name().to_owned();
+    let open = || {
+        PostgresBackend::builder(url)
+            .schema(&name)
+            .embedder(embedder.clone())
+            .statement_timeout(None)
+            .connect()
+    };
+    let store = rt.block_on(async {
+        // Loaded without the index, which building afterwards is much faster than growing.
+        let store = open().await.expect("connect");
+        admin(url, &format!("DROP INDEX \"{name}\".embeddings_hnsw")).await;
+        let start = Instant::now();
+        for chunk in data.memories.chunks(BATCH) {
+            store.store_batch(chunk.to_vec()).await.expect("load");
+        }
+        eprintln!(
+            "loaded {LARGE} entries without the index in {:?}",
+            start.elapsed()
+        );
+        store.close().await;
+        admin(
+            url,
+            &format!("ANALYZE \"{name}\".entries, \"{name}\".embeddings"),
+        )
+        .await;
+        let start = Instant::now();
+        let store = open().await.expect("reconnect (builds the index)");
+        eprintln!(
+            "opening built the HNSW index over {LARGE} vectors in {:?}",
+            start.elapsed()
+        );
+        store
+    });
+
+    if bench_kit::enabled("memory.postgres.search_100k") {
+        let exact = SearchOptions::new().exact(true);
+        for q in data.queries.iter().take(5) {
+            rt.block_on(store.search(q, 10)).expect("warm-up");
+            rt.block_on(store.search_with(q, 10, &exact))
+                .expect("warm-up");
+        }
+        let mut subject = Vec::with_capacity(QUERIES);
+        let mut baseline = Vec::with_capacity(QUERIES);
+        for q in &data.queries {
+            let start = Instant::now();
+            let hits = rt.block_on(store.search(q, 10)).expect("search");
+            subject.push(bench_kit::ms(start.elapsed()));
+            assert_eq!(hits.len(), 10);
+            let start = Instant::now();
+            let hits = rt
+                .block_on(store.search_with(q, 10, &exact))
+                .expect("exact search");
+            baseline.push(bench_kit::ms(start.elapsed()));
+            assert_eq!(hits.len(), 10);
+        }
+        let s = bench_kit::stats(&subject);
+        let b = bench_kit::stats(&baseline);
+        bench_kit::report("memory.postgres.search_100k", s.median, "ms", b.median);
+        bench_kit::report("memory.postgres.search_100k.p99", s.p99, "ms", b.p99);
+    }
+
+    if bench_kit::enabled("memory.postgres.recall_100k") {
+        let exact = SearchOptions::new().exact(true);
+        let default = SearchOptions::new();
+        let mut found = 0usize;
+        for q in &data.vector_queries {
+            let ids = |options: &SearchOptions| {
+                rt.block_on(store.search_candidates_with(q, 10, options))
+                    .expect("search")
+                    .into_iter()
+                    .map(|c| c.hit.entry.id)
+                    .collect::<Vec<_>>()
+            };
+            let truth = ids(&exact);
+            assert_eq!(truth.len(), 10);
+            found += ids(&default).iter().filter(|id| truth.contains(id)).count();
+        }
+        let recall = found as f64 / (10 * QUERIES) as f64;
+        bench_kit::report("memory.postgres.recall_100k", recall, "recall@10", 1.0);
+    }
+    rt.block_on(store.close());
+    drop(schema);
+}

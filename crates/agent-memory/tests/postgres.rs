@@ -1,0 +1,640 @@
+//! The PostgreSQL backend beyond the conformance suite: bad input and bad servers (typed
+//! errors, never a panic), a database where pgvector cannot be created, a server that goes
+//! away mid-query and comes back, texts beyond PostgreSQL's limits, filtered search on a
+//! store larger than the HNSW candidate list, and writers in separate pools and in two
+//! processes at once.
+//!
+//! The server: see `support/postgres.rs` (`DATABASE_URL`, else the project's test server;
+//! without either every test here returns after one `SKIPPED:` line). The crash test starts
+//! a server of its own (`target/pg/crash`), since stopping the shared one would break the
+//! tests running beside it.
+
+#[path = "support/postgres.rs"]
+#[allow(dead_code)] // each test binary uses its own part of it
+mod support;
+
+use std::error::Error as _;
+use std::process::{Command, Stdio};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use agent_memory::{PgvectorError, PostgresBackend, PostgresBuilder};
+use agent_op::{MemoryBackend, MemoryError, MemoryId, NewMemory, SearchOptions, Tag};
+use sqlx::postgres::PgConnectOptions;
+use sqlx::{Connection, PgConnection};
+
+use support::cluster::{Cluster, PgError};
+use support::{TestSchema, server_url, skipped, target};
+
+fn memory(content: &str, tags: &[&str]) -> NewMemory {
+    NewMemory {
+        content: content.to_owned(),
+        context: "postgres test".to_owned(),
+        tags: tags.iter().map(|t| Tag::from(*t)).collect(),
+    }
+}
+
+fn builder(url: &str, schema: &TestSchema) -> PostgresBuilder {
+    PostgresBackend::builder(url).schema(schema.name())
+}
+
+/// `cause`'s error of type `E`, if the storage layer's error is one.
+fn cause_of<E: std::error::Error + 'static>(error: &MemoryError) -> Option<&E> {
+    error.source()?.downcast_ref::<E>()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unusable_urls_and_schema_names_are_invalid_input() {
+    for url in [
+        "",
+        "not a url",
+        "mysql://localhost/db",
+        "postgres://host:notaport/db",
+    ] {
+        let result = PostgresBackend::connect(url).await;
+        assert!(
+            matches!(result, Err(MemoryError::InvalidInput(_))),
+            "{url:?}: {result:?}"
+        );
+    }
+    for schema in [
+        "",
+        "Public",
+        "pg_catalog",
+        "x\"; DROP SCHEMA public; --",
+        "1st",
+    ] {
+        let result = PostgresBackend::builder("postgres://localhost/db")
+            .schema(schema)
+            .connect()
+            .await;
+        assert!(
+            matches!(result, Err(MemoryError::InvalidInput(_))),
+            "{schema:?}: {result:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_port_fails_fast_with_a_storage_error() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    let start = Instant::now();
+    let result = PostgresBackend::connect(&format!("postgres://postgres@127.0.0.1:{port}/x")).await;
+    let elapsed = start.elapsed();
+    let error = result.expect_err("nothing listens there");
+    assert!(
+        matches!(&error, MemoryError::Storage { operation, .. } if operation == "connecting"),
+        "{error:?}"
+    );
+    assert!(cause_of::<sqlx::Error>(&error).is_some(), "{error:?}");
+    assert!(
+        error.to_string().contains(&format!("127.0.0.1:{port}")),
+        "{error}"
+    );
+    assert!(elapsed < Duration::from_secs(5), "took {elapsed:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_embedder_is_refused() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = builder(url, &schema).connect().await.expect("connect");
+    store.store(memory("kept", &[])).await.expect("store");
+    store.close().await;
+    let shorter = agent_memory::HashingEmbedder::with_dimensions(64).expect("embedder");
+    let other_model = agent_memory::ZeroEmbedder::new(agent_memory::DEFAULT_DIMENSIONS);
+    for embedder in [
+        Arc::new(shorter) as Arc<dyn agent_op::EmbeddingProvider>,
+        Arc::new(other_model),
+    ] {
+        let result = builder(url, &schema).embedder(embedder).connect().await;
+        assert!(
+            matches!(
+                &result,
+                Err(MemoryError::EmbedderMismatch { stored_model, stored_dimensions: 384, .. })
+                    if stored_model == "hashing-v1-384"
+            ),
+            "{result:?}"
+        );
+    }
+    let again = builder(url, &schema).connect().await.expect("reconnect");
+    assert_eq!(again.count().await.expect("count"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nul_characters_are_invalid_input() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = builder(url, &schema).connect().await.expect("connect");
+    let mut in_context = memory("fine", &[]);
+    in_context.context = "a\0b".into();
+    for bad in [memory("a\0b", &[]), memory("fine", &["t\0"]), in_context] {
+        let result = store.store(bad.clone()).await;
+        assert!(
+            matches!(result, Err(MemoryError::InvalidInput(_))),
+            "{result:?}"
+        );
+        let result = store.store_batch(vec![memory("ok", &[]), bad]).await;
+        assert!(
+            matches!(result, Err(MemoryError::InvalidInput(_))),
+            "{result:?}"
+        );
+    }
+    assert_eq!(store.count().await.expect("count"), 0, "nothing was stored");
+    store.store(memory("tagged", &["t"])).await.expect("store");
+    assert!(
+        store
+            .by_tags(&[Tag::from("t\0")])
+            .await
+            .expect("by_tags")
+            .is_empty()
+    );
+    let filter = SearchOptions::new().tag("t\0");
+    assert!(
+        store
+            .search_with("tagged", 5, &filter)
+            .await
+            .expect("search")
+            .is_empty()
+    );
+    assert_eq!(store.search("tagged\0", 5).await.expect("search").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schema_holding_other_tables_is_refused_untouched() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let mut admin = PgConnection::connect(url).await.expect("connect");
+    let name = schema.name();
+    for sql in [
+        format!("CREATE SCHEMA \"{name}\""),
+        format!("CREATE TABLE \"{name}\".customers (id int PRIMARY KEY, name text)"),
+        format!("INSERT INTO \"{name}\".customers VALUES (1, 'Ana')"),
+    ] {
+        sqlx::query(&sql).execute(&mut admin).await.expect("setup");
+    }
+    let result = builder(url, &schema).connect().await;
+    assert!(
+        matches!(&result, Err(MemoryError::UnexpectedData { found, .. }) if found.contains("customers")),
+        "{result:?}"
+    );
+    let tables: Vec<(String,)> =
+        sqlx::query_as("SELECT tablename::text FROM pg_tables WHERE schemaname = $1")
+            .bind(name)
+            .fetch_all(&mut admin)
+            .await
+            .expect("tables");
+    assert_eq!(tables, [("customers".to_owned(),)], "nothing was created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_role_that_cannot_create_pgvector_gets_an_error_naming_it() {
+    let Some(url) = server_url() else { return };
+    let mut admin = PgConnection::connect(url).await.expect("connect");
+    let (superuser,): (bool,) =
+        sqlx::query_as("SELECT rolsuper FROM pg_roles WHERE rolname = current_user")
+            .fetch_one(&mut admin)
+            .await
+            .expect("role");
+    if !superuser {
+        eprintln!("note: the pgvector privilege test needs a superuser in DATABASE_URL; not run");
+        return;
+    }
+    // A database of its own, owned by a role that is no superuser: pgvector is not a trusted
+    // extension, so that role cannot create it there.
+    let name = format!("memory_noext_{}", std::process::id());
+    let password = format!("pw{}", std::process::id());
+    for sql in [
+        format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"),
+        format!("DROP ROLE IF EXISTS {name}"),
+        format!("CREATE ROLE {name} LOGIN PASSWORD '{password}'"),
+        format!("CREATE DATABASE {name} OWNER {name}"),
+    ] {
+        sqlx::query(&sql).execute(&mut admin).await.expect("setup");
+    }
+    let options = PgConnectOptions::from_str(url).expect("url");
+    let role_url = format!(
+        "postgres://{name}:{password}@{}:{}/{name}",
+        options.get_host(),
+        options.get_port()
+    );
+    let error = PostgresBackend::connect(&role_url)
+        .await
+        .expect_err("no pgvector there");
+    let message = error.to_string();
+    assert!(
+        matches!(&error, MemoryError::Storage { .. })
+            && message.contains("pgvector")
+            && message.contains("`vector`"),
+        "{error:?}"
+    );
+    assert!(
+        matches!(cause_of::<PgvectorError>(&error), Some(PgvectorError::CannotCreate { database, .. }) if *database == name),
+        "{error:?}"
+    );
+    assert!(
+        !message.contains(&password),
+        "the password leaked: {message}"
+    );
+
+    // Once a superuser created it there, the same role connects.
+    let admin_db = format!(
+        "{}/{name}",
+        url.rsplit_once('/').map_or(url, |(base, _)| base)
+    );
+    let mut there = PgConnection::connect(&admin_db).await.expect("connect");
+    sqlx::query("CREATE EXTENSION vector")
+        .execute(&mut there)
+        .await
+        .expect("create");
+    there.close().await.expect("close");
+    let store = PostgresBackend::connect(&role_url)
+        .await
+        .expect("connect as the role");
+    store.store(memory("works now", &[])).await.expect("store");
+    store.close().await;
+    for sql in [
+        format!("DROP DATABASE {name} WITH (FORCE)"),
+        format!("DROP ROLE {name}"),
+    ] {
+        sqlx::query(&sql)
+            .execute(&mut admin)
+            .await
+            .expect("cleanup");
+    }
+}
+
+/// Stops a cluster when dropped, however the test ends.
+struct StopOnDrop(Cluster);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.stop() {
+            eprintln!("stopping the crash test's server: {e}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_gone_mid_query_is_a_storage_error_and_the_pool_recovers() {
+    // The shared server is not stopped: other tests use it. This one has its own.
+    if server_url().is_none() {
+        return;
+    }
+    let cluster = Cluster::named(&target(), "crash");
+    let started = match tokio::task::spawn_blocking({
+        let cluster = cluster.clone();
+        move || cluster.start()
+    })
+    .await
+    .expect("start task")
+    {
+        Ok(started) => started,
+        Err(PgError::Unavailable(why)) => return skipped(&why),
+        Err(PgError::Failed(why)) => panic!("starting the crash test's server: {why}"),
+    };
+    let stop = StopOnDrop(cluster.clone());
+    let url = started.url.clone();
+    let schema = TestSchema::new(&url);
+    let store = builder(&url, &schema)
+        .acquire_timeout(Duration::from_secs(3))
+        .connect()
+        .await
+        .expect("connect");
+    store
+        .store(memory("before the crash", &[]))
+        .await
+        .expect("store");
+
+    // A writer storing batches in a loop, until the server goes away under it.
+    let writer = tokio::spawn({
+        let store = store.clone();
+        async move {
+            let batch: Vec<NewMemory> = (0..200)
+                .map(|i| memory(&format!("entry {i} written while the server dies"), &["w"]))
+                .collect();
+            let mut stored = 0;
+            loop {
+                match store.store_batch(batch.clone()).await {
+                    Ok(ids) => stored += ids.len(),
+                    Err(e) => return (stored, e),
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let crashed = tokio::task::spawn_blocking({
+        let cluster = cluster.clone();
+        move || cluster.crash()
+    })
+    .await
+    .expect("crash task");
+    assert!(matches!(crashed, Ok(true)), "{crashed:?}");
+    let (stored, error) = tokio::time::timeout(Duration::from_secs(30), writer)
+        .await
+        .expect("the writer saw the crash within 30 s")
+        .expect("the writer did not panic");
+    assert!(stored > 0, "the writer wrote before the crash");
+    assert!(matches!(error, MemoryError::Storage { .. }), "{error:?}");
+
+    // While it is down: typed errors, promptly.
+    let start = Instant::now();
+    let down = store.count().await;
+    assert!(matches!(down, Err(MemoryError::Storage { .. })), "{down:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        start.elapsed()
+    );
+
+    // Back up (on the same port): the next operations succeed on fresh connections.
+    let restarted = tokio::task::spawn_blocking({
+        let cluster = cluster.clone();
+        move || cluster.start()
+    })
+    .await
+    .expect("restart task")
+    .expect("restart");
+    assert_eq!(restarted.url, url, "the server came back on the same port");
+    let count = store.count().await.expect("count after the restart");
+    assert!(count >= 1, "{count}");
+    let id = store
+        .store(memory("after the restart", &[]))
+        .await
+        .expect("store");
+    let hits = store.search("after the restart", 1).await.expect("search");
+    assert_eq!(hits[0].entry.id, id);
+    store.close().await;
+    drop(schema);
+    drop(stop);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn texts_beyond_the_tsvector_limit_are_stored_and_searchable() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = builder(url, &schema).connect().await.expect("connect");
+    // ~1.6 MB of distinct words: more than a tsvector's 1 MB of lexemes.
+    let content: String = (0..200_000).map(|i| format!("w{i}x ")).collect();
+    let id = store
+        .store(memory(&content, &["big"]))
+        .await
+        .expect("store");
+    assert_eq!(
+        store.get(&id).await.expect("get").expect("there").content,
+        content
+    );
+    let hits = store.search("w17x", 5).await.expect("search");
+    assert_eq!(hits.first().map(|h| &h.entry.id), Some(&id));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn filtered_search_over_more_entries_than_the_candidate_list() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = builder(url, &schema).connect().await.expect("connect");
+    // 1,500 entries, every tenth tagged: a filter admitting 150 among 1,500 candidates for a
+    // top 10 (the HNSW scan keeps 100 candidates per pass).
+    let memories: Vec<NewMemory> = (0..1_500)
+        .map(|i| {
+            let tags: &[&str] = if i % 10 == 0 { &["ops"] } else { &["other"] };
+            memory(
+                &format!("runbook {i}: rotate key {} on host {}", i % 37, i % 53),
+                tags,
+            )
+        })
+        .collect();
+    store.store_batch(memories).await.expect("store");
+    let ops = SearchOptions::new().tag("ops");
+    let exact = SearchOptions::new().tag("ops").exact(true);
+    let mut found = 0;
+    for q in 0..20 {
+        let query = format!("rotate key {} on host {}", q % 37, q * 7 % 53);
+        let approximate = store
+            .search_candidates_with(&query, 10, &ops)
+            .await
+            .expect("search");
+        let reference = store
+            .search_candidates_with(&query, 10, &exact)
+            .await
+            .expect("search");
+        assert_eq!(approximate.len(), 10);
+        assert!(
+            approximate
+                .iter()
+                .all(|c| c.hit.entry.tags == [Tag::from("ops")])
+        );
+        found += approximate
+            .iter()
+            .filter(|c| reference.iter().any(|r| r.hit.entry.id == c.hit.entry.id))
+            .count();
+    }
+    let recall = found as f64 / 200.0;
+    assert!(recall >= 0.9, "filtered recall@10 {recall}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handles_with_pools_of_their_own_write_and_recall_at_once() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let first = builder(url, &schema).connect().await.expect("connect");
+    let shared: Vec<MemoryId> = first
+        .store_batch(
+            (0..10)
+                .map(|i| memory(&format!("shared fact {i}"), &["shared"]))
+                .collect(),
+        )
+        .await
+        .expect("store");
+    const HANDLES: usize = 6;
+    const ROUNDS: usize = 15;
+    let mut tasks = Vec::new();
+    for h in 0..HANDLES {
+        let store = builder(url, &schema)
+            .max_connections(3)
+            .connect()
+            .await
+            .expect("connect");
+        let mut ids = shared.clone();
+        if h % 2 == 1 {
+            // Opposite lock orders from different handles: deadlocks unless rows are locked
+            // in one order (or the deadlock is retried).
+            ids.reverse();
+        }
+        tasks.push(tokio::spawn(async move {
+            for r in 0..ROUNDS {
+                store
+                    .store(memory(
+                        &format!("handle {h} round {r}"),
+                        &[&format!("h{h}")],
+                    ))
+                    .await?;
+                store.record_access(&ids).await?;
+                if r % 5 == 0 {
+                    store
+                        .prune(&agent_op::PrunePolicy::new().max_entries(100_000))
+                        .await?;
+                    store.search("shared fact", 3).await?;
+                }
+            }
+            Ok::<_, MemoryError>(())
+        }));
+    }
+    for task in tasks {
+        task.await
+            .expect("no panic")
+            .expect("no error reaches a writer");
+    }
+    assert_eq!(
+        first.count().await.expect("count"),
+        (10 + HANDLES * ROUNDS) as u64
+    );
+    for id in &shared {
+        let entry = first.get(id).await.expect("get").expect("there");
+        // Every record_access counts; searches may have recalled it too.
+        assert!(entry.access_count >= (HANDLES * ROUNDS) as u64, "{entry:?}");
+    }
+    for h in 0..HANDLES {
+        let tagged = first
+            .by_tags(&[Tag::from(format!("h{h}"))])
+            .await
+            .expect("by_tags");
+        assert_eq!(tagged.len(), ROUNDS);
+    }
+}
+
+const CHILD_ENV: &str = "AGENT_MEMORY_PG_CHILD";
+const CHILD_URL_ENV: &str = "AGENT_MEMORY_PG_CHILD_URL";
+const CHILD_SCHEMA_ENV: &str = "AGENT_MEMORY_PG_CHILD_SCHEMA";
+const PER_PROCESS: usize = 150;
+
+/// Two more OS processes (this test binary again, running [`child_writer`]) write into one
+/// store at once, each from two tasks, searching now and then: every entry lands, with its
+/// own id, and each process's search finds the other's entries.
+#[test]
+fn two_processes_write_at_once() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    // Created first, so the children only open it.
+    rt.block_on(async {
+        builder(url, &schema)
+            .connect()
+            .await
+            .expect("connect")
+            .close()
+            .await;
+    });
+    let exe = std::env::current_exe().expect("test binary");
+    let children: Vec<_> = ["a", "b"]
+        .into_iter()
+        .map(|name| {
+            Command::new(&exe)
+                .args(["--exact", "child_writer", "--ignored", "--nocapture"])
+                .env(CHILD_ENV, name)
+                .env(CHILD_URL_ENV, url)
+                .env(CHILD_SCHEMA_ENV, schema.name())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .expect("spawn a child")
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for mut child in children {
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                let output = child.wait_with_output().expect("output");
+                assert!(
+                    status.success(),
+                    "child failed: {}\n{}",
+                    String::from_utf8_lossy(&output.stdout),
+                    String::from_utf8_lossy(&output.stderr)
+                );
+                break;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("a child did not finish within 120 s");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    rt.block_on(async {
+        let store = builder(url, &schema).connect().await.expect("connect");
+        assert_eq!(store.count().await.expect("count"), 2 * PER_PROCESS as u64);
+        for name in ["a", "b"] {
+            let tagged = store.by_tags(&[Tag::from(name)]).await.expect("by_tags");
+            assert_eq!(tagged.len(), PER_PROCESS, "process {name}");
+        }
+        store.close().await;
+    });
+}
+
+/// The writer process of [`two_processes_write_at_once`]; does nothing when run otherwise.
+#[test]
+#[ignore = "run by two_processes_write_at_once in a child process"]
+fn child_writer() {
+    let Ok(name) = std::env::var(CHILD_ENV) else {
+        return;
+    };
+    let url = std::env::var(CHILD_URL_ENV).expect("url");
+    let schema = std::env::var(CHILD_SCHEMA_ENV).expect("schema");
+    let other = if name == "a" { "b" } else { "a" };
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    rt.block_on(async {
+        let store = PostgresBackend::builder(&url)
+            .schema(&schema)
+            .connect()
+            .await
+            .expect("connect");
+        let tasks: Vec<_> = (0..2)
+            .map(|t| {
+                let store = store.clone();
+                let name = name.clone();
+                tokio::spawn(async move {
+                    for i in 0..PER_PROCESS / 2 {
+                        let content = format!("process {name} task {t} entry {i}");
+                        store
+                            .store(memory(&content, &[&name]))
+                            .await
+                            .expect("store");
+                        if i % 10 == 0 {
+                            store.search(&content, 3).await.expect("search");
+                        }
+                    }
+                })
+            })
+            .collect();
+        for task in tasks {
+            task.await.expect("task");
+        }
+        // The other process may still be writing: its entries show up by the end.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let theirs = store.by_tags(&[Tag::from(other)]).await.expect("by_tags");
+            if theirs.len() == PER_PROCESS {
+                let hits = store
+                    .search_with(
+                        &format!("process {other} task 1 entry 7"),
+                        1,
+                        &SearchOptions::new().tag(other),
+                    )
+                    .await
+                    .expect("search");
+                assert_eq!(hits.len(), 1, "finds the other process's entries");
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the other process's entries never appeared"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        println!("done");
+    });
+}
