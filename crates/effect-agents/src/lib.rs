@@ -128,8 +128,8 @@ pub use agent_op::{
     EmbeddingProvider, Event, EventKind, EventType, Exhausted, FinishReason, FnTool, InferOptions,
     MemoryBackend, MemoryEntry, MemoryError, MemoryId, Merge, Message, MicroUsd, NewMemory, Op,
     Prompt, Provider, ProviderError, PrunePolicy, PruneReport, Resource, Response, ResponseFormat,
-    ScoredMemory, Steering, Tag, TimedOut, Timestamp, Tool, ToolCall, ToolChoice, ToolDefinition,
-    ToolError, ToolErrorKind, ToolSet, Trace, TraceEntry, TraceId, Usage,
+    ScoredMemory, SearchOptions, Steering, Tag, TimedOut, Timestamp, Tool, ToolCall, ToolChoice,
+    ToolDefinition, ToolError, ToolErrorKind, ToolSet, Trace, TraceEntry, TraceId, Usage,
 };
 pub use agent_provider::ScriptedProvider;
 

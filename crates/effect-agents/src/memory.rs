@@ -19,14 +19,15 @@
 //! ```
 
 pub use agent_memory::{
-    BuiltContext, Clock, ContextEntry, ContextWindow, DEFAULT_DIMENSIONS, HashingEmbedder,
-    InMemoryBackend, InMemoryBuilder, MAX_KEYWORD_POSTINGS, MAX_TEXT_BYTES, MIN_CANDIDATES,
-    ManualClock, RRF_K, SystemClock, ZeroEmbedder, build_context, build_context_at, conformance,
-    estimate_tokens, tokenize,
+    AnnConfig, BuiltContext, Clock, ContextEntry, ContextWindow, DEFAULT_DIMENSIONS,
+    HashingEmbedder, InMemoryBackend, InMemoryBuilder, IndexStatus, MAX_KEYWORD_POSTINGS,
+    MAX_TEXT_BYTES, MIN_CANDIDATES, ManualClock, RRF_K, SystemClock, ZeroEmbedder, build_context,
+    build_context_at, conformance, estimate_tokens, tokenize,
 };
 
-/// The SQLite backend: memories in one file (WAL, FTS5 keyword search fused with exact
-/// vector search), safe for many tasks and processes.
+/// The SQLite backend: memories in one file (WAL, FTS5 keyword search fused with vector
+/// search — exact on small stores, an approximate index on large ones), safe for many tasks
+/// and processes.
 #[cfg(feature = "sqlite")]
 #[cfg_attr(docsrs, doc(cfg(feature = "sqlite")))]
 pub mod sqlite {
