@@ -22,6 +22,9 @@
 //!   - [`HashingEmbedder`]: local and deterministic (feature hashing of words and word
 //!     pairs); the default, so semantic recall works offline;
 //!   - [`ZeroEmbedder`]: all-zero vectors, for tests;
+//!   - `LocalEmbedder` (cargo feature `local-embed`): a sentence-transformers BERT model
+//!     such as all-MiniLM-L6-v2, run on the CPU in pure Rust (candle); errors
+//!     `LocalModelError`;
 //!   - OpenAI and Ollama embedders live in `agent-provider`.
 //! - [`build_context`] (or [`build_context_at`] a given time) with a [`ContextWindow`]: the
 //!   memories worth putting in a prompt, ranked by a blend of recency and cosine similarity
@@ -41,6 +44,7 @@
 //!
 //! Cargo features: `sqlite` (default) builds [`SqliteBackend`] and pulls in sqlx; without it the
 //! crate has the in-memory backend, the embedders, `build_context` and the conformance suite.
+//! `local-embed` (off by default) builds `LocalEmbedder` and pulls in candle and tokenizers.
 //!
 //! ```
 //! use agent_memory::{ContextWindow, InMemoryBackend, build_context};
@@ -64,6 +68,8 @@ pub mod conformance;
 mod context;
 mod embed;
 mod inmem;
+#[cfg(feature = "local-embed")]
+mod local_embed;
 mod prune;
 mod rank;
 #[cfg(feature = "sqlite")]
@@ -78,6 +84,8 @@ pub use context::{
 };
 pub use embed::{DEFAULT_DIMENSIONS, HashingEmbedder, ZeroEmbedder};
 pub use inmem::{InMemoryBackend, InMemoryBuilder};
+#[cfg(feature = "local-embed")]
+pub use local_embed::{DEFAULT_BATCH_SIZE, LocalEmbedder, LocalModelError};
 pub use rank::RRF_K;
 #[cfg(feature = "sqlite")]
 pub use sqlite::{

@@ -60,6 +60,7 @@
 //! | `agents` | yes | [`agents`], typed output, typed tools and toolboxes (pulls in schemars and jsonschema) |
 //! | `otel` | no | `effect_agents::otel`: OTLP export of the runtime's `tracing` spans (HTTP/protobuf and gRPC; pulls in opentelemetry and tonic) |
 //! | `sqlite` | yes | [`memory::sqlite`], the SQLite memory backend (pulls in sqlx) |
+//! | `local-embed` | no | `memory::LocalEmbedder`: a sentence-transformers BERT model (all-MiniLM-L6-v2, say) run on the CPU in pure Rust (pulls in candle and tokenizers) |
 //! | `prompt` | yes | [`prompt`], the Prompt IR, token counting (pulls in bpe-openai) and the default context pipeline of `op::infer` |
 //!
 //! `#[derive(Merge)]` and [`op!`] work through this crate alone: a crate depending only on
