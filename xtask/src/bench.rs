@@ -1,4 +1,8 @@
 //! `cargo xtask bench [FILTER]`: runs every bench target, streaming result lines to stdout.
+//!
+//! Bench targets behind an optional feature are skipped by cargo unless it is on, so the
+//! features of such targets are switched on here: `agent-memory/local-embed` for
+//! `embed.local_minilm` (which fetches its model into `target/models/` on first use).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -6,11 +10,21 @@ use std::process::{ExitCode, Stdio};
 
 use crate::{cargo, display, exit_code};
 
-/// Runs `cargo bench --workspace --benches [-- FILTER]` from `root`, forwarding each result
-/// line of the child's stdout to stdout as it arrives and every other line to stderr. The
-/// child's stderr is inherited. Exits with the child's status.
+/// Features that bench targets require (`required-features`), switched on for the run.
+const BENCH_FEATURES: &str = "agent-memory/local-embed";
+
+/// Runs `cargo bench --workspace --benches --features BENCH_FEATURES [-- FILTER]` from
+/// `root`, forwarding each result line of the child's stdout to stdout as it arrives and
+/// every other line to stderr. The child's stderr is inherited. Exits with the child's
+/// status.
 pub fn run(root: &Path, filter: Option<String>) -> Result<ExitCode, String> {
-    let mut args = vec!["bench", "--workspace", "--benches"];
+    let mut args = vec![
+        "bench",
+        "--workspace",
+        "--benches",
+        "--features",
+        BENCH_FEATURES,
+    ];
     if let Some(filter) = &filter {
         args.extend(["--", filter.as_str()]);
     }
