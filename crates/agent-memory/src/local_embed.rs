@@ -105,7 +105,7 @@ enum Pooling {
 impl LocalEmbedder {
     /// Loads the model in folder `dir` (see the [type docs](LocalEmbedder) for the files).
     ///
-    /// Reads about 90 MB for all-MiniLM-L6-v2 and takes well under a second; it blocks, so
+    /// Reads about 90 MB for all-MiniLM-L6-v2 and takes about half a second; it blocks, so
     /// call it from `spawn_blocking` (or before starting the runtime) in async code.
     ///
     /// Fails with [`LocalModelError::MissingFile`] naming the first required file that is
