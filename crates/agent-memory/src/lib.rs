@@ -39,6 +39,9 @@
 //!   - [`HashingEmbedder`]: local and deterministic (feature hashing of words and word
 //!     pairs); the default, so semantic recall works offline;
 //!   - [`ZeroEmbedder`]: all-zero vectors, for tests;
+//!   - `LocalEmbedder` (cargo feature `local-embed`): a sentence-transformers BERT model
+//!     such as all-MiniLM-L6-v2, run on the CPU in pure Rust (candle); errors
+//!     `LocalModelError`;
 //!   - OpenAI and Ollama embedders live in `agent-provider`.
 //! - [`build_context`] (or [`build_context_at`] a given time) with a [`ContextWindow`]: the
 //!   memories worth putting in a prompt, ranked by a blend of recency and cosine similarity
@@ -63,6 +66,7 @@
 //! |---|---|---|
 //! | `sqlite` | yes | [`SqliteBackend`] (pulls in sqlx with SQLite) |
 //! | `postgres` | no | `PostgresBackend` (pulls in sqlx's Postgres driver and rustls; needs a server with the pgvector extension, see `docs/MEMORY.md`) |
+//! | `local-embed` | no | `LocalEmbedder`: a sentence-transformers model on the CPU (pulls in candle and tokenizers) |
 //!
 //! Without either the crate has the in-memory backend, the embedders, `build_context` and the
 //! conformance suite.
@@ -92,6 +96,8 @@ pub mod conformance;
 mod context;
 mod embed;
 mod inmem;
+#[cfg(feature = "local-embed")]
+mod local_embed;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod prune;
@@ -109,6 +115,8 @@ pub use context::{
 };
 pub use embed::{DEFAULT_DIMENSIONS, HashingEmbedder, ZeroEmbedder};
 pub use inmem::{InMemoryBackend, InMemoryBuilder};
+#[cfg(feature = "local-embed")]
+pub use local_embed::{DEFAULT_BATCH_SIZE, LocalEmbedder, LocalModelError};
 #[cfg(feature = "postgres")]
 pub use postgres::{PgvectorError, PostgresBackend, PostgresBuilder};
 pub use rank::{MAX_KEYWORD_POSTINGS, MIN_CANDIDATES, RRF_K};

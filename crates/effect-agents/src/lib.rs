@@ -62,6 +62,7 @@
 //! | `otel` | no | `effect_agents::otel`: OTLP export of the runtime's `tracing` spans (HTTP/protobuf and gRPC; pulls in opentelemetry and tonic) |
 //! | `sqlite` | yes | [`memory::sqlite`], the SQLite memory backend (pulls in sqlx) |
 //! | `postgres` | no | `effect_agents::memory::postgres`, the PostgreSQL + pgvector memory backend (pulls in sqlx's Postgres driver and rustls) |
+//! | `local-embed` | no | `memory::LocalEmbedder`: a sentence-transformers BERT model (all-MiniLM-L6-v2, say) run on the CPU in pure Rust (pulls in candle and tokenizers) |
 //! | `prompt` | yes | [`prompt`], the Prompt IR, token counting (pulls in bpe-openai) and the default context pipeline of `op::infer` |
 //!
 //! `#[derive(Merge)]` and [`op!`] work through this crate alone: a crate depending only on

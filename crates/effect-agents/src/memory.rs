@@ -1,5 +1,7 @@
 //! Memory (`agent-memory`): backends for [`MemoryBackend`](crate::MemoryBackend), local
-//! embedders, prompt-context building, and the conformance suite every backend passes.
+//! embedders (with feature `local-embed`, `LocalEmbedder`: a sentence-transformers model such
+//! as all-MiniLM-L6-v2 run on the CPU), prompt-context building, and the conformance suite
+//! every backend passes.
 //!
 //! ```
 //! use effect_agents::MemoryBackend;
@@ -24,6 +26,9 @@ pub use agent_memory::{
     MAX_TEXT_BYTES, MIN_CANDIDATES, ManualClock, RRF_K, SystemClock, ZeroEmbedder, build_context,
     build_context_at, conformance, estimate_tokens, tokenize,
 };
+#[cfg(feature = "local-embed")]
+#[cfg_attr(docsrs, doc(cfg(feature = "local-embed")))]
+pub use agent_memory::{DEFAULT_BATCH_SIZE, LocalEmbedder, LocalModelError};
 
 /// The SQLite backend: memories in one file (WAL, FTS5 keyword search fused with vector
 /// search — exact on small stores, an approximate index on large ones), safe for many tasks
