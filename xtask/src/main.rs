@@ -278,7 +278,6 @@ mod tests {
             Ok(Task::Pg(PgAction::Status))
         );
         assert_eq!(parse(&args(&["model", "fetch"])), Ok(Task::ModelFetch));
-        assert_eq!(parse(&args(&["bench"])), Ok(Task::Bench(None)));
         assert_eq!(
             parse(&args(&["bench", "seq"])),
             Ok(Task::Bench {
