@@ -36,7 +36,8 @@ pub struct AnnConfig {
     /// [`rescore`](AnnConfig::rescore) candidates either way): higher is slower with better
     /// recall.
     pub expansion_search: usize,
-    /// Candidates taken from the graph and re-scored in f32 (default 32; at least `k`).
+    /// Candidates taken from the graph and re-scored in f32 (default 32; at least `k`), for
+    /// graphs up to 100,000 vectors; larger graphs take `rescore × √(size / 100,000)`.
     pub rescore: usize,
     /// Threads inserting into the graph while it is first built (default: the machine's
     /// cores, at most 8). Later inserts use one thread.
@@ -256,8 +257,12 @@ impl Ann {
         if !self.usable() {
             return None;
         }
-        let count = count.max(self.shared.config.rescore);
         let graph = read(&self.shared.graph);
+        // Larger graphs need a wider walk for the same recall (measured: 32 candidates give
+        // recall@10 0.99 at 100,000 vectors but 0.67 at 1,000,000): the candidate count grows
+        // with the square root of the size beyond 100,000.
+        let scale = (graph.size() as f64 / 100_000.0).sqrt().max(1.0);
+        let count = count.max((self.shared.config.rescore as f64 * scale).ceil() as usize);
         let matches = graph
             .filtered_search(query, count, |key: u64| i64::try_from(key).is_ok_and(admit))
             .ok()?;
