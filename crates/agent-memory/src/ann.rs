@@ -6,9 +6,9 @@
 //! (the *tail*), so every stored entry is searchable at once. Operations reach the graph in
 //! the order they were made; [`Ann::applied`] tells how far it got.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, TryLockError};
 
 /// How the approximate index is built and searched ([`InMemoryBuilder::ann`] and
 /// [`SqliteBuilder::ann`]).
@@ -120,9 +120,14 @@ enum Job {
 
 /// State shared by the handle and its indexer thread.
 struct Shared {
-    /// usearch's graph tolerates concurrent inserts and searches, but growing its capacity
-    /// must be exclusive: adds and searches take the read lock, `reserve` the write lock.
+    /// Searches take the read lock; every change (adds, removals, growing the capacity)
+    /// the write lock. usearch allows adds concurrent with searches, but a search meeting
+    /// a node that is being removed or re-added crashed (SIGSEGV in the distance kernel,
+    /// seen in the conformance suite), so changes never overlap a search. Builder threads
+    /// add concurrently with each other under one write guard.
     graph: RwLock<usearch::Index>,
+    /// Vectors in the graph, as of the last change (readable while a change holds the lock).
+    size: AtomicUsize,
     /// Jobs applied so far (a job's number is its position in the order sent).
     applied: AtomicU64,
     /// Set when usearch reported an error; the handle then searches exactly.
@@ -186,6 +191,7 @@ impl Ann {
 
     fn start(graph: usearch::Index, config: &AnnConfig) -> Option<Ann> {
         let shared = Arc::new(Shared {
+            size: AtomicUsize::new(graph.size()),
             graph: RwLock::new(graph),
             applied: AtomicU64::new(0),
             failed: AtomicBool::new(false),
@@ -243,11 +249,12 @@ impl Ann {
 
     /// Vectors in the graph.
     pub(crate) fn size(&self) -> usize {
-        read(&self.shared.graph).size()
+        self.shared.size.load(Ordering::Acquire)
     }
 
     /// Up to `count` keys near the unit vector `query` among those `admit` accepts, best
-    /// first by the graph's (quantized) distance; `None` if the graph failed.
+    /// first by the graph's (quantized) distance; `None` if the graph failed or is being
+    /// changed right now (the caller then scans exactly rather than wait for the change).
     pub(crate) fn candidates(
         &self,
         query: &[f32],
@@ -257,7 +264,11 @@ impl Ann {
         if !self.usable() {
             return None;
         }
-        let graph = read(&self.shared.graph);
+        let graph = match self.shared.graph.try_read() {
+            Ok(graph) => graph,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
         // Larger graphs need a wider walk for the same recall (measured: 32 candidates give
         // recall@10 0.99 at 100,000 vectors but 0.67 at 1,000,000): the candidate count grows
         // with the square root of the size beyond 100,000.
@@ -287,6 +298,10 @@ fn read(graph: &RwLock<usearch::Index>) -> std::sync::RwLockReadGuard<'_, usearc
     graph.read().unwrap_or_else(PoisonError::into_inner)
 }
 
+fn write(graph: &RwLock<usearch::Index>) -> std::sync::RwLockWriteGuard<'_, usearch::Index> {
+    graph.write().unwrap_or_else(PoisonError::into_inner)
+}
+
 /// The indexer thread: applies job batches in order until the handle is dropped.
 fn index_jobs(shared: &Shared, receiver: &Receiver<Vec<Job>>) {
     while let Ok(mut batch) = receiver.recv() {
@@ -311,12 +326,12 @@ fn index_jobs(shared: &Shared, receiver: &Receiver<Vec<Job>>) {
 fn apply(shared: &Shared, batch: Vec<Job>) -> Result<(), ()> {
     let adds = batch.iter().filter(|j| matches!(j, Job::Add(..))).count();
     {
-        let needed = read(&shared.graph).size() + adds;
+        let graph = write(&shared.graph);
+        let needed = graph.size() + adds;
         // usearch keeps a context per concurrent caller: the builders plus searches from
         // any number of executor and blocking-pool threads (a search finding none free
         // falls back to the exact scan).
         let threads = shared.config.build_threads.max(1) + SEARCH_THREADS;
-        let graph = shared.graph.write().unwrap_or_else(PoisonError::into_inner);
         if needed > graph.capacity() {
             let capacity = needed.max(graph.capacity().saturating_mul(2)).max(1024);
             graph
@@ -324,24 +339,37 @@ fn apply(shared: &Shared, batch: Vec<Job>) -> Result<(), ()> {
                 .map_err(|_| ())?;
         }
     }
-    // Large batches (the first build) are inserted by several threads; each chunk's jobs
-    // are counted as applied only when the whole chunk is in.
+    // Large batches (the first build) are inserted by several threads in big chunks:
+    // searches meanwhile scan exactly, as they do anyway while the tail is that long.
+    // Small batches go in small chunks, so a search finds the graph free again soon.
     let threads = if adds >= 4_096 {
         shared.config.build_threads.max(1)
     } else {
         1
     };
-    for chunk in batch.chunks(16_384) {
-        let per = chunk.len().div_ceil(threads);
-        let ok = std::thread::scope(|scope| {
-            let workers: Vec<_> = chunk
-                .chunks(per.max(1))
-                .map(|part| scope.spawn(move || apply_part(shared, part)))
-                .collect();
-            workers
-                .into_iter()
-                .all(|w| w.join().unwrap_or(Err(())).is_ok())
-        });
+    let chunk_len = if threads > 1 { 16_384 } else { 64 };
+    for chunk in batch.chunks(chunk_len) {
+        if shared.closed.load(Ordering::Acquire) {
+            return Err(());
+        }
+        let graph = write(&shared.graph);
+        let ok = if threads > 1 {
+            let per = chunk.len().div_ceil(threads).max(1);
+            let graph: &usearch::Index = &graph;
+            std::thread::scope(|scope| {
+                let workers: Vec<_> = chunk
+                    .chunks(per)
+                    .map(|part| scope.spawn(move || apply_part(graph, &shared.closed, part)))
+                    .collect();
+                workers
+                    .into_iter()
+                    .all(|w| w.join().unwrap_or(Err(())).is_ok())
+            })
+        } else {
+            apply_part(&graph, &shared.closed, chunk).is_ok()
+        };
+        shared.size.store(graph.size(), Ordering::Release);
+        drop(graph);
         if !ok {
             return Err(());
         }
@@ -352,10 +380,11 @@ fn apply(shared: &Shared, batch: Vec<Job>) -> Result<(), ()> {
     Ok(())
 }
 
-fn apply_part(shared: &Shared, part: &[Job]) -> Result<(), ()> {
-    let graph = read(&shared.graph);
+/// Applies `part` to `graph`, which the caller holds exclusively (with other builders of
+/// the same batch, for adds of distinct keys); stops early once the handle is closed.
+fn apply_part(graph: &usearch::Index, closed: &AtomicBool, part: &[Job]) -> Result<(), ()> {
     for (i, job) in part.iter().enumerate() {
-        if i % 256 == 0 && shared.closed.load(Ordering::Acquire) {
+        if i % 256 == 0 && closed.load(Ordering::Acquire) {
             return Err(());
         }
         match job {
