@@ -86,6 +86,8 @@ mod request;
 mod scripted;
 #[cfg(any(feature = "openai", feature = "ollama"))]
 mod secret;
+#[cfg(any(feature = "openai", feature = "ollama"))]
+mod spans;
 
 #[cfg(any(feature = "openai", feature = "ollama"))]
 pub use error::ConfigError;

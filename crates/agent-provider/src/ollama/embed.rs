@@ -2,11 +2,13 @@
 
 use std::fmt;
 
+use tracing::Instrument;
+
 use agent_op::{BoxFuture, Cause, EmbeddingError, EmbeddingProvider, check_embedding};
 
 use super::client::OllamaClient;
 use super::wire::{EmbedRequest, EmbedResponse};
-use crate::error;
+use crate::{error, spans};
 
 /// Embeds text with one Ollama model. Made by [`OllamaClient::embedder`].
 ///
@@ -53,6 +55,17 @@ impl OllamaEmbedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
+        let span = spans::embeddings("ollama", &self.model, texts.len());
+        let result = self.request(texts).instrument(span.clone()).await;
+        spans::ended(&span, &result);
+        result.map(|(vectors, _)| vectors)
+    }
+
+    /// The vectors of `texts`, and the input tokens the server counted.
+    async fn request(
+        &self,
+        texts: &[String],
+    ) -> Result<(Vec<Vec<f32>>, Option<u64>), EmbeddingError> {
         let request = EmbedRequest {
             model: &self.model,
             input: texts,
@@ -84,7 +97,7 @@ impl OllamaEmbedder {
         for vector in &parsed.embeddings {
             check_embedding(vector, self.dimensions)?;
         }
-        Ok(parsed.embeddings)
+        Ok((parsed.embeddings, parsed.prompt_eval_count))
     }
 }
 

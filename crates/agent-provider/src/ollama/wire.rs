@@ -236,6 +236,8 @@ pub(crate) struct EmbedRequest<'a> {
 pub(crate) struct EmbedResponse {
     #[serde(default, deserialize_with = "crate::json::vectors")]
     pub(crate) embeddings: Vec<Vec<f32>>,
+    #[serde(default)]
+    pub(crate) prompt_eval_count: Option<u64>,
 }
 
 /// One `/api/chat` object: the whole reply, or one line of a stream.

@@ -2,11 +2,13 @@
 
 use std::fmt;
 
+use tracing::Instrument;
+
 use agent_op::{BoxFuture, Cause, EmbeddingError, EmbeddingProvider, check_embedding};
 
 use super::client::OpenAiClient;
 use super::wire::{EmbeddingsRequest, EmbeddingsResponse};
-use crate::error;
+use crate::{error, spans};
 
 /// The most inputs OpenAI accepts in one embeddings request.
 pub const MAX_BATCH: usize = 2048;
@@ -63,6 +65,17 @@ impl OpenAiEmbedder {
     }
 
     async fn embed_chunk(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbeddingError> {
+        let span = spans::embeddings("openai", &self.model, texts.len());
+        let result = self.request(texts).instrument(span.clone()).await;
+        spans::ended(&span, &result);
+        result.map(|(vectors, _)| vectors)
+    }
+
+    /// The vectors of `texts`, and the input tokens the server counted.
+    async fn request(
+        &self,
+        texts: &[String],
+    ) -> Result<(Vec<Vec<f32>>, Option<u64>), EmbeddingError> {
         let request = EmbeddingsRequest {
             model: &self.model,
             input: texts,
@@ -100,7 +113,7 @@ impl OpenAiEmbedder {
             check_embedding(&d.embedding, self.dimensions)?;
             vectors.push(d.embedding);
         }
-        Ok(vectors)
+        Ok((vectors, parsed.usage.map(|u| u.prompt_tokens)))
     }
 }
 

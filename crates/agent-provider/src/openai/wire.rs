@@ -350,6 +350,8 @@ impl From<WireUsage> for Usage {
 pub(crate) struct EmbeddingsResponse {
     #[serde(default, deserialize_with = "nullable")]
     pub(crate) data: Vec<EmbeddingData>,
+    #[serde(default)]
+    pub(crate) usage: Option<WireUsage>,
 }
 
 #[derive(Deserialize)]
