@@ -97,6 +97,12 @@ async fn the_loop_runs_tools_feeds_results_back_in_order_and_returns_a_typed_ans
 
 #[tokio::test]
 async fn a_tool_outside_the_toolbox_is_denied_and_the_model_is_told() {
+    for parallel in [false, true] {
+        a_tool_outside_the_toolbox_is_denied(parallel).await;
+    }
+}
+
+async fn a_tool_outside_the_toolbox_is_denied(parallel: bool) {
     let runs = Arc::new(AtomicUsize::new(0));
     let deleted = Arc::new(AtomicUsize::new(0));
     let deleted_in_tool = deleted.clone();
@@ -117,12 +123,12 @@ async fn a_tool_outside_the_toolbox_is_denied_and_the_model_is_told() {
     let config = Config::new()
         .shared_provider(provider.clone())
         .tools(toolbox.tool_set().with(delete));
-    let outcome = agent_interp_par::run(
-        &config,
-        (),
-        agent::<(), Advice>("small", &toolbox, "Clean up").run(),
-    )
-    .await
+    let program = agent::<(), Advice>("small", &toolbox, "Clean up").run();
+    let outcome = if parallel {
+        agent_interp_par::run(&config, (), program).await
+    } else {
+        agent_interp_seq::run(&config, (), program).await
+    }
     .unwrap();
     assert_eq!(outcome.value.unwrap(), Advice { umbrella: false });
     assert_eq!(deleted.load(Ordering::SeqCst), 0, "never executed");
@@ -135,6 +141,55 @@ async fn a_tool_outside_the_toolbox_is_denied_and_the_model_is_told() {
         .content()
         .to_owned();
     assert!(told.starts_with("error: tool denied"), "{told}");
+}
+
+/// The model's mistakes inside the loop — a tool name nobody has, arguments that fail the
+/// tool's schema — are tool errors shown to the model, in the trace; nothing runs, the run
+/// goes on to the model's next answer.
+#[tokio::test]
+async fn unknown_tools_and_bad_arguments_are_tool_errors_the_model_sees() {
+    for parallel in [false, true] {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let toolbox = weather_box(runs.clone());
+        let provider = Arc::new(ScriptedProvider::new([
+            calls(&[("c1", "no_such_tool", json!({}))]),
+            calls(&[("c2", "weather", json!({"town": 7}))]),
+            Response::text("{\"umbrella\": true}"),
+        ]));
+        let config = Config::new()
+            .shared_provider(provider.clone())
+            .tools(toolbox.tool_set());
+        let program = agent::<(), Advice>("small", &toolbox, "Umbrella?").run();
+        let outcome = if parallel {
+            agent_interp_par::run(&config, (), program).await
+        } else {
+            agent_interp_seq::run(&config, (), program).await
+        }
+        .unwrap();
+        assert_eq!(outcome.value.unwrap(), Advice { umbrella: true });
+        assert_eq!(runs.load(Ordering::SeqCst), 0, "the tool never ran");
+        let last = |call: usize| {
+            provider.calls()[call]
+                .prompt
+                .messages
+                .last()
+                .unwrap()
+                .content()
+                .to_owned()
+        };
+        let unknown = last(1);
+        assert!(
+            unknown.starts_with("error:") && unknown.contains("no_such_tool"),
+            "{unknown}"
+        );
+        let invalid = last(2);
+        assert!(
+            invalid.starts_with("error:") && invalid.contains("city"),
+            "the validator's message names the missing field: {invalid}"
+        );
+        assert_eq!(outcome.trace.events_of(EventType::ToolDenied).count(), 1);
+        assert_eq!(outcome.trace.events_of(EventType::ToolResult).count(), 1);
+    }
 }
 
 #[tokio::test]
@@ -370,12 +425,16 @@ async fn a_tool_needing_approval_waits_for_it_on_the_steering_channel() {
     struct Mail {
         to: String,
     }
-    for (parallel, answer) in [
-        (false, Some("approve")),
-        (true, Some("approve c1")),
-        (false, Some("no, not now")),
-        (true, None),
-    ] {
+    let answers = [
+        Some("approve"),
+        Some("approve c1"),
+        Some("no, not now"),
+        None,
+    ];
+    for (parallel, answer) in [false, true]
+        .into_iter()
+        .flat_map(|p| answers.map(|a| (p, a)))
+    {
         let sent = Arc::new(AtomicUsize::new(0));
         let sent_in_tool = sent.clone();
         let send = tool("send_mail", "Sends an email", move |m: Mail| {
