@@ -18,8 +18,9 @@
 //! - [`compile`], [`compose`], and the embedding heuristics [`estimate_impact`] and
 //!   [`equivalent`].
 //!
-//! The crate does no I/O of its own: sources that read files or memory belong to the
-//! hydration layer.
+//! Compilation does no I/O. Only the hydration sources reach outside: [`Static::file`]
+//! reads its file once, on first use (a small blocking read: prompt files are meant to be
+//! small), and the memory sources go through the `MemoryBackend` they are given.
 //!
 //! ```
 //! use agent_prompt::{compile, Priority, PromptIr, PromptMeta, Section, TokenBudget, TokenCounter};
