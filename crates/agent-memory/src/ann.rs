@@ -293,6 +293,7 @@ impl Drop for Ann {
     }
 }
 
+#[cfg(feature = "sqlite")]
 fn read(graph: &RwLock<usearch::Index>) -> std::sync::RwLockReadGuard<'_, usearch::Index> {
     // Nothing panics while holding the lock; a poisoned lock still guards a whole graph.
     graph.read().unwrap_or_else(PoisonError::into_inner)

@@ -155,7 +155,7 @@ pub fn compile(ir: &PromptIr, counter: &TokenCounter) -> Result<Compiled, Prompt
             full,
             min,
             size: full,
-            dropped: section.content.is_empty().then_some(DropReason::Empty),
+            dropped: nothing_to_send(&section.content).then_some(DropReason::Empty),
         });
     }
     for (i, tool) in ir.tools.iter().enumerate() {
@@ -266,6 +266,15 @@ pub fn compile(ir: &PromptIr, counter: &TokenCounter) -> Result<Compiled, Prompt
         system_overhead,
         observation,
     )
+}
+
+/// Whether a section has nothing that can be sent: no text, or no messages but tool
+/// results whose call is not there.
+fn nothing_to_send(content: &SectionContent) -> bool {
+    match content {
+        SectionContent::Messages(messages) => crate::units::sendable(messages).is_empty(),
+        other => other.is_empty(),
+    }
 }
 
 fn is_section(item: &Item) -> bool {

@@ -220,7 +220,9 @@ impl TokenCounter {
     pub(crate) fn count_section(&self, section: &Section, hash: &str) -> u32 {
         self.cached(hash, || match &section.content {
             SectionContent::Text(text) => self.count(&render::text_section(&section.label, text)),
-            SectionContent::Messages(messages) => self.count_messages(messages),
+            SectionContent::Messages(messages) => {
+                self.count_messages(crate::units::sendable(messages))
+            }
         })
     }
 

@@ -21,10 +21,8 @@ use agent_op::Message;
 /// assert_eq!(units[1].len(), 2); // the call with its result
 /// ```
 pub fn message_units(messages: &[Message]) -> Vec<&[Message]> {
-    let mut start = messages
-        .iter()
-        .position(|m| !matches!(m, Message::Tool { .. }))
-        .unwrap_or(messages.len());
+    let messages = sendable(messages);
+    let mut start = 0;
     let mut units = Vec::new();
     while start < messages.len() {
         let mut end = start + 1;
@@ -38,4 +36,14 @@ pub fn message_units(messages: &[Message]) -> Vec<&[Message]> {
         start = end;
     }
     units
+}
+
+/// `messages` without the tool results at their start (their call is not here): what of a
+/// conversation can be sent at all. Counts and emptiness are of this part.
+pub(crate) fn sendable(messages: &[Message]) -> &[Message] {
+    let start = messages
+        .iter()
+        .position(|m| !matches!(m, Message::Tool { .. }))
+        .unwrap_or(messages.len());
+    &messages[start..]
 }

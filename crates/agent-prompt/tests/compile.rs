@@ -376,24 +376,112 @@ fn section(i: usize) -> impl Strategy<Value = Section> {
         })
 }
 
-fn random_ir() -> impl Strategy<Value = (PromptIr, u32)> {
-    (0usize..12, 0u32..1_500)
-        .prop_flat_map(|(n, budget)| {
-            let sections: Vec<_> = (0..n).map(section).collect();
-            (sections, Just(budget))
+/// One unit of a conversation: a user message, or an assistant message calling 1–3 tools
+/// followed by their results (in the order called).
+fn conversation_unit(i: usize) -> impl Strategy<Value = Vec<Message>> {
+    prop_oneof![
+        (0usize..30).prop_map(move |n| vec![Message::user(words(n, i))]),
+        (1usize..4, 0usize..40).prop_map(move |(calls, n)| {
+            let ids: Vec<String> = (0..calls).map(|c| format!("c{i}_{c}")).collect();
+            let mut unit = vec![Message::Assistant {
+                content: String::new(),
+                tool_calls: ids
+                    .iter()
+                    .map(|id| ToolCall {
+                        id: id.clone(),
+                        name: "search".into(),
+                        arguments: serde_json::json!({"q": id}),
+                    })
+                    .collect(),
+            }];
+            unit.extend(ids.iter().map(|id| Message::tool_result(id, words(n, i))));
+            unit
+        }),
+    ]
+}
+
+/// A conversation section: units, sometimes after an orphan tool result (its call cut off
+/// before the window), at any priority and minimum.
+fn conversation(i: usize) -> impl Strategy<Value = Section> {
+    (
+        proptest::collection::vec(conversation_unit(i), 0..8),
+        any::<bool>(),
+        priority(),
+        proptest::option::of(0u32..80),
+    )
+        .prop_map(move |(units, orphan, priority, min)| {
+            let mut messages = Vec::new();
+            if orphan {
+                messages.push(Message::tool_result(
+                    "gone",
+                    "a result whose call is not here",
+                ));
+            }
+            messages.extend(units.into_iter().flatten());
+            let mut s = Section::messages(format!("chat{i}"), messages)
+                .with_priority(priority)
+                .with_source(SectionSource::Temporal);
+            s.min_tokens = min;
+            s
         })
-        .prop_map(|(sections, budget)| {
+}
+
+fn random_ir() -> impl Strategy<Value = (PromptIr, u32)> {
+    (0usize..12, 0usize..3, 0u32..1_500)
+        .prop_flat_map(|(n, chats, budget)| {
+            let sections: Vec<_> = (0..n).map(section).collect();
+            let chats: Vec<_> = (0..chats).map(|c| conversation(100 + c)).collect();
+            (sections, chats, Just(budget))
+        })
+        .prop_map(|(mut sections, chats, budget)| {
+            // Conversations in the middle, as the temporal window usually sits.
+            let at = sections.len() / 2;
+            sections.splice(at..at, chats);
             let mut ir = ir(budget, "what now?");
             ir.sections = sections;
             (ir, budget)
         })
 }
 
+/// Every tool result sent follows the call that asked for it, and every call sent has all
+/// its results right after it: a window never splits a call from its results.
+fn tool_pairs_intact(sent: &[Message]) -> Result<(), String> {
+    for (i, m) in sent.iter().enumerate() {
+        match m {
+            Message::Tool { tool_call_id, .. } => {
+                let called = sent[..i].iter().rev().any(|earlier| {
+                    matches!(earlier, Message::Assistant { tool_calls, .. }
+                        if tool_calls.iter().any(|c| &c.id == tool_call_id))
+                });
+                if !called {
+                    return Err(format!("orphan result {tool_call_id} at {i}"));
+                }
+            }
+            Message::Assistant { tool_calls, .. } if !tool_calls.is_empty() => {
+                let following: Vec<&str> = sent[i + 1..]
+                    .iter()
+                    .map_while(|m| match m {
+                        Message::Tool { tool_call_id, .. } => Some(tool_call_id.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                for call in tool_calls {
+                    if !following.contains(&call.id.as_str()) {
+                        return Err(format!("call {} at {i} without its result", call.id));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     #[test]
-    fn compiled_prompts_fit_keep_critical_sections_and_are_deterministic((ir, budget) in random_ir()) {
+    fn compiled_prompts_fit_keep_critical_sections_and_tool_pairs_and_are_deterministic((ir, budget) in random_ir()) {
         for encoding in [Encoding::O200kBase, Encoding::Approximate] {
             let counter = TokenCounter::new(encoding);
             let mut counted = ir.clone();
@@ -408,10 +496,15 @@ proptest! {
                         if section.priority == Priority::Critical && !section.content.is_empty() {
                             prop_assert!(
                                 report.outcome == Outcome::Kept
-                                    || report.outcome == Outcome::Dropped { reason: DropReason::Duplicate },
+                                    || report.outcome == Outcome::Dropped { reason: DropReason::Duplicate }
+                                    // A conversation of nothing but results whose calls are gone.
+                                    || report.outcome == Outcome::Dropped { reason: DropReason::Empty },
                                 "{report:?}"
                             );
                         }
+                    }
+                    if let Err(split) = tool_pairs_intact(&compiled.prompt.messages) {
+                        prop_assert!(false, "{split}: {:?}", compiled.prompt.messages);
                     }
                     // Same IR, same bytes — counted or not.
                     let again = compile(&ir, &counter).unwrap();
