@@ -255,18 +255,11 @@ impl Ann {
     /// Up to `count` keys near the unit vector `query` among those `admit` accepts, best
     /// first by the graph's (quantized) distance; `None` if the graph failed or is being
     /// changed right now (the caller then scans exactly rather than wait for the change).
-    ///
-    /// Unless the search is `restricted` (a filter beyond "still stored"), the graph is
-    /// walked without a predicate and `admit` checked afterwards: usearch's predicate is a
-    /// call back into Rust for every node the walk visits, which cost about as much as the
-    /// walk itself. Only when that leaves fewer than `count` keys (rows removed from the
-    /// table but not yet from the graph) is the walk redone with the predicate.
     pub(crate) fn candidates(
         &self,
         query: &[f32],
         count: usize,
         admit: &dyn Fn(i64) -> bool,
-        restricted: bool,
     ) -> Option<Vec<i64>> {
         if !self.usable() {
             return None;
@@ -280,20 +273,7 @@ impl Ann {
         // recall@10 0.99 at 100,000 vectors but 0.67 at 1,000,000): the candidate count grows
         // with the square root of the size beyond 100,000.
         let scale = (graph.size() as f64 / 100_000.0).sqrt().max(1.0);
-        let wanted = count;
         let count = count.max((self.shared.config.rescore as f64 * scale).ceil() as usize);
-        if !restricted {
-            let matches = graph.search(query, count).ok()?;
-            let keys: Vec<i64> = matches
-                .keys
-                .into_iter()
-                .filter_map(|key| i64::try_from(key).ok())
-                .filter(|id| admit(*id))
-                .collect();
-            if keys.len() >= wanted.min(graph.size()) {
-                return Some(keys);
-            }
-        }
         let matches = graph
             .filtered_search(query, count, |key: u64| i64::try_from(key).is_ok_and(admit))
             .ok()?;
@@ -487,8 +467,8 @@ mod tests {
         let (index, queries) = built(6_000);
         let mut recall = 0.0;
         for q in &queries {
-            let exact = index.search_where(q, 10, None, true);
-            let approximate = index.search_where(q, 10, None, false);
+            let exact = index.search_where(q, 10, &|_| true, true);
+            let approximate = index.search_where(q, 10, &|_| true, false);
             assert_eq!(approximate.len(), 10);
             for hit in &approximate {
                 if let Some(same) = exact.iter().find(|e| e.id == hit.id) {
@@ -507,10 +487,10 @@ mod tests {
         for (i, q) in queries.iter().take(20).enumerate() {
             let id = 100_000 + i as i64;
             index.upsert(id, q);
-            let hits = index.search_where(q, 5, None, false);
+            let hits = index.search_where(q, 5, &|_| true, false);
             assert_eq!(hits[0].id, id, "a row stored a moment ago is found first");
             index.remove(id);
-            let hits = index.search_where(q, 5, None, false);
+            let hits = index.search_where(q, 5, &|_| true, false);
             assert!(
                 hits.iter().all(|h| h.id != id),
                 "a removed row is never returned"
@@ -525,8 +505,8 @@ mod tests {
         let admit = |id: i64| id % 20 == 0;
         let mut recall = 0.0;
         for q in &queries {
-            let exact = index.search_where(q, 10, Some(&admit), true);
-            let filtered = index.search_where(q, 10, Some(&admit), false);
+            let exact = index.search_where(q, 10, &admit, true);
+            let filtered = index.search_where(q, 10, &admit, false);
             assert_eq!(
                 filtered.len(),
                 10,
@@ -539,7 +519,7 @@ mod tests {
         assert!(recall >= 0.9, "filtered recall@10 {recall}");
         // A filter admitting almost nothing still finds what it admits (exact fallback).
         let one = |id: i64| id == 4_321;
-        let hits = index.search_where(&queries[0], 10, Some(&one), false);
+        let hits = index.search_where(&queries[0], 10, &one, false);
         assert_eq!(ids(&hits), vec![4_321]);
     }
 }

@@ -428,13 +428,13 @@ impl InMemoryBackend {
         cpu(floats, move || {
             let state = this.read();
             if options.is_unrestricted() {
-                return state.index.search_where(&vector, k, None, options.exact);
+                return state
+                    .index
+                    .search_where(&vector, k, &|_| true, options.exact);
             }
             let filter = Filter::new(&options);
             let admit = |id: i64| state.entries.get(&id).is_some_and(|s| filter.admits(s));
-            state
-                .index
-                .search_where(&vector, k, Some(&admit), options.exact)
+            state.index.search_where(&vector, k, &admit, options.exact)
         })
         .await
     }

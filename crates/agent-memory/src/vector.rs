@@ -467,21 +467,19 @@ impl VectorIndex {
     /// and an all-zero query matches nothing.
     #[cfg(test)]
     pub(crate) fn search(&self, query: &[f32], k: usize) -> Vec<Hit> {
-        self.search_where(query, k, None, false)
+        self.search_where(query, k, &|_| true, false)
     }
 
-    /// [`search`](VectorIndex::search) among the rows whose id `admit` accepts (`None`:
-    /// every row): the filter applies during the scan (or the graph walk), so the result is
-    /// the best `k` admitted rows. `exact` skips the approximate index.
+    /// [`search`](VectorIndex::search) among the rows whose id `admit` accepts: the filter
+    /// applies during the scan (or the graph walk), so the result is the best `k` admitted
+    /// rows. `exact` skips the approximate index.
     pub(crate) fn search_where(
         &self,
         query: &[f32],
         k: usize,
-        admit: Option<&Admit<'_>>,
+        admit: &Admit<'_>,
         exact: bool,
     ) -> Vec<Hit> {
-        let restricted = admit.is_some();
-        let admit: &Admit<'_> = admit.unwrap_or(&|_| true);
         if k == 0 || self.ids.is_empty() || query.len() != self.dimensions {
             return Vec::new();
         }
@@ -492,7 +490,7 @@ impl VectorIndex {
             return Vec::new();
         }
         if !exact {
-            if let Some(hits) = self.search_approximate(&query, k, admit, restricted) {
+            if let Some(hits) = self.search_approximate(&query, k, admit) {
                 return hits;
             }
         }
@@ -524,13 +522,7 @@ impl VectorIndex {
     /// The graph's candidates and the pending tail, scored exactly; `None` when the exact
     /// scan must answer instead: no usable graph, a tail too long to score row by row, or
     /// fewer than `k` hits (a filter the graph walk could not satisfy).
-    fn search_approximate(
-        &self,
-        query: &[f32],
-        k: usize,
-        admit: &Admit<'_>,
-        restricted: bool,
-    ) -> Option<Vec<Hit>> {
+    fn search_approximate(&self, query: &[f32], k: usize, admit: &Admit<'_>) -> Option<Vec<Hit>> {
         let ann = self.ann.as_ref()?;
         let applied = ann.applied();
         let tail: Vec<i64> = self
@@ -547,7 +539,7 @@ impl VectorIndex {
         // The graph may still hold rows removed here (its removals are queued): only rows
         // present now count.
         let present = |id: i64| self.slots.contains_key(&id) && admit(id);
-        let candidates = ann.candidates(query, k, &present, restricted)?;
+        let candidates = ann.candidates(query, k, &present)?;
         let d = self.dimensions;
         let mut seen: HashSet<i64, std::hash::BuildHasherDefault<IdHasher>> =
             HashSet::with_capacity_and_hasher(candidates.len() + tail.len(), Default::default());

@@ -101,7 +101,7 @@ impl VectorCache {
         &self,
         query: &[f32],
         k: usize,
-        admit: Option<&Admit<'_>>,
+        admit: &Admit<'_>,
         exact: bool,
     ) -> Vec<Hit> {
         self.index.search_where(query, k, admit, exact)

@@ -112,9 +112,9 @@ impl SqliteBackend {
             let copy = read_cache(&cache);
             match &admitted {
                 Some(admitted) => {
-                    copy.search_where(&vector, count, Some(&|id| admitted.contains(&id)), exact)
+                    copy.search_where(&vector, count, &|id| admitted.contains(&id), exact)
                 }
-                None => copy.search_where(&vector, count, None, exact),
+                None => copy.search_where(&vector, count, &|_| true, exact),
             }
         })
         .await
