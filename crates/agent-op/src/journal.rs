@@ -23,7 +23,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 use crate::TraceId;
 
@@ -74,41 +73,43 @@ pub struct Entry {
     pub result: Value,
 }
 
-/// The fingerprint of a request: the SHA-256 of its canonical JSON (object keys sorted, so
-/// key order does not matter), as lowercase hex.
+/// The fingerprint of a request (`sha256:<hex>`): the SHA-256 of its canonical JSON, with
+/// object keys sorted (by their UTF-8 bytes) and no whitespace, so key order does not
+/// matter. Cassettes fingerprint their requests the same way.
 pub fn fingerprint(request: &Value) -> String {
-    let mut hasher = Sha256::new();
-    write_canonical(request, &mut hasher);
-    hasher
-        .finalize()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    let mut canonical = String::new();
+    write_canonical(request, &mut canonical);
+    crate::memory::sha256_tagged(canonical.as_bytes())
 }
 
-fn write_canonical(value: &Value, out: &mut Sha256) {
+/// JSON with object keys sorted (by their UTF-8 bytes) and no insignificant whitespace.
+fn write_canonical(value: &Value, out: &mut String) {
     match value {
         Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.update(b"{");
-            for key in keys {
-                out.update(Value::String(key.clone()).to_string().as_bytes());
-                out.update(b":");
-                write_canonical(&map[key.as_str()], out);
-                out.update(b",");
+            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, value)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(value, out);
             }
-            out.update(b"}");
+            out.push('}');
         }
         Value::Array(items) => {
-            out.update(b"[");
-            for item in items {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
                 write_canonical(item, out);
-                out.update(b",");
             }
-            out.update(b"]");
+            out.push(']');
         }
-        other => out.update(other.to_string().as_bytes()),
+        scalar => out.push_str(&scalar.to_string()),
     }
 }
 
@@ -369,7 +370,14 @@ mod tests {
             a,
             fingerprint(&json!({"model": "n", "args": {"x": 1, "y": [1, 2]}}))
         );
-        assert_eq!(a.len(), 64);
+        assert!(a.starts_with("sha256:") && a.len() == 7 + 64, "{a}");
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_depth() {
+        let mut out = String::new();
+        write_canonical(&json!({"b": [{"z": 1, "a": "x\"y"}], "a": null}), &mut out);
+        assert_eq!(out, r#"{"a":null,"b":[{"a":"x\"y","z":1}]}"#);
     }
 
     #[test]

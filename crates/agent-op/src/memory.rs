@@ -664,7 +664,12 @@ pub fn check_embedding(vector: &[f32], expected: usize) -> Result<(), EmbeddingE
 /// );
 /// ```
 pub fn content_hash(text: &str) -> String {
-    let digest = Sha256::digest(text.as_bytes());
+    sha256_tagged(text.as_bytes())
+}
+
+/// `sha256:<hex>` of `bytes`: the form of every hash this library records.
+pub(crate) fn sha256_tagged(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
     let mut out = String::with_capacity(7 + 64);
     out.push_str("sha256:");
     for byte in digest {

@@ -1,10 +1,7 @@
 //! Request fingerprints: a stable hash of what a call sends.
 
-use std::fmt::Write as _;
-
 use agent_op::Prompt;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 /// A stable fingerprint of a call (`sha256:<hex>`): the SHA-256 of the canonical JSON of
 /// `{"model": model, "prompt": prompt}`, with object keys sorted and no whitespace.
@@ -30,60 +27,12 @@ pub fn fingerprint(model: &str, prompt: &Prompt) -> String {
     let mut request = serde_json::Map::new();
     request.insert("model".to_owned(), Value::String(model.to_owned()));
     request.insert("prompt".to_owned(), prompt);
-    let mut canonical = String::new();
-    write_canonical(&Value::Object(request), &mut canonical);
-    let digest = Sha256::digest(canonical.as_bytes());
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for byte in digest {
-        // Writing to a String cannot fail.
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
-}
-
-/// JSON with object keys sorted (by their UTF-8 bytes) and no insignificant whitespace.
-fn write_canonical(value: &Value, out: &mut String) {
-    match value {
-        Value::Object(map) => {
-            let mut entries: Vec<(&String, &Value)> = map.iter().collect();
-            entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
-            for (i, (key, value)) in entries.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
-                write_canonical(value, out);
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        scalar => out.push_str(&scalar.to_string()),
-    }
+    agent_op::journal::fingerprint(&Value::Object(request))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
-
-    #[test]
-    fn canonical_json_sorts_keys_at_every_depth() {
-        let mut out = String::new();
-        write_canonical(&json!({"b": [{"z": 1, "a": "x\"y"}], "a": null}), &mut out);
-        assert_eq!(out, r#"{"a":null,"b":[{"a":"x\"y","z":1}]}"#);
-    }
 
     #[test]
     fn fingerprints_are_pinned() {
