@@ -6,15 +6,31 @@
 //! With no subscriber interested, a span is one cached interest check; its name is only
 //! formatted on enabled spans.
 
+use std::future::Future;
+
 use agent_op::EmbeddingError;
-use tracing::Span;
 use tracing::field::Empty;
+use tracing::{Instrument, Span};
 
 /// The `tracing` target of the spans (the interpreters' target, so one filter keeps both).
 const TARGET: &str = "effect_agents";
 
-/// One embeddings request of `inputs` texts to `model` at `provider`.
-pub(crate) fn embeddings(provider: &'static str, model: &str, inputs: usize) -> Span {
+/// Runs `request`, one embeddings request of `inputs` texts to `model` at `provider`
+/// (returning the vectors and the input tokens the server counted), inside its span.
+pub(crate) async fn embeddings(
+    provider: &'static str,
+    model: &str,
+    inputs: usize,
+    request: impl Future<Output = Result<(Vec<Vec<f32>>, Option<u64>), EmbeddingError>>,
+) -> Result<Vec<Vec<f32>>, EmbeddingError> {
+    let span = embeddings_span(provider, model, inputs);
+    let result = request.instrument(span.clone()).await;
+    ended(&span, &result);
+    result.map(|(vectors, _)| vectors)
+}
+
+/// The span of one embeddings request of `inputs` texts to `model` at `provider`.
+fn embeddings_span(provider: &'static str, model: &str, inputs: usize) -> Span {
     let span = tracing::info_span!(
         target: TARGET,
         "embeddings",
@@ -35,7 +51,7 @@ pub(crate) fn embeddings(provider: &'static str, model: &str, inputs: usize) -> 
 }
 
 /// Records how the request ended: the input tokens the server reported, or the failure.
-pub(crate) fn ended<T>(span: &Span, result: &Result<(T, Option<u64>), EmbeddingError>) {
+fn ended<T>(span: &Span, result: &Result<(T, Option<u64>), EmbeddingError>) {
     if span.is_disabled() {
         return;
     }

@@ -75,6 +75,14 @@ impl<S: Subscriber + for<'a> LookupSpan<'a>> Layer<S> for Capture {
 }
 
 impl Capture {
+    /// A capture, the current thread's subscriber until the guard drops.
+    fn install() -> (Capture, tracing::subscriber::DefaultGuard) {
+        let capture = Capture::default();
+        let guard =
+            tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+        (capture, guard)
+    }
+
     fn embeddings(&self) -> Vec<Closed> {
         let all = self.0.lock().unwrap();
         all.iter()
@@ -101,9 +109,7 @@ async fn openai_embedding_requests_are_genai_spans_under_the_callers_span() {
         )
     })
     .await;
-    let capture = Capture::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let (capture, _guard) = Capture::install();
     let embedder = OpenAiClient::compatible(format!("{}/v1", server.url()))
         .api_key("sk-test-key")
         .build()
@@ -149,9 +155,7 @@ async fn openai_embedding_requests_are_genai_spans_under_the_callers_span() {
 async fn a_failed_embedding_request_marks_its_span() {
     let server =
         TestServer::start(|_, _| Reply::json(401, &json!({"error": {"message": "no"}}))).await;
-    let capture = Capture::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let (capture, _guard) = Capture::install();
     let embedder = OpenAiClient::compatible(format!("{}/v1", server.url()))
         .api_key("sk-test-key")
         .build()
@@ -176,9 +180,7 @@ async fn ollama_embedding_requests_are_genai_spans_with_their_token_count() {
         )
     })
     .await;
-    let capture = Capture::default();
-    let _guard =
-        tracing::subscriber::set_default(tracing_subscriber::registry().with(capture.clone()));
+    let (capture, _guard) = Capture::install();
     let embedder = OllamaClient::builder()
         .host(server.url())
         .build()

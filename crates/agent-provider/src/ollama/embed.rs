@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use tracing::Instrument;
-
 use agent_op::{BoxFuture, Cause, EmbeddingError, EmbeddingProvider, check_embedding};
 
 use super::client::OllamaClient;
@@ -55,10 +53,7 @@ impl OllamaEmbedder {
         if texts.is_empty() {
             return Ok(Vec::new());
         }
-        let span = spans::embeddings("ollama", &self.model, texts.len());
-        let result = self.request(texts).instrument(span.clone()).await;
-        spans::ended(&span, &result);
-        result.map(|(vectors, _)| vectors)
+        spans::embeddings("ollama", &self.model, texts.len(), self.request(texts)).await
     }
 
     /// The vectors of `texts`, and the input tokens the server counted.

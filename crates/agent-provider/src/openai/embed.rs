@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use tracing::Instrument;
-
 use agent_op::{BoxFuture, Cause, EmbeddingError, EmbeddingProvider, check_embedding};
 
 use super::client::OpenAiClient;
@@ -65,10 +63,7 @@ impl OpenAiEmbedder {
     }
 
     async fn embed_chunk(&self, texts: &[String]) -> Result<Vec<Vec<f32>>, EmbeddingError> {
-        let span = spans::embeddings("openai", &self.model, texts.len());
-        let result = self.request(texts).instrument(span.clone()).await;
-        spans::ended(&span, &result);
-        result.map(|(vectors, _)| vectors)
+        spans::embeddings("openai", &self.model, texts.len(), self.request(texts)).await
     }
 
     /// The vectors of `texts`, and the input tokens the server counted.
