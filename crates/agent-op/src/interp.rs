@@ -289,6 +289,11 @@ pub enum Effect {
     Forget(MemoryId),
     /// Fail the run (or the branch) with a message. Yields nothing.
     Fail(String),
+    /// Read the clock. Yields `chrono::DateTime<chrono::Utc>` (journaled, so a replay reads
+    /// the recorded time).
+    Now,
+    /// Draw a random number. Yields `u64` (journaled, so a replay draws the recorded one).
+    Random,
 }
 
 /// Continues after a scope's body returned normally: takes the body's value from the slot,

@@ -1,42 +1,59 @@
-//! The journal of a run's nondeterministic results, and its JSON Lines file format.
+//! The journal of a run's nondeterministic results: what replay and durable resume read.
 //!
 //! Every result an effect produces that could differ between two runs of the same program
 //! (a model's reply, a tool's result, a recall, a steering answer, a clock reading, a random
 //! value, which branch of a race won) is an [`Entry`], keyed by its deterministic position
-//! ([`Key`]: the branch's [`TraceId`] and the effect's sequence number within the branch)
-//! and carrying a [`fingerprint`] of the request that produced it, so a replay can tell
-//! that the program asked the same question.
+//! ([`Key`]: the branch's path below the run and the effect's sequence number within the
+//! branch) and carrying a [`fingerprint`] of the request that produced it, so a replay can
+//! tell that the program asked the same question, and a short summary of that request, so
+//! it can say how the question changed when it did not ([`Divergence`]).
 //!
-//! This module holds the format and the file backend ([`JsonlJournal`]); the engine does not
-//! write or read journals yet.
-//!
-//! # The file
-//!
-//! One JSON object per line: first a header `{"journal":{"version":1}}`, then one
-//! `{"entry":{..}}` per result, in the order they were committed. A file whose last line
-//! was cut by a crash (no newline at its end, and not valid JSON) opens with that line
-//! dropped and cut off the file: only whole, committed entries count.
+//! Journals are stored behind the [`Journal`] trait; `agent-journal` holds the backends (a
+//! JSON Lines file, SQLite, PostgreSQL) and the interpreters write and read them
+//! (`replay`, `run_durable`, `resume`).
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
-use std::path::{Path, PathBuf};
+use std::fmt;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::TraceId;
+use crate::{BoxFuture, Cause, Prompt, content_hash, preview};
 
-/// The journal format this library writes.
+/// The journal format this library writes (and the only one it reads).
 pub const JOURNAL_VERSION: u32 = 1;
 
 /// Where in a run a result was produced: the branch, and the effect's sequence number
 /// within it. Both interpreters derive the same keys for the same program.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Key {
-    /// The branch (the run's root id, or a fork branch's).
-    pub branch: TraceId,
-    /// The effect's sequence number within its branch.
+    /// The branch's path below the run: empty for the run itself, `0.2` for the third
+    /// branch of the first branch's fork, and so on (a branch's trace id without the run's).
+    pub branch: String,
+    /// The number of events the branch had recorded when the effect started.
     pub seq: u64,
+}
+
+impl Key {
+    /// The key of the run's own metadata (its trace id): no effect has it.
+    pub fn run() -> Key {
+        Key {
+            branch: RUN_BRANCH.to_owned(),
+            seq: 0,
+        }
+    }
+}
+
+/// The branch of [`Key::run`]: not a path any fork produces.
+const RUN_BRANCH: &str = "@run";
+
+impl fmt::Display for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.branch.is_empty() {
+            write!(f, "run, event {}", self.seq)
+        } else {
+            write!(f, "branch {}, event {}", self.branch, self.seq)
+        }
+    }
 }
 
 /// What kind of effect produced an entry.
@@ -44,20 +61,57 @@ pub struct Key {
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum EntryKind {
+    /// The run itself: its trace id (at [`Key::run`]).
+    Run,
     /// A model call's response (or its error).
     Model,
     /// A tool call's result (or its error).
     Tool,
     /// A memory recall's results.
     Recall,
+    /// A memory store's id or a delete's answer.
+    Memory,
     /// A steering message taken (or none).
     Steering,
     /// A clock reading.
     Clock,
     /// A random value.
     Random,
-    /// Which branch of a race won, or that a timeout fired.
+    /// Which branch of a race won.
     Outcome,
+}
+
+impl EntryKind {
+    /// The kind's name, as stored.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EntryKind::Run => "run",
+            EntryKind::Model => "model",
+            EntryKind::Tool => "tool",
+            EntryKind::Recall => "recall",
+            EntryKind::Memory => "memory",
+            EntryKind::Steering => "steering",
+            EntryKind::Clock => "clock",
+            EntryKind::Random => "random",
+            EntryKind::Outcome => "outcome",
+        }
+    }
+
+    /// The kind named `name` (see [`as_str`](EntryKind::as_str)).
+    pub fn parse(name: &str) -> Option<EntryKind> {
+        Some(match name {
+            "run" => EntryKind::Run,
+            "model" => EntryKind::Model,
+            "tool" => EntryKind::Tool,
+            "recall" => EntryKind::Recall,
+            "memory" => EntryKind::Memory,
+            "steering" => EntryKind::Steering,
+            "clock" => EntryKind::Clock,
+            "random" => EntryKind::Random,
+            "outcome" => EntryKind::Outcome,
+            _ => return None,
+        })
+    }
 }
 
 /// One journaled result.
@@ -67,11 +121,82 @@ pub struct Entry {
     pub key: Key,
     /// What produced it.
     pub kind: EntryKind,
-    /// The [`fingerprint`] of the request (model and prompt, tool and arguments, …).
+    /// The [`fingerprint`] of the whole request (model and prompt, tool and arguments, …).
     pub fingerprint: String,
+    /// A short summary of the request, for the diff of a [`Divergence`] (a model call's
+    /// messages as role, hash and preview; a tool call's name and arguments).
+    #[serde(default)]
+    pub request: Value,
     /// The result, as the effect returned it.
     pub result: Value,
 }
+
+/// A request as the journal sees it: its fingerprint and its summary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    /// What produced it.
+    pub kind: EntryKind,
+    /// The [`fingerprint`] of the whole request.
+    pub fingerprint: String,
+    /// Its summary (see [`Entry::request`]).
+    pub summary: Value,
+}
+
+impl Request {
+    /// A model call: `model` with `prompt`. The fingerprint covers the whole prompt (messages,
+    /// tools, options); the summary lists each message's role, hash and first characters.
+    pub fn model(model: &str, prompt: &Prompt) -> Request {
+        let full = serde_json::json!({"model": model, "prompt": prompt});
+        let messages: Vec<Value> = prompt
+            .messages
+            .iter()
+            .map(|m| {
+                serde_json::json!({
+                    "role": m.role(),
+                    "hash": content_hash(m.content()),
+                    "text": preview(m.content(), SUMMARY_CHARS),
+                })
+            })
+            .collect();
+        let tools: Vec<&str> = prompt.tools.iter().map(|t| t.name.as_str()).collect();
+        Request {
+            kind: EntryKind::Model,
+            fingerprint: fingerprint(&full),
+            summary: serde_json::json!({"model": model, "messages": messages, "tools": tools}),
+        }
+    }
+
+    /// A tool call: `name` with `args`.
+    pub fn tool(name: &str, args: &Value) -> Request {
+        Request::plain(
+            EntryKind::Tool,
+            serde_json::json!({"tool": name, "args": args}),
+        )
+    }
+
+    /// Any other request, summarized by itself.
+    pub fn plain(kind: EntryKind, request: Value) -> Request {
+        Request {
+            kind,
+            fingerprint: fingerprint(&request),
+            summary: request,
+        }
+    }
+
+    /// The entry recording `result` as this request's answer at `key`.
+    pub fn entry(self, key: Key, result: Value) -> Entry {
+        Entry {
+            key,
+            kind: self.kind,
+            fingerprint: self.fingerprint,
+            request: self.summary,
+            result,
+        }
+    }
+}
+
+/// How many characters of a message a request summary keeps.
+const SUMMARY_CHARS: usize = 120;
 
 /// The fingerprint of a request (`sha256:<hex>`): the SHA-256 of its canonical JSON, with
 /// object keys sorted (by their UTF-8 bytes) and no whitespace, so key order does not
@@ -113,225 +238,267 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
-/// When a [`JsonlJournal`] makes its appends durable.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum Fsync {
-    /// After every entry, before [`append`](JsonlJournal::append) returns: an entry
-    /// survives a crash of the machine once appended (write-ahead).
-    #[default]
-    EveryEntry,
-    /// Never explicitly: entries survive a crash of the process (they are written to the
-    /// operating system at once), not necessarily of the machine.
-    Never,
+/// Where journals are kept: a file, a database table. Implementations must make an
+/// [`append`](Journal::append) durable (by their own durability setting) before it returns:
+/// the engine lets the program see a result only once its entry is appended (write-ahead).
+///
+/// A journal is written by one run at a time: opening one that another process is writing
+/// fails with [`JournalError::Locked`].
+pub trait Journal: Send + Sync {
+    /// What the journal is, for messages (a path, a database and journal name).
+    fn describe(&self) -> String;
+
+    /// Every committed entry, in the order they were appended.
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, JournalError>>;
+
+    /// Appends `entries`, in order, durably; one call may commit several at once (the engine
+    /// groups the entries of concurrent branches).
+    fn append<'a>(&'a self, entries: &'a [Entry]) -> BoxFuture<'a, Result<(), JournalError>>;
 }
 
-/// Why a journal could not be read or written.
-#[derive(Debug, thiserror::Error)]
+/// Why a journal could not be read or written. The driver's or the file system's error,
+/// when there is one, is the [`source`](std::error::Error::source).
+#[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum JournalError {
-    /// Reading or writing the file failed.
-    #[error("journal {path}: {source}")]
+    /// Reading or writing the journal's file failed.
     Io {
-        /// The file.
-        path: PathBuf,
-        /// The cause.
-        #[source]
-        source: std::io::Error,
+        /// The journal.
+        journal: String,
+        /// The `std::io::Error`.
+        cause: Cause,
     },
-    /// A whole line is not a journal line.
-    #[error("journal {path}, line {line}: {source}")]
+    /// Part of the journal is not a journal entry.
     Malformed {
-        /// The file.
-        path: PathBuf,
-        /// The line number, from 1.
-        line: usize,
-        /// The cause.
-        #[source]
-        source: serde_json::Error,
+        /// The journal.
+        journal: String,
+        /// Where (`line 7`, `row 12`).
+        at: String,
+        /// What is wrong with it.
+        cause: Cause,
     },
-    /// The file was written in a format version this library does not read.
-    #[error(
-        "journal {path} is format version {found}; this library reads version {JOURNAL_VERSION}"
-    )]
+    /// The journal was written in a format version this library does not read.
     UnsupportedVersion {
-        /// The file.
-        path: PathBuf,
-        /// The version the file declares.
+        /// The journal.
+        journal: String,
+        /// The version the journal declares.
         found: u32,
     },
-    /// The file does not start with a journal header.
-    #[error("journal {path} does not start with a journal header")]
-    NoHeader {
-        /// The file.
-        path: PathBuf,
+    /// Another process (or another open handle) is writing the journal.
+    Locked {
+        /// The journal.
+        journal: String,
+        /// Who holds it, when known.
+        holder: Option<String>,
+    },
+    /// The database holding the journal failed, or is not a journal database.
+    Database {
+        /// The journal.
+        journal: String,
+        /// The driver's error.
+        cause: Cause,
+    },
+    /// The journal already holds entries (resume it, or start a new one).
+    NotEmpty {
+        /// The journal.
+        journal: String,
+        /// How many.
+        entries: usize,
     },
 }
 
-#[derive(Serialize, Deserialize)]
-struct Header {
-    version: u32,
-}
-
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Line {
-    Journal(Header),
-    Entry(Entry),
-}
-
-/// An append-only JSON Lines journal file.
-#[derive(Debug)]
-pub struct JsonlJournal {
-    path: PathBuf,
-    file: File,
-    fsync: Fsync,
-    entries: Vec<Entry>,
-}
-
-impl JsonlJournal {
-    /// Opens the journal at `path`, creating it (with its header) if missing, and reads its
-    /// committed entries. A last line cut by a crash is dropped and cut off the file.
-    pub fn open(path: impl AsRef<Path>, fsync: Fsync) -> Result<JsonlJournal, JournalError> {
-        let path = path.as_ref().to_path_buf();
-        let io = |source| JournalError::Io {
-            path: path.clone(),
-            source,
-        };
-        let mut file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&path)
-            .map_err(io)?;
-        let (entries, whole) = read(&path, &file)?;
-        let length = file.metadata().map_err(io)?.len();
-        if whole < length {
-            // A torn last line: never committed, so never seen.
-            file.set_len(whole).map_err(io)?;
-        }
-        file.seek(SeekFrom::End(0)).map_err(io)?;
-        let mut journal = JsonlJournal {
-            path,
-            file,
-            fsync,
-            entries: Vec::new(),
-        };
-        match entries {
-            Some(entries) => journal.entries = entries,
-            None => journal.write_line(&Line::Journal(Header {
-                version: JOURNAL_VERSION,
-            }))?,
-        }
-        Ok(journal)
-    }
-
-    /// The committed entries, in the order they were appended.
-    pub fn entries(&self) -> &[Entry] {
-        &self.entries
-    }
-
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Appends `entry`; with [`Fsync::EveryEntry`] it is on disk when this returns.
-    pub fn append(&mut self, entry: Entry) -> Result<(), JournalError> {
-        self.write_line(&Line::Entry(entry.clone()))?;
-        self.entries.push(entry);
-        Ok(())
-    }
-
-    fn write_line(&mut self, line: &Line) -> Result<(), JournalError> {
-        let mut bytes = serde_json::to_vec(line).map_err(|e| JournalError::Io {
-            path: self.path.clone(),
-            source: std::io::Error::other(e),
-        })?;
-        bytes.push(b'\n');
-        let io = |source| JournalError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        // One write per line: a crash leaves at most the last line torn.
-        self.file.write_all(&bytes).map_err(io)?;
-        if self.fsync == Fsync::EveryEntry {
-            self.file.sync_data().map_err(io)?;
-        }
-        Ok(())
-    }
-}
-
-/// The entries of `file` (`None` if it is empty) and the length of its whole lines.
-fn read(path: &Path, file: &File) -> Result<(Option<Vec<Entry>>, u64), JournalError> {
-    let io = |source| JournalError::Io {
-        path: path.to_path_buf(),
-        source,
-    };
-    let mut reader = BufReader::new(file);
-    reader.seek(SeekFrom::Start(0)).map_err(io)?;
-    let mut entries: Option<Vec<Entry>> = None;
-    let (mut whole, mut number) = (0u64, 0usize);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let read = reader.read_until(b'\n', &mut line).map_err(io)?;
-        if read == 0 {
-            break;
-        }
-        number += 1;
-        let complete = line.ends_with(b"\n");
-        let parsed = serde_json::from_slice::<Value>(&line);
-        let value = match parsed {
-            Ok(value) => value,
-            // Cut by a crash mid-write: it was never committed.
-            Err(_) if !complete => break,
-            Err(source) => {
-                return Err(JournalError::Malformed {
-                    path: path.to_path_buf(),
-                    line: number,
-                    source,
-                });
+impl fmt::Display for JournalError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            JournalError::Io { journal, cause } | JournalError::Database { journal, cause } => {
+                write!(f, "journal {journal}: {cause}")
             }
-        };
-        if number == 1 {
-            let version = value
-                .get("journal")
-                .and_then(|h| h.get("version"))
-                .and_then(Value::as_u64)
-                .ok_or_else(|| JournalError::NoHeader {
-                    path: path.to_path_buf(),
-                })?;
-            if version != u64::from(JOURNAL_VERSION) {
-                return Err(JournalError::UnsupportedVersion {
-                    path: path.to_path_buf(),
-                    found: u32::try_from(version).unwrap_or(u32::MAX),
-                });
+            JournalError::Malformed { journal, at, cause } => {
+                write!(f, "journal {journal}, {at}: {cause}")
             }
-            entries = Some(Vec::new());
+            JournalError::UnsupportedVersion { journal, found } => write!(
+                f,
+                "journal {journal} is format version {found}; this library reads version \
+                 {JOURNAL_VERSION}"
+            ),
+            JournalError::Locked { journal, holder } => {
+                write!(f, "journal {journal} is in use by another writer")?;
+                match holder {
+                    Some(holder) => write!(f, " ({holder})"),
+                    None => Ok(()),
+                }
+            }
+            JournalError::NotEmpty { journal, entries } => write!(
+                f,
+                "journal {journal} already holds {entries} entries; resume it or start a new one"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for JournalError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            JournalError::Io { cause, .. }
+            | JournalError::Malformed { cause, .. }
+            | JournalError::Database { cause, .. } => Some(cause.get_ref()),
+            _ => None,
+        }
+    }
+}
+
+/// Why a replay stopped: the program asked something other than what the journal recorded
+/// at that position, or asked at a position the journal lacks.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Divergence {
+    /// Where.
+    pub key: Key,
+    /// What the program asked there.
+    pub requested: Request,
+    /// What the journal holds there (`None`: nothing; the journal ends before).
+    pub recorded: Option<Recorded>,
+}
+
+/// The recorded side of a [`Divergence`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recorded {
+    /// What produced it.
+    pub kind: EntryKind,
+    /// Its request's fingerprint.
+    pub fingerprint: String,
+    /// Its request's summary.
+    pub summary: Value,
+}
+
+impl Divergence {
+    /// A short, readable account of how the two requests differ (at most a few lines).
+    pub fn diff(&self) -> String {
+        match &self.recorded {
+            None => format!(
+                "the journal has nothing here; the program asked for a {} call",
+                self.requested.kind.as_str()
+            ),
+            Some(recorded) if recorded.kind != self.requested.kind => format!(
+                "the journal recorded a {} call here; the program asked for a {} call",
+                recorded.kind.as_str(),
+                self.requested.kind.as_str()
+            ),
+            Some(recorded) => diff_requests(&recorded.summary, &self.requested.summary),
+        }
+    }
+}
+
+impl fmt::Display for Divergence {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "replay diverged at {}: ", self.key)?;
+        match &self.recorded {
+            Some(recorded) => write!(
+                f,
+                "recorded {} {}, requested {} {}",
+                recorded.kind.as_str(),
+                recorded.fingerprint,
+                self.requested.kind.as_str(),
+                self.requested.fingerprint
+            )?,
+            None => write!(
+                f,
+                "the journal ends before it (requested {} {})",
+                self.requested.kind.as_str(),
+                self.requested.fingerprint
+            )?,
+        }
+        write!(f, "\n{}", self.diff())
+    }
+}
+
+impl std::error::Error for Divergence {}
+
+/// How many differing places [`diff_requests`] lists.
+const DIFF_LINES: usize = 6;
+
+/// The places where two request summaries differ, one per line (`path: recorded → requested`),
+/// at most a few; equal summaries (the fingerprints differ in what summaries leave out, such
+/// as tool schemas or sampling options) say so.
+pub fn diff_requests(recorded: &Value, requested: &Value) -> String {
+    let mut lines = Vec::new();
+    let mut more = 0usize;
+    walk_diff("", recorded, requested, &mut lines, &mut more);
+    if lines.is_empty() {
+        return "the summaries match: the requests differ in their tool definitions or options"
+            .to_owned();
+    }
+    if more > 0 {
+        lines.push(format!("… and {more} more"));
+    }
+    lines.join("\n")
+}
+
+fn walk_diff(path: &str, a: &Value, b: &Value, lines: &mut Vec<String>, more: &mut usize) {
+    if a == b {
+        return;
+    }
+    let child = |key: &str| {
+        if path.is_empty() {
+            key.to_owned()
         } else {
-            match serde_json::from_value::<Line>(value) {
-                Ok(Line::Entry(entry)) => entries.get_or_insert_with(Vec::new).push(entry),
-                Ok(Line::Journal(_)) | Err(_) if !complete => break,
-                Ok(Line::Journal(_)) => {
-                    return Err(JournalError::Malformed {
-                        path: path.to_path_buf(),
-                        line: number,
-                        source: serde::de::Error::custom("a second journal header"),
-                    });
+            format!("{path}.{key}")
+        }
+    };
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            // A changed message is told by its text, not by its hash as well.
+            let changed_text = x.get("text") != y.get("text");
+            for (key, va) in x {
+                if key == "hash" && changed_text {
+                    continue;
                 }
-                Err(source) => {
-                    return Err(JournalError::Malformed {
-                        path: path.to_path_buf(),
-                        line: number,
-                        source,
-                    });
+                let vb = y.get(key).unwrap_or(&Value::Null);
+                walk_diff(&child(key), va, vb, lines, more);
+            }
+            for (key, vb) in y {
+                if !x.contains_key(key) {
+                    walk_diff(&child(key), &Value::Null, vb, lines, more);
                 }
             }
         }
-        whole += read as u64;
+        (Value::Array(x), Value::Array(y)) => {
+            for i in 0..x.len().max(y.len()) {
+                let path = format!("{path}[{i}]");
+                match (x.get(i), y.get(i)) {
+                    (Some(va), Some(vb)) => walk_diff(&path, va, vb, lines, more),
+                    (Some(va), None) => {
+                        push_line(lines, more, format!("{path}: {} → (none)", show(va)))
+                    }
+                    (None, Some(vb)) => {
+                        push_line(lines, more, format!("{path}: (none) → {}", show(vb)))
+                    }
+                    (None, None) => {}
+                }
+            }
+        }
+        _ => push_line(
+            lines,
+            more,
+            format!(
+                "{}: {} → {}",
+                if path.is_empty() { "request" } else { path },
+                show(a),
+                show(b)
+            ),
+        ),
     }
-    Ok((entries, whole))
+}
+
+fn push_line(lines: &mut Vec<String>, more: &mut usize, line: String) {
+    if lines.len() < DIFF_LINES {
+        lines.push(line);
+    } else {
+        *more += 1;
+    }
+}
+
+fn show(value: &Value) -> String {
+    preview(&value.to_string(), 80)
 }
 
 #[cfg(test)]
@@ -339,23 +506,6 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    fn entry(seq: u64, result: Value) -> Entry {
-        Entry {
-            key: Key {
-                branch: TraceId::from("run.0"),
-                seq,
-            },
-            kind: EntryKind::Model,
-            fingerprint: fingerprint(&json!({"model": "m", "prompt": seq})),
-            result,
-        }
-    }
-
-    /// A fresh directory, removed when the returned guard drops.
-    fn dir() -> tempfile::TempDir {
-        tempfile::tempdir().unwrap()
-    }
 
     #[test]
     fn fingerprints_ignore_key_order_but_not_content() {
@@ -381,91 +531,66 @@ mod tests {
     }
 
     #[test]
-    fn entries_survive_reopening_in_order() {
-        let tmp = dir();
-        let path = tmp.path().join("j.jsonl");
-        let mut journal = JsonlJournal::open(&path, Fsync::EveryEntry).unwrap();
-        assert!(journal.entries().is_empty());
-        journal.append(entry(0, json!("hello"))).unwrap();
-        journal.append(entry(1, json!({"n": 2}))).unwrap();
-        drop(journal);
-        let mut again = JsonlJournal::open(&path, Fsync::Never).unwrap();
-        assert_eq!(
-            again.entries(),
-            [entry(0, json!("hello")), entry(1, json!({"n": 2}))]
-        );
-        again.append(entry(2, json!(null))).unwrap();
-        drop(again);
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert_eq!(text.lines().count(), 4, "{text}");
-        assert!(
-            text.starts_with("{\"journal\":{\"version\":1}}\n"),
-            "{text}"
-        );
+    fn a_changed_prompt_diffs_by_message_text() {
+        let recorded = Request::model("m", &Prompt::new().system("Be brief.").user("Plan Oslo"));
+        let requested = Request::model("m", &Prompt::new().system("Be brief.").user("Plan Rome"));
+        assert_ne!(recorded.fingerprint, requested.fingerprint);
+        let diff = diff_requests(&recorded.summary, &requested.summary);
+        assert_eq!(diff, r#"messages[1].text: "Plan Oslo" → "Plan Rome""#);
+        let longer = Request::model("n", &Prompt::new().system("Be brief."));
+        let diff = diff_requests(&recorded.summary, &longer.summary);
+        assert!(diff.contains(r#"model: "m" → "n""#), "{diff}");
+        assert!(diff.contains("messages[1]: "), "{diff}");
     }
 
     #[test]
-    fn a_torn_last_line_is_dropped_and_cut_off() {
-        let tmp = dir();
-        let path = tmp.path().join("torn.jsonl");
-        let mut journal = JsonlJournal::open(&path, Fsync::EveryEntry).unwrap();
-        journal.append(entry(0, json!("kept"))).unwrap();
-        drop(journal);
-        let whole = std::fs::metadata(&path).unwrap().len();
-        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
-        file.write_all(b"{\"entry\":{\"key\":{\"branch\":\"run.0\",\"se")
-            .unwrap();
-        drop(file);
-        let mut journal = JsonlJournal::open(&path, Fsync::EveryEntry).unwrap();
-        assert_eq!(journal.entries(), [entry(0, json!("kept"))]);
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
-        journal.append(entry(1, json!("after"))).unwrap();
-        drop(journal);
-        let journal = JsonlJournal::open(&path, Fsync::EveryEntry).unwrap();
-        assert_eq!(journal.entries().len(), 2);
+    fn a_changed_tool_call_diffs_by_argument() {
+        let recorded = Request::tool("weather", &json!({"city": "Oslo", "days": 3}));
+        let requested = Request::tool("weather", &json!({"city": "Rome", "days": 3}));
+        let divergence = Divergence {
+            key: Key {
+                branch: "1".into(),
+                seq: 4,
+            },
+            requested,
+            recorded: Some(Recorded {
+                kind: recorded.kind,
+                fingerprint: recorded.fingerprint,
+                summary: recorded.summary,
+            }),
+        };
+        let text = divergence.to_string();
+        assert!(text.starts_with("replay diverged at branch 1, event 4: recorded tool sha256:"));
+        assert!(text.ends_with(r#"args.city: "Oslo" → "Rome""#), "{text}");
     }
 
     #[test]
-    fn a_damaged_whole_line_is_an_error_naming_it() {
-        let tmp = dir();
-        let path = tmp.path().join("bad.jsonl");
-        std::fs::write(
-            &path,
-            "{\"journal\":{\"version\":1}}\nnot json\n{\"entry\":{}}\n",
-        )
-        .unwrap();
-        let err = JsonlJournal::open(&path, Fsync::Never).unwrap_err();
-        assert!(
-            matches!(err, JournalError::Malformed { line: 2, .. }),
-            "{err}"
-        );
-        assert!(err.to_string().contains("line 2"), "{err}");
+    fn many_differences_are_cut_short() {
+        let a = json!((0..10).collect::<Vec<_>>());
+        let b = json!((10..20).collect::<Vec<_>>());
+        let diff = diff_requests(&a, &b);
+        assert_eq!(diff.lines().count(), DIFF_LINES + 1);
+        assert!(diff.ends_with("… and 4 more"), "{diff}");
     }
 
     #[test]
-    fn other_versions_and_other_files_are_refused_clearly() {
-        let tmp = dir();
-        let path = tmp.path().join("v9.jsonl");
-        std::fs::write(&path, "{\"journal\":{\"version\":9}}\n").unwrap();
-        let err = JsonlJournal::open(&path, Fsync::Never).unwrap_err();
-        assert!(matches!(
-            err,
-            JournalError::UnsupportedVersion { found: 9, .. }
-        ));
-        let message = err.to_string();
-        assert!(
-            message.contains("version 9") && message.contains("reads version 1"),
-            "{message}"
-        );
-
-        let trace = tmp.path().join("trace.jsonl");
-        std::fs::write(&trace, "{\"v\":2,\"trace\":{}}\n").unwrap();
-        let err = JsonlJournal::open(&trace, Fsync::Never).unwrap_err();
-        assert!(matches!(err, JournalError::NoHeader { .. }), "{err}");
-        // Refused files are left as they were.
-        assert_eq!(
-            std::fs::read_to_string(&trace).unwrap(),
-            "{\"v\":2,\"trace\":{}}\n"
-        );
+    fn entry_kinds_name_themselves() {
+        for kind in [
+            EntryKind::Run,
+            EntryKind::Model,
+            EntryKind::Tool,
+            EntryKind::Recall,
+            EntryKind::Memory,
+            EntryKind::Steering,
+            EntryKind::Clock,
+            EntryKind::Random,
+            EntryKind::Outcome,
+        ] {
+            assert_eq!(EntryKind::parse(kind.as_str()), Some(kind));
+            assert_eq!(
+                serde_json::to_value(kind).unwrap(),
+                Value::String(kind.as_str().into())
+            );
+        }
     }
 }

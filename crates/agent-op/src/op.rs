@@ -427,6 +427,32 @@ pub fn check<S>() -> Op<S, Option<Steering>> {
     next_steering()
 }
 
+/// The current time. Programs read the clock through this rather than `Utc::now()`: the run's
+/// journal records the reading, so a replay or a resumed run sees the same time.
+///
+/// ```
+/// use agent_op::op::{self, Op};
+///
+/// let stamp: Op<(), String> = op::now().map(|t| t.to_rfc3339());
+/// # let _ = stamp;
+/// ```
+pub fn now<S>() -> Op<S, chrono::DateTime<chrono::Utc>> {
+    effect(Effect::Now)
+}
+
+/// A random number. Programs draw randomness through this rather than a generator of their
+/// own: the run's journal records the value, so a replay or a resumed run draws the same.
+///
+/// ```
+/// use agent_op::op::{self, Op};
+///
+/// let coin: Op<(), bool> = op::random().map(|n| n % 2 == 0);
+/// # let _ = coin;
+/// ```
+pub fn random<S>() -> Op<S, u64> {
+    effect(Effect::Random)
+}
+
 /// Fails the run (or, inside a `race`, this branch) with `message`.
 pub fn fail<S, A>(message: impl Into<String>) -> Op<S, A> {
     effect(Effect::Fail(message.into()))

@@ -353,3 +353,183 @@ mod tests {
         );
     }
 }
+
+/// A cause restored from its message (a journaled error keeps its cause as text).
+#[derive(Debug)]
+struct RecordedCause(String);
+
+impl fmt::Display for RecordedCause {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl Error for RecordedCause {}
+
+/// A [`ProviderError`] as journals store it: its kind, its fields, and its cause as text.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Stored {
+    kind: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    retry_after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    retryable: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    excerpt: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    errors: Vec<ProviderError>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    cause: Option<String>,
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Serialized for journals: the variant (as [`kind_name`](ProviderError::kind_name)), its
+/// fields, and the cause's message. A deserialized error compares equal to the original
+/// (causes compare by message).
+impl serde::Serialize for ProviderError {
+    fn serialize<Ser: serde::Serializer>(&self, serializer: Ser) -> Result<Ser::Ok, Ser::Error> {
+        let mut stored = Stored {
+            kind: self.kind_name().to_owned(),
+            message: String::new(),
+            retry_after_ms: None,
+            retryable: false,
+            excerpt: String::new(),
+            after_ms: None,
+            errors: Vec::new(),
+            cause: self.cause().map(ToString::to_string),
+        };
+        match self {
+            ProviderError::RateLimited {
+                retry_after,
+                message,
+                ..
+            } => {
+                stored.retry_after_ms = retry_after.map(millis);
+                stored.message = message.clone();
+            }
+            ProviderError::Refused {
+                message, retryable, ..
+            } => {
+                stored.message = message.clone();
+                stored.retryable = *retryable;
+            }
+            ProviderError::Decode {
+                message, excerpt, ..
+            } => {
+                stored.message = message.clone();
+                stored.excerpt = excerpt.clone();
+            }
+            ProviderError::Timeout { after } => stored.after_ms = Some(millis(*after)),
+            ProviderError::AllFailed { errors } => stored.errors = errors.clone(),
+            ProviderError::QuotaExhausted { message, .. }
+            | ProviderError::ContextLengthExceeded { message, .. }
+            | ProviderError::Authentication { message, .. }
+            | ProviderError::Transport { message, .. }
+            | ProviderError::InvalidRequest { message }
+            | ProviderError::Unexpected { message }
+            | ProviderError::Other { message, .. } => stored.message = message.clone(),
+        }
+        stored.serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ProviderError {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = Stored::deserialize(deserializer)?;
+        let cause = s.cause.map(|text| Cause::new(RecordedCause(text)));
+        let message = s.message;
+        Ok(match s.kind.as_str() {
+            "rate_limited" => ProviderError::RateLimited {
+                retry_after: s.retry_after_ms.map(Duration::from_millis),
+                message,
+                cause,
+            },
+            "quota_exhausted" => ProviderError::QuotaExhausted { message, cause },
+            "context_length_exceeded" => ProviderError::ContextLengthExceeded { message, cause },
+            "authentication" => ProviderError::Authentication { message, cause },
+            "refused" => ProviderError::Refused {
+                message,
+                retryable: s.retryable,
+                cause,
+            },
+            "timeout" => ProviderError::Timeout {
+                after: Duration::from_millis(s.after_ms.unwrap_or(0)),
+            },
+            "transport" => ProviderError::Transport { message, cause },
+            "decode" => ProviderError::Decode {
+                message,
+                excerpt: s.excerpt,
+                cause,
+            },
+            "invalid_request" => ProviderError::InvalidRequest { message },
+            "unexpected" => ProviderError::Unexpected { message },
+            "all_failed" => ProviderError::AllFailed { errors: s.errors },
+            "other" => ProviderError::Other { message, cause },
+            other => {
+                return Err(serde::de::Error::unknown_variant(
+                    other,
+                    &[
+                        "rate_limited",
+                        "quota_exhausted",
+                        "context_length_exceeded",
+                        "authentication",
+                        "refused",
+                        "timeout",
+                        "transport",
+                        "decode",
+                        "invalid_request",
+                        "unexpected",
+                        "all_failed",
+                        "other",
+                    ],
+                ));
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod serde_tests {
+    use super::*;
+
+    #[test]
+    fn every_kind_round_trips_through_json_with_its_cause_as_text() {
+        let io = Cause::new(std::io::Error::other("connection reset"));
+        let errors = vec![
+            ProviderError::RateLimited {
+                retry_after: Some(Duration::from_millis(1500)),
+                message: "slow".into(),
+                cause: Some(io.clone()),
+            },
+            ProviderError::Refused {
+                message: "no".into(),
+                retryable: true,
+                cause: None,
+            },
+            ProviderError::Timeout {
+                after: Duration::from_secs(3),
+            },
+            ProviderError::decode("bad json", "{x"),
+            ProviderError::AllFailed {
+                errors: vec![ProviderError::other("a"), ProviderError::transport("b")],
+            },
+            ProviderError::InvalidRequest {
+                message: "too many stops".into(),
+            },
+        ];
+        for error in errors {
+            let json = serde_json::to_value(&error).unwrap();
+            let back: ProviderError = serde_json::from_value(json.clone()).unwrap();
+            assert_eq!(back, error, "{json}");
+        }
+        let unknown = serde_json::from_value::<ProviderError>(serde_json::json!({"kind": "x"}));
+        assert!(unknown.is_err());
+    }
+}

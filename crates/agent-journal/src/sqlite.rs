@@ -1,0 +1,430 @@
+//! [`SqliteJournal`]: a journal in a SQLite database, one row per entry.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent_op::journal::{Entry, EntryKind, JOURNAL_VERSION, Journal, JournalError, Key};
+use agent_op::{BoxFuture, Cause};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous};
+use sqlx::{ConnectOptions, Connection, Row, SqliteConnection};
+use tokio::sync::Mutex;
+
+use crate::group::{Pending, answer, wait};
+
+/// How hard SQLite works to make a commit survive a crash.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Durability {
+    /// `synchronous = NORMAL` in WAL mode (the default): a committed entry survives the
+    /// process being killed (SIGKILL) at any moment; a power loss may roll back the last
+    /// commits, never corrupt the file.
+    #[default]
+    Normal,
+    /// `synchronous = FULL`: every commit is `fsync`ed, so it also survives power loss.
+    Full,
+}
+
+/// A journal in a SQLite database file: the default for durable runs.
+///
+/// The database holds one journal. It is opened in exclusive locking mode, so while one
+/// handle is open no other process (or handle) can write it or read it: a second opener
+/// gets [`JournalError::Locked`]. A file that is not a journal database (another SQLite
+/// database, a damaged or foreign file) is refused with a clear error, never replaced.
+///
+/// ```
+/// use agent_journal::{Journal, SqliteJournal};
+///
+/// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
+/// let dir = tempfile::tempdir().unwrap();
+/// let journal = SqliteJournal::open(dir.path().join("run.db")).await.unwrap();
+/// assert!(journal.entries().await.unwrap().is_empty());
+/// # });
+/// ```
+pub struct SqliteJournal {
+    path: PathBuf,
+    conn: Mutex<Option<SqliteConnection>>,
+    pending: Pending,
+}
+
+impl std::fmt::Debug for SqliteJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteJournal")
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS journal_meta (
+    key TEXT PRIMARY KEY NOT NULL,
+    value TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS journal_entries (
+    position INTEGER PRIMARY KEY,
+    branch TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    fingerprint TEXT NOT NULL,
+    request TEXT NOT NULL,
+    result TEXT NOT NULL,
+    UNIQUE (branch, seq)
+);
+";
+
+impl SqliteJournal {
+    /// Opens (creating if missing) the journal database at `path` with the default
+    /// [`Durability`].
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteJournal, JournalError> {
+        SqliteJournal::open_with(path, Durability::default()).await
+    }
+
+    /// Opens (creating if missing) the journal database at `path`.
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        durability: Durability,
+    ) -> Result<SqliteJournal, JournalError> {
+        let path = path.as_ref().to_path_buf();
+        let name = path.display().to_string();
+        let db = |e: sqlx::Error| database(&name, e);
+        let existed = std::fs::metadata(&path).is_ok_and(|m| m.len() > 0);
+        let options = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .locking_mode(SqliteLockingMode::Exclusive)
+            .synchronous(match durability {
+                Durability::Normal => SqliteSynchronous::Normal,
+                Durability::Full => SqliteSynchronous::Full,
+            })
+            // Refuse at once rather than wait: the other writer holds the lock for its life.
+            .busy_timeout(Duration::ZERO)
+            .disable_statement_logging();
+        let mut conn = options.connect().await.map_err(db)?;
+        if existed {
+            check_existing(&name, &mut conn).await?;
+        }
+        // Takes the exclusive lock now (and keeps it: exclusive locking mode), so a second
+        // writer is refused at open, not at its first append.
+        let mut tx = conn.begin().await.map_err(db)?;
+        sqlx::raw_sql(SCHEMA).execute(&mut *tx).await.map_err(db)?;
+        sqlx::query("INSERT OR IGNORE INTO journal_meta (key, value) VALUES ('format_version', ?)")
+            .bind(JOURNAL_VERSION.to_string())
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
+        tx.commit().await.map_err(db)?;
+        Ok(SqliteJournal {
+            path,
+            conn: Mutex::new(Some(conn)),
+            pending: Pending::default(),
+        })
+    }
+
+    /// The database file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Closes the database, releasing its lock (dropping the journal does too).
+    pub async fn close(self) -> Result<(), JournalError> {
+        let name = self.describe();
+        if let Some(conn) = self.conn.lock().await.take() {
+            conn.close().await.map_err(|e| database(&name, e))?;
+        }
+        Ok(())
+    }
+}
+
+/// Refuses a database that is not a journal of this format (a foreign database, another
+/// version), and reports a damaged file (or one another writer holds) as such.
+async fn check_existing(name: &str, conn: &mut SqliteConnection) -> Result<(), JournalError> {
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .fetch_all(&mut *conn)
+            .await
+            .map_err(|e| database(name, e))?;
+    if !tables.iter().any(|t| t == "journal_meta") {
+        return Err(JournalError::Malformed {
+            journal: name.to_owned(),
+            at: "its tables".into(),
+            cause: Cause::new(std::io::Error::other(format!(
+                "not a journal database (it holds the tables: {})",
+                if tables.is_empty() {
+                    "none".to_owned()
+                } else {
+                    tables.join(", ")
+                }
+            ))),
+        });
+    }
+    let version: Option<String> =
+        sqlx::query_scalar("SELECT value FROM journal_meta WHERE key = 'format_version'")
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(|e| database(name, e))?;
+    match version.as_deref().map(str::parse::<u32>) {
+        Some(Ok(v)) if v == JOURNAL_VERSION => Ok(()),
+        Some(Ok(found)) => Err(JournalError::UnsupportedVersion {
+            journal: name.to_owned(),
+            found,
+        }),
+        _ => Err(JournalError::Malformed {
+            journal: name.to_owned(),
+            at: "journal_meta".into(),
+            cause: Cause::new(std::io::Error::other("no readable format_version")),
+        }),
+    }
+}
+
+/// A driver error as a journal error: a lock held elsewhere is [`JournalError::Locked`].
+fn database(name: &str, e: sqlx::Error) -> JournalError {
+    if let sqlx::Error::Database(db) = &e {
+        // SQLITE_BUSY (5) and SQLITE_LOCKED (6), with or without extended codes.
+        let busy = db
+            .code()
+            .and_then(|c| c.parse::<i32>().ok())
+            .is_some_and(|c| matches!(c & 0xff, 5 | 6));
+        if busy {
+            return JournalError::Locked {
+                journal: name.to_owned(),
+                holder: None,
+            };
+        }
+    }
+    JournalError::Database {
+        journal: name.to_owned(),
+        cause: Cause::new(e),
+    }
+}
+
+impl Journal for SqliteJournal {
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, JournalError>> {
+        Box::pin(async move {
+            let name = self.describe();
+            let mut guard = self.conn.lock().await;
+            let conn = open_conn(&name, &mut guard)?;
+            let rows = sqlx::query(
+                "SELECT position, branch, seq, kind, fingerprint, request, result \
+                 FROM journal_entries ORDER BY position",
+            )
+            .fetch_all(conn)
+            .await
+            .map_err(|e| database(&name, e))?;
+            rows.iter().map(|row| entry_of(&name, row)).collect()
+        })
+    }
+
+    fn append<'a>(&'a self, entries: &'a [Entry]) -> BoxFuture<'a, Result<(), JournalError>> {
+        Box::pin(async move {
+            let name = self.describe();
+            let answered = self.pending.push(entries);
+            {
+                let mut guard = self.conn.lock().await;
+                let batch = self.pending.take();
+                if !batch.is_empty() {
+                    let result = match open_conn(&name, &mut guard) {
+                        Ok(conn) => insert(&name, conn, &batch).await,
+                        Err(e) => Err(e),
+                    };
+                    answer(batch, &result);
+                }
+            }
+            wait(&name, answered).await
+        })
+    }
+}
+
+fn open_conn<'c>(
+    name: &str,
+    guard: &'c mut Option<SqliteConnection>,
+) -> Result<&'c mut SqliteConnection, JournalError> {
+    guard.as_mut().ok_or_else(|| JournalError::Io {
+        journal: name.to_owned(),
+        cause: Cause::new(std::io::Error::other("the journal is closed")),
+    })
+}
+
+/// Inserts every batch's entries in one transaction.
+async fn insert(
+    name: &str,
+    conn: &mut SqliteConnection,
+    batch: &[(
+        Vec<Entry>,
+        tokio::sync::oneshot::Sender<Result<(), JournalError>>,
+    )],
+) -> Result<(), JournalError> {
+    let db = |e: sqlx::Error| database(name, e);
+    let mut tx = conn.begin().await.map_err(db)?;
+    for entry in batch.iter().flat_map(|(entries, _)| entries) {
+        sqlx::query(
+            "INSERT INTO journal_entries (branch, seq, kind, fingerprint, request, result) \
+             VALUES (?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&entry.key.branch)
+        .bind(i64::try_from(entry.key.seq).unwrap_or(i64::MAX))
+        .bind(entry.kind.as_str())
+        .bind(&entry.fingerprint)
+        .bind(entry.request.to_string())
+        .bind(entry.result.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+    }
+    tx.commit().await.map_err(db)
+}
+
+fn entry_of(name: &str, row: &sqlx::sqlite::SqliteRow) -> Result<Entry, JournalError> {
+    let position: i64 = row.get(0);
+    let bad = |what: String| JournalError::Malformed {
+        journal: name.to_owned(),
+        at: format!("row {position}"),
+        cause: Cause::new(std::io::Error::other(what)),
+    };
+    let kind: String = row.get(3);
+    let kind = EntryKind::parse(&kind).ok_or_else(|| bad(format!("unknown kind `{kind}`")))?;
+    let json = |i: usize| -> Result<serde_json::Value, JournalError> {
+        let text: String = row.get(i);
+        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
+    };
+    let seq: i64 = row.get(2);
+    Ok(Entry {
+        key: Key {
+            branch: row.get(1),
+            seq: u64::try_from(seq).map_err(|_| bad(format!("negative seq {seq}")))?,
+        },
+        kind,
+        fingerprint: row.get(4),
+        request: json(5)?,
+        result: json(6)?,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_op::journal::fingerprint;
+    use serde_json::json;
+
+    use super::*;
+
+    fn entry(seq: u64) -> Entry {
+        Entry {
+            key: Key {
+                branch: String::new(),
+                seq,
+            },
+            kind: EntryKind::Tool,
+            fingerprint: fingerprint(&json!({"tool": "t", "args": seq})),
+            request: json!({"tool": "t", "args": seq}),
+            result: json!({"Ok": seq * 2}),
+        }
+    }
+
+    #[tokio::test]
+    async fn entries_survive_reopening_in_order_and_concurrent_appends_group() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("j.db");
+        let journal = std::sync::Arc::new(SqliteJournal::open(&path).await.unwrap());
+        let mut tasks = Vec::new();
+        for i in 0..50u64 {
+            let journal = journal.clone();
+            tasks.push(tokio::spawn(async move {
+                journal.append(&[entry(i)]).await.unwrap();
+            }));
+        }
+        for t in tasks {
+            t.await.unwrap();
+        }
+        let mut seen: Vec<u64> = journal
+            .entries()
+            .await
+            .unwrap()
+            .iter()
+            .map(|e| e.key.seq)
+            .collect();
+        seen.sort_unstable();
+        assert_eq!(seen, (0..50).collect::<Vec<_>>());
+        std::sync::Arc::try_unwrap(journal)
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+        let again = SqliteJournal::open(&path).await.unwrap();
+        assert_eq!(again.entries().await.unwrap().len(), 50);
+        assert_eq!(
+            again.entries().await.unwrap()[0].result["Ok"],
+            json!(entry(again.entries().await.unwrap()[0].key.seq).result["Ok"])
+        );
+    }
+
+    #[tokio::test]
+    async fn a_second_writer_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("busy.db");
+        let first = SqliteJournal::open(&path).await.unwrap();
+        first.append(&[entry(0)]).await.unwrap();
+        let err = SqliteJournal::open(&path).await.unwrap_err();
+        assert!(matches!(err, JournalError::Locked { .. }), "{err:?}");
+        first.close().await.unwrap();
+        let reopened = SqliteJournal::open(&path).await.unwrap();
+        assert_eq!(reopened.entries().await.unwrap(), [entry(0)]);
+    }
+
+    #[tokio::test]
+    async fn corrupt_and_foreign_files_are_refused_and_left_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let garbage = dir.path().join("garbage.db");
+        let bytes =
+            b"this is not a database, and it is long enough to be mistaken for one.".repeat(80);
+        std::fs::write(&garbage, &bytes).unwrap();
+        let err = SqliteJournal::open(&garbage).await.unwrap_err();
+        assert!(matches!(err, JournalError::Database { .. }), "{err:?}");
+        assert!(err.to_string().contains("not a database"), "{err}");
+        assert_eq!(
+            std::fs::read(&garbage).unwrap(),
+            bytes,
+            "never a silent fresh start"
+        );
+
+        let foreign = dir.path().join("foreign.db");
+        {
+            let mut conn = SqliteConnectOptions::new()
+                .filename(&foreign)
+                .create_if_missing(true)
+                .connect()
+                .await
+                .unwrap();
+            sqlx::raw_sql("CREATE TABLE memories (id TEXT)")
+                .execute(&mut conn)
+                .await
+                .unwrap();
+            conn.close().await.unwrap();
+        }
+        let err = SqliteJournal::open(&foreign).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("not a journal database (it holds the tables: memories)"),
+            "{err}"
+        );
+
+        let newer = dir.path().join("newer.db");
+        let journal = SqliteJournal::open(&newer).await.unwrap();
+        {
+            let mut guard = journal.conn.lock().await;
+            sqlx::query("UPDATE journal_meta SET value = '7' WHERE key = 'format_version'")
+                .execute(guard.as_mut().unwrap())
+                .await
+                .unwrap();
+        }
+        journal.close().await.unwrap();
+        let err = SqliteJournal::open(&newer).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("format version 7; this library reads version 1"),
+            "{err}"
+        );
+    }
+}
