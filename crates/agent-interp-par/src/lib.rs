@@ -36,11 +36,14 @@
 
 mod scheduler;
 
-pub use agent_interp_seq::{Config, Outcome, RunError};
+pub use agent_interp_seq::{Config, JournalReport, Outcome, RunError};
 pub use scheduler::Concurrent;
 
+use std::sync::Arc;
+
 use agent_interp_seq::Engine;
-use agent_op::Op;
+use agent_op::journal::Journal;
+use agent_op::{Checkpoint, Op};
 
 /// Runs `program` from `initial_state`; the branches of every `par` and `race` run
 /// concurrently (at most [`Config::max_concurrency`] of each fork at once).
@@ -57,5 +60,101 @@ where
 {
     Engine::new(Concurrent::with_limit(config.concurrency_limit()))
         .run(config, initial_state, program)
+        .await
+}
+
+/// Replays the run recorded in `journal` (with concurrent branches): see [`Engine::replay`]. No provider
+/// call, no tool execution; a changed or missing request is an
+/// [`ErrorKind::Divergence`](agent_interp_seq::ErrorKind::Divergence).
+pub async fn replay<S, A>(
+    config: &Config,
+    journal: &dyn Journal,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Concurrent::with_limit(config.concurrency_limit()))
+        .replay(config, journal, initial_state, program)
+        .await
+}
+
+/// Replays `journal` while the program asks the same questions, then runs live (with concurrent branches):
+/// see [`Engine::replay_then_live`].
+pub async fn replay_then_live<S, A>(
+    config: &Config,
+    journal: &dyn Journal,
+    record_to: Option<Arc<dyn Journal>>,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Concurrent::with_limit(config.concurrency_limit()))
+        .replay_then_live(config, journal, record_to, initial_state, program)
+        .await
+}
+
+/// Runs `program` durably (with concurrent branches), committing every nondeterministic result to
+/// `journal` before the program sees it: see [`Engine::run_durable`].
+pub async fn run_durable<S, A>(
+    config: &Config,
+    journal: Arc<dyn Journal>,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Concurrent::with_limit(config.concurrency_limit()))
+        .run_durable(config, journal, initial_state, program)
+        .await
+}
+
+/// Continues the durable run of `journal` after a crash (with concurrent branches): see
+/// [`Engine::resume`] (and its at-least-once boundary).
+pub async fn resume<S, A>(
+    config: &Config,
+    journal: Arc<dyn Journal>,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Concurrent::with_limit(config.concurrency_limit()))
+        .resume(config, journal, initial_state, program)
+        .await
+}
+
+/// Goes back to `checkpoint` of the durable run of `journal` and continues live from there
+/// (with concurrent branches): see [`Engine::resume_from`].
+pub async fn resume_from<S, A>(
+    config: &Config,
+    journal: &dyn Journal,
+    checkpoint: &Checkpoint,
+    record_to: Option<Arc<dyn Journal>>,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Concurrent::with_limit(config.concurrency_limit()))
+        .resume_from(
+            config,
+            journal,
+            checkpoint,
+            record_to,
+            initial_state,
+            program,
+        )
         .await
 }

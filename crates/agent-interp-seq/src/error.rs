@@ -3,6 +3,7 @@
 use std::fmt;
 
 use agent_op::context::ContextError;
+use agent_op::journal::{Divergence, JournalError};
 use agent_op::{Cause, Checkpoint, MemoryError, ProviderError, Trace, TraceId};
 
 /// What stopped a run.
@@ -79,6 +80,20 @@ pub enum ErrorKind {
         /// The deepest nesting allowed.
         max: usize,
     },
+    /// Replaying a journal, the program asked something other than what the journal
+    /// recorded at that position, or asked at a position the journal lacks (a journal from
+    /// another program, a changed prompt, a truncated journal). Boxed: errors travel through
+    /// every frame of a deep fork nest.
+    Divergence(Box<Divergence>),
+    /// The run's journal could not be read or written; the result it was committing was not
+    /// shown to the program.
+    Journal(Box<JournalError>),
+    /// `resume_from` was given a checkpoint its journal has no marker of (another run's
+    /// checkpoint, or a journal cut before it).
+    CheckpointNotJournaled {
+        /// The checkpoint's name.
+        name: String,
+    },
     /// The interpreter broke one of its own invariants (a bug; please report it).
     Internal(String),
 }
@@ -151,6 +166,13 @@ impl fmt::Display for ErrorKind {
             }
             ErrorKind::Panicked { message } => write!(f, "the program panicked: {message}"),
             ErrorKind::ForksTooDeep { max } => write!(f, "forks nested more than {max} deep"),
+            ErrorKind::Divergence(divergence) => write!(f, "{divergence}"),
+            ErrorKind::Journal(error) => write!(f, "the run's journal failed: {error}"),
+            ErrorKind::CheckpointNotJournaled { name } => write!(
+                f,
+                "the journal has no marker of checkpoint `{name}`: it was not taken by the \
+                 durable run of this journal"
+            ),
             ErrorKind::Internal(message) => write!(f, "internal interpreter error: {message}"),
         }
     }
@@ -166,6 +188,8 @@ impl std::error::Error for ErrorKind {
             ErrorKind::Memory(error) => Some(error),
             ErrorKind::Context { error, .. } => Some(&**error),
             ErrorKind::Checkpoint { cause, .. } => Some(cause.get_ref()),
+            ErrorKind::Divergence(divergence) => Some(&**divergence),
+            ErrorKind::Journal(error) => Some(&**error),
             _ => None,
         }
     }
@@ -212,6 +236,9 @@ impl ErrorKind {
             ErrorKind::Branch { error, .. } => error.kind_name(),
             ErrorKind::Panicked { .. } => "panicked",
             ErrorKind::ForksTooDeep { .. } => "forks_too_deep",
+            ErrorKind::Divergence(_) => "divergence",
+            ErrorKind::Journal(_) => "journal",
+            ErrorKind::CheckpointNotJournaled { .. } => "checkpoint_not_journaled",
             ErrorKind::Internal(_) => "internal",
         }
     }

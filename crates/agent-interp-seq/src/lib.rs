@@ -7,6 +7,9 @@
 //!
 //! - [`run`] runs a program; [`Config`] says what it may use; [`run_agent`] runs an agent
 //!   program in one call;
+//! - [`run_durable`], [`resume`], [`replay`], [`replay_then_live`] and [`resume_from`] run
+//!   it with a journal (`agent-journal`): write-ahead, resumed after a crash without paying
+//!   twice, replayed with no calls, or diverging on purpose;
 //! - [`Outcome`] is what a finished run returns, [`RunError`] what a failed one returns (with
 //!   its trace and checkpoints: nothing recorded is lost);
 //! - [`Subscriber`] observes events live; [`JsonlSubscriber`] streams them to a file;
@@ -21,12 +24,15 @@ mod subscriber;
 pub use agent::run_agent;
 pub use config::{Config, SteeringQueue};
 pub use engine::scheduler::{BranchFuture, BranchOutcome, Scheduler, Sequential};
-pub use engine::{Engine, MAX_FORK_DEPTH, Outcome};
+pub use engine::{Engine, JournalReport, MAX_FORK_DEPTH, Outcome};
 pub use error::{ErrorKind, RunError, ScopeWidening};
 pub use subscriber::{JsonlSubscriber, Subscriber};
 pub use tokio_util::sync::CancellationToken;
 
-use agent_op::Op;
+use std::sync::Arc;
+
+use agent_op::journal::Journal;
+use agent_op::{Checkpoint, Op};
 
 /// Runs `program` from `initial_state`, one operation at a time; `par` branches run one after
 /// another in declaration order, and `race` tries its branches in order.
@@ -60,5 +66,101 @@ where
 {
     Engine::new(Sequential)
         .run(config, initial_state, program)
+        .await
+}
+
+/// Replays the run recorded in `journal` (one operation at a time): see [`Engine::replay`]. No provider
+/// call, no tool execution; a changed or missing request is an
+/// [`ErrorKind::Divergence`].
+pub async fn replay<S, A>(
+    config: &Config,
+    journal: &dyn Journal,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Sequential)
+        .replay(config, journal, initial_state, program)
+        .await
+}
+
+/// Replays `journal` while the program asks the same questions, then runs live (one operation at a time):
+/// see [`Engine::replay_then_live`].
+pub async fn replay_then_live<S, A>(
+    config: &Config,
+    journal: &dyn Journal,
+    record_to: Option<Arc<dyn Journal>>,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Sequential)
+        .replay_then_live(config, journal, record_to, initial_state, program)
+        .await
+}
+
+/// Runs `program` durably (one operation at a time), committing every nondeterministic result to
+/// `journal` before the program sees it: see [`Engine::run_durable`].
+pub async fn run_durable<S, A>(
+    config: &Config,
+    journal: Arc<dyn Journal>,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Sequential)
+        .run_durable(config, journal, initial_state, program)
+        .await
+}
+
+/// Continues the durable run of `journal` after a crash (one operation at a time): see
+/// [`Engine::resume`] (and its at-least-once boundary).
+pub async fn resume<S, A>(
+    config: &Config,
+    journal: Arc<dyn Journal>,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Sequential)
+        .resume(config, journal, initial_state, program)
+        .await
+}
+
+/// Goes back to `checkpoint` of the durable run of `journal` and continues live from there
+/// (one operation at a time): see [`Engine::resume_from`].
+pub async fn resume_from<S, A>(
+    config: &Config,
+    journal: &dyn Journal,
+    checkpoint: &Checkpoint,
+    record_to: Option<Arc<dyn Journal>>,
+    initial_state: S,
+    program: Op<S, A>,
+) -> Result<Outcome<S, A>, RunError>
+where
+    S: Clone + Send + 'static,
+    A: Send + 'static,
+{
+    Engine::new(Sequential)
+        .resume_from(
+            config,
+            journal,
+            checkpoint,
+            record_to,
+            initial_state,
+            program,
+        )
         .await
 }

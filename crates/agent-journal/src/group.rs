@@ -8,6 +8,9 @@ use tokio::sync::oneshot;
 
 type Waiter = oneshot::Sender<Result<(), JournalError>>;
 
+/// Queued entries, each batch with who waits for it.
+pub(crate) type Batch = Vec<(Vec<Entry>, Waiter)>;
+
 /// Entries waiting for a commit, with who waits for each batch.
 #[derive(Default)]
 pub(crate) struct Pending {
@@ -26,13 +29,13 @@ impl Pending {
     }
 
     /// Takes everything queued (call it holding the writer, so batches commit in order).
-    pub(crate) fn take(&self) -> Vec<(Vec<Entry>, Waiter)> {
+    pub(crate) fn take(&self) -> Batch {
         std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()))
     }
 }
 
 /// Tells every waiter of `batch` how its commit ended.
-pub(crate) fn answer(batch: Vec<(Vec<Entry>, Waiter)>, result: &Result<(), JournalError>) {
+pub(crate) fn answer(batch: Batch, result: &Result<(), JournalError>) {
     for (_, waiter) in batch {
         let _ = waiter.send(result.clone());
     }

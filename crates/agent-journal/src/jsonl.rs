@@ -40,10 +40,12 @@ struct Header {
 #[serde(rename_all = "snake_case")]
 enum Line {
     Journal(Header),
-    Entry(Entry),
+    Entry(Box<Entry>),
 }
 
-/// An append-only JSON Lines journal file (see the [module docs](self)).
+/// An append-only JSON Lines journal file: a header `{"journal":{"version":1}}`, then one
+/// `{"entry":{..}}` per committed result. A last line torn by a crash is dropped (and cut
+/// off) on open; the file is locked while open, so a second writer is refused.
 ///
 /// ```
 /// use agent_journal::{Fsync, Journal, JsonlJournal};
@@ -145,7 +147,10 @@ impl Journal for JsonlJournal {
     fn append<'a>(&'a self, entries: &'a [Entry]) -> BoxFuture<'a, Result<(), JournalError>> {
         let result = {
             let mut inner = self.lock();
-            let lines: Vec<Line> = entries.iter().cloned().map(Line::Entry).collect();
+            let lines: Vec<Line> = entries
+                .iter()
+                .map(|e| Line::Entry(Box::new(e.clone())))
+                .collect();
             let written = inner.write_lines(&self.describe(), &lines);
             if written.is_ok() {
                 inner.entries.extend_from_slice(entries);
@@ -228,7 +233,7 @@ fn read(name: &str, file: &File) -> Result<(Option<Vec<Entry>>, u64), JournalErr
             entries = Some(Vec::new());
         } else {
             match serde_json::from_value::<Line>(value) {
-                Ok(Line::Entry(entry)) => entries.get_or_insert_with(Vec::new).push(entry),
+                Ok(Line::Entry(entry)) => entries.get_or_insert_with(Vec::new).push(*entry),
                 Ok(Line::Journal(_)) | Err(_) if !complete => break,
                 Ok(Line::Journal(_)) => {
                     return Err(malformed(

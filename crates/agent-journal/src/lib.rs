@@ -8,7 +8,7 @@
 //!   line torn by a crash dropped on open;
 //! - [`SqliteJournal`] (feature `sqlite`, on by default): one row per entry, the default for
 //!   durable runs;
-//! - [`PostgresJournal`] (feature `postgres`): for runs whose workers live on several
+//! - `PostgresJournal` (feature `postgres`): for runs whose workers live on several
 //!   machines.
 //!
 //! Every backend refuses a second writer ([`JournalError::Locked`]), reads only the format

@@ -9,7 +9,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, S
 use sqlx::{ConnectOptions, Connection, Row, SqliteConnection};
 use tokio::sync::Mutex;
 
-use crate::group::{Pending, answer, wait};
+use crate::group::{Batch, Pending, answer, wait};
 
 /// How hard SQLite works to make a commit survive a crash.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -252,10 +252,7 @@ fn open_conn<'c>(
 async fn insert(
     name: &str,
     conn: &mut SqliteConnection,
-    batch: &[(
-        Vec<Entry>,
-        tokio::sync::oneshot::Sender<Result<(), JournalError>>,
-    )],
+    batch: &Batch,
 ) -> Result<(), JournalError> {
     let db = |e: sqlx::Error| database(name, e);
     let mut tx = conn.begin().await.map_err(db)?;

@@ -29,7 +29,9 @@ pub struct Key {
     /// The branch's path below the run: empty for the run itself, `0.2` for the third
     /// branch of the first branch's fork, and so on (a branch's trace id without the run's).
     pub branch: String,
-    /// The number of events the branch had recorded when the effect started.
+    /// The effect's number within its branch: 0 for the branch's first journaled effect
+    /// (model or tool call, memory operation, steering, clock, random value, race,
+    /// checkpoint), 1 for the next, and so on.
     pub seq: u64,
 }
 
@@ -49,9 +51,9 @@ const RUN_BRANCH: &str = "@run";
 impl fmt::Display for Key {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.branch.is_empty() {
-            write!(f, "run, event {}", self.seq)
+            write!(f, "run, effect {}", self.seq)
         } else {
-            write!(f, "branch {}, event {}", self.branch, self.seq)
+            write!(f, "branch {}, effect {}", self.branch, self.seq)
         }
     }
 }
@@ -79,6 +81,8 @@ pub enum EntryKind {
     Random,
     /// Which branch of a race won.
     Outcome,
+    /// A checkpoint was taken here (a marker: `resume_from` replays what came before it).
+    Checkpoint,
 }
 
 impl EntryKind {
@@ -94,6 +98,7 @@ impl EntryKind {
             EntryKind::Clock => "clock",
             EntryKind::Random => "random",
             EntryKind::Outcome => "outcome",
+            EntryKind::Checkpoint => "checkpoint",
         }
     }
 
@@ -109,6 +114,7 @@ impl EntryKind {
             "clock" => EntryKind::Clock,
             "random" => EntryKind::Random,
             "outcome" => EntryKind::Outcome,
+            "checkpoint" => EntryKind::Checkpoint,
             _ => return None,
         })
     }
@@ -560,7 +566,7 @@ mod tests {
             }),
         };
         let text = divergence.to_string();
-        assert!(text.starts_with("replay diverged at branch 1, event 4: recorded tool sha256:"));
+        assert!(text.starts_with("replay diverged at branch 1, effect 4: recorded tool sha256:"));
         assert!(text.ends_with(r#"args.city: "Oslo" → "Rome""#), "{text}");
     }
 
@@ -585,6 +591,7 @@ mod tests {
             EntryKind::Clock,
             EntryKind::Random,
             EntryKind::Outcome,
+            EntryKind::Checkpoint,
         ] {
             assert_eq!(EntryKind::parse(kind.as_str()), Some(kind));
             assert_eq!(

@@ -92,7 +92,9 @@ pub use op::Op;
 pub use preview::{PREVIEW_CHARS, preview};
 pub use provider::{Delta, Provider, ProviderError};
 pub use steering::Steering;
-pub use tool::{FnTool, Tool, ToolDefinition, ToolError, ToolErrorKind, ToolScope, ToolSet};
+pub use tool::{
+    CallContext, FnTool, Tool, ToolDefinition, ToolError, ToolErrorKind, ToolScope, ToolSet,
+};
 pub use trace::{
     Checkpoint, Event, EventKind, EventType, Spend, SpendPart, Timestamp, Trace, TraceEntry,
     TraceId,

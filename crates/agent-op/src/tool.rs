@@ -39,6 +39,19 @@ pub trait Tool: Send + Sync {
     /// Runs the tool. A failure is a value ([`ToolError`]) the program can show the model.
     fn call(&self, args: Value) -> BoxFuture<'_, Result<Value, ToolError>>;
 
+    /// Calls the tool knowing the call's [`CallContext`] (its idempotency key). The default
+    /// ignores the context and calls [`call`](Tool::call); tools with side effects override
+    /// it to hand the key to the service they change, so that a call repeated after a crash
+    /// (a durable run resumed while the call was in flight) is recognized there.
+    fn call_in(
+        &self,
+        args: Value,
+        context: &CallContext,
+    ) -> BoxFuture<'_, Result<Value, ToolError>> {
+        let _ = context;
+        self.call(args)
+    }
+
     /// Whether the tool blocks the thread it runs on (CPU-heavy work, blocking I/O).
     fn is_blocking(&self) -> bool {
         false
@@ -146,6 +159,25 @@ impl ToolError {
         ToolError {
             kind: ToolErrorKind::NotOffered,
             message: message.into(),
+        }
+    }
+}
+
+/// What a tool call knows about itself besides its arguments (see [`Tool::call_in`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct CallContext {
+    /// `<run id>/<branch>/<event>`: the call's position in its run, the same every time the
+    /// run is replayed or resumed (a durable run keeps its id in its journal), different for
+    /// every call of the run.
+    pub idempotency_key: String,
+}
+
+impl CallContext {
+    /// A context with `idempotency_key`.
+    pub fn new(idempotency_key: impl Into<String>) -> CallContext {
+        CallContext {
+            idempotency_key: idempotency_key.into(),
         }
     }
 }

@@ -49,6 +49,11 @@
 //! - Telemetry: every run, model call, tool call, memory operation, branch and scope is a
 //!   `tracing` span named per the OpenTelemetry GenAI conventions; feature `otel` exports
 //!   them over OTLP (`effect_agents::otel::init("service")`).
+//! - [`journal`]: durable runs and replay — [`seq::run_durable`] commits every
+//!   nondeterministic result before the program sees it, [`seq::resume`] continues after a
+//!   crash without paying twice, [`seq::replay`] re-runs a journal with no calls at all (and
+//!   says where a changed program diverged); backends: a JSON Lines file, SQLite, PostgreSQL
+//!   (the same functions are in [`par`]).
 //! - [`prelude`]: what most programs need, in one `use`.
 //!
 //! ## Cargo features
@@ -63,6 +68,7 @@
 //! | `sqlite` | yes | [`memory::sqlite`], the SQLite memory backend (pulls in sqlx) |
 //! | `postgres` | no | `effect_agents::memory::postgres`, the PostgreSQL + pgvector memory backend (pulls in sqlx's Postgres driver and rustls) |
 //! | `local-embed` | no | `memory::LocalEmbedder`: a sentence-transformers BERT model (all-MiniLM-L6-v2, say) run on the CPU in pure Rust (pulls in candle and tokenizers) |
+//! | `journal` | yes | [`journal`], the journals of durable runs and replays: JSON Lines, SQLite (with `sqlite`), PostgreSQL (with `postgres`) |
 //! | `prompt` | yes | [`prompt`], the Prompt IR, token counting (pulls in bpe-openai) and the default context pipeline of `op::infer` |
 //!
 //! `#[derive(Merge)]` and [`op!`] work through this crate alone: a crate depending only on
@@ -116,6 +122,17 @@ pub mod agents {
 #[cfg_attr(docsrs, doc(cfg(feature = "otel")))]
 pub mod otel {
     pub use agent_otel::*;
+}
+
+/// Journals (`agent-journal`): where durable runs commit their nondeterministic results and
+/// replays read them. Run with a journal through [`seq::run_durable`], [`seq::resume`],
+/// [`seq::replay`], [`seq::replay_then_live`] and [`seq::resume_from`] (or their [`par`]
+/// twins).
+#[cfg(feature = "journal")]
+#[cfg_attr(docsrs, doc(cfg(feature = "journal")))]
+pub mod journal {
+    pub use agent_journal::*;
+    pub use agent_op::journal::{Divergence, Recorded, Request, diff_requests};
 }
 
 pub use agent_op::{agent, context, crdt, message, op, trace};

@@ -28,6 +28,7 @@ use crate::error::ErrorKind;
 
 mod effects;
 mod forks;
+mod journaled;
 mod stack;
 
 /// How many nodes run between checks of the abort token and deadlines (and cooperative
@@ -117,6 +118,13 @@ pub(crate) struct Machine<S, Sch> {
     span: tracing::Span,
     /// How many events this machine has recorded: the next event's sequence number.
     seq: u64,
+    /// How many journaled effects (model and tool calls, memory, steering, clock, random,
+    /// races, checkpoints) this machine started: the next one's [`Key::seq`](agent_op::journal::Key::seq). Counted
+    /// apart from events, since some effects record none.
+    effects: u64,
+    /// Whether this branch lost a race the journal recorded: where the journal ends, it
+    /// was cancelled.
+    doomed: bool,
 }
 
 impl<S, Sch> Machine<S, Sch>
@@ -143,6 +151,8 @@ where
             withheld: None,
             span,
             seq: 0,
+            effects: 0,
+            doomed: false,
         }
     }
 
@@ -590,6 +600,8 @@ mod tests {
             stream: false,
             checkpoints: std::sync::Mutex::new(Vec::new()),
             next_scope: std::sync::atomic::AtomicU64::new(0),
+            journal: None,
+            context_clock: None,
         });
         let log = BranchLog::new(TraceId::from("x"), None);
         let mut m: Machine<(), crate::Sequential> = Machine::root(
@@ -610,9 +622,10 @@ mod tests {
             std::mem::size_of_val(&run)
         );
         drop(run);
+        // Journaling added the effect's journal answer (16 bytes) and two small awaits.
         let infer = m.call_model(String::new(), Prompt::new());
         assert!(
-            std::mem::size_of_val(&infer) <= 1024,
+            std::mem::size_of_val(&infer) <= 1088,
             "{}",
             std::mem::size_of_val(&infer)
         );

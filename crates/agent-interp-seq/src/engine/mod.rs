@@ -3,6 +3,7 @@
 //! [`Scheduler`] that decides only *when* branches run.
 
 mod branch_log;
+pub(crate) mod journal;
 mod machine;
 pub mod scheduler;
 
@@ -14,11 +15,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_op::interp::{rebox, take_value};
+use agent_op::journal::{Entry, EntryKind, Journal, JournalError, Key};
 use agent_op::{Checkpoint, Op, Trace, TraceId};
+use chrono::{DateTime, Utc};
 
 use crate::config::Config;
 use crate::error::{ErrorKind, RunError};
 use branch_log::BranchLog;
+pub use journal::JournalReport;
+use journal::{Journaling, Mode};
 use machine::Machine;
 use scheduler::Scheduler;
 use scope::{ScopeExit, ScopeId};
@@ -62,6 +67,9 @@ pub struct Outcome<S, A> {
     pub state: S,
     /// The checkpoints taken, in order.
     pub checkpoints: Vec<Checkpoint>,
+    /// For a run with a journal (replayed, durable, resumed): what it took from the journal
+    /// and what it ran live.
+    pub journal: Option<JournalReport>,
 }
 
 impl<S, A> Outcome<S, A> {
@@ -80,6 +88,11 @@ pub(crate) struct Runtime<Sch> {
     pub(crate) stream: bool,
     pub(crate) checkpoints: Mutex<Vec<Checkpoint>>,
     pub(crate) next_scope: AtomicU64,
+    /// The run's journal, when it keeps one.
+    pub(crate) journal: Option<Arc<Journaling>>,
+    /// In a journaled run, the clock `infer`'s context pipeline reads: the run's recorded
+    /// start, so a replay compiles the same prompt.
+    pub(crate) context_clock: Option<DateTime<Utc>>,
 }
 
 impl<Sch> Runtime<Sch> {
@@ -196,12 +209,210 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         A: Send + 'static,
     {
         let id = config.trace_id.clone().unwrap_or_else(TraceId::random);
+        self.run_inner(config, state, program, id, None).await
+    }
+
+    /// Runs `program` with every nondeterministic effect (model and tool calls, memory,
+    /// steering, `now`, `random`, race outcomes) answered from `journal`: no provider call,
+    /// no tool execution, no memory access but what `op::infer`'s context sources read. The
+    /// result, final state and canonical trace are the recorded run's.
+    ///
+    /// A question the journal did not record at that position (another model, prompt,
+    /// tool or arguments), or a position the journal lacks (it is truncated, or from another
+    /// program), stops the run with [`ErrorKind::Divergence`], saying where and how the
+    /// requests differ.
+    pub async fn replay<S, A>(
+        &self,
+        config: &Config,
+        journal: &dyn Journal,
+        state: S,
+        program: Op<S, A>,
+    ) -> Result<Outcome<S, A>, RunError>
+    where
+        S: Clone + Send + 'static,
+        A: Send + 'static,
+    {
+        let entries = load(config, journal).await?;
+        let (id, started) = run_entry(config, &entries);
+        let journaling = Journaling::new(Mode::Replay, entries, None, false, id.clone());
+        self.run_inner(config, state, program, id, Some((journaling, started)))
+            .await
+    }
+
+    /// Replays `journal` as far as the program asks the same questions, then runs live:
+    /// every effect whose request matches the journal at its position is answered from it,
+    /// any other runs for real. For iterating on a prompt without paying for the unchanged
+    /// prefix. [`JournalReport::diverged`] says where the run first left the journal.
+    ///
+    /// With `record_to`, the new run is journaled there (replayed entries copied, live ones
+    /// committed before the program sees them), so it can be replayed or resumed in turn.
+    pub async fn replay_then_live<S, A>(
+        &self,
+        config: &Config,
+        journal: &dyn Journal,
+        record_to: Option<Arc<dyn Journal>>,
+        state: S,
+        program: Op<S, A>,
+    ) -> Result<Outcome<S, A>, RunError>
+    where
+        S: Clone + Send + 'static,
+        A: Send + 'static,
+    {
+        let entries = load(config, journal).await?;
+        self.live_from(config, entries, record_to, state, program)
+            .await
+    }
+
+    /// Runs `program` durably: every nondeterministic result is committed to `journal`
+    /// before the program sees it (write-ahead), so after a crash [`resume`](Engine::resume)
+    /// continues where the run stopped without repeating a committed call. `journal` must be
+    /// empty ([`JournalError::NotEmpty`] otherwise).
+    pub async fn run_durable<S, A>(
+        &self,
+        config: &Config,
+        journal: Arc<dyn Journal>,
+        state: S,
+        program: Op<S, A>,
+    ) -> Result<Outcome<S, A>, RunError>
+    where
+        S: Clone + Send + 'static,
+        A: Send + 'static,
+    {
+        let entries = load(config, &*journal).await?;
+        if !entries.is_empty() {
+            let error = JournalError::NotEmpty {
+                journal: journal.describe(),
+                entries: entries.len(),
+            };
+            return Err(not_started(config, ErrorKind::Journal(Box::new(error))));
+        }
+        self.resume(config, journal, state, program).await
+    }
+
+    /// Continues the durable run of `journal` (or starts it, if the journal is empty): the
+    /// committed prefix is replayed with no calls made, then the run goes on live, committing
+    /// as [`run_durable`](Engine::run_durable) does.
+    ///
+    /// At-least-once boundary: a call whose result was committed is never made again; a call
+    /// that was in flight when the process died (started, result not yet committed) is made
+    /// again. With concurrent branches, that is at most one call per branch running at the
+    /// crash. Tools with side effects can use the call's idempotency key
+    /// ([`agent_op::CallContext`]), which is the same in the resumed run.
+    ///
+    /// The program must be the one that was running: a changed request at a committed
+    /// position is an [`ErrorKind::Divergence`].
+    pub async fn resume<S, A>(
+        &self,
+        config: &Config,
+        journal: Arc<dyn Journal>,
+        state: S,
+        program: Op<S, A>,
+    ) -> Result<Outcome<S, A>, RunError>
+    where
+        S: Clone + Send + 'static,
+        A: Send + 'static,
+    {
+        let entries = load(config, &*journal).await?;
+        let fresh = !entries.iter().any(|e| e.kind == EntryKind::Run);
+        let (id, started) = run_entry(config, &entries);
+        if fresh {
+            let entry = run_marker(&id, started);
+            if let Err(error) = journal.append(std::slice::from_ref(&entry)).await {
+                return Err(not_started(config, ErrorKind::Journal(Box::new(error))));
+            }
+        }
+        let journaling = Journaling::new(Mode::Durable, entries, Some(journal), false, id.clone());
+        self.run_inner(config, state, program, id, Some((journaling, started)))
+            .await
+    }
+
+    /// Goes back to `checkpoint` of the durable run of `journal`: replays what the run had
+    /// committed when it took the checkpoint, then continues live (as
+    /// [`replay_then_live`](Engine::replay_then_live), optionally journaling the new run to
+    /// `record_to`). A checkpoint is a resume point: take another path from it after
+    /// changing the program or the world, without paying for what came before.
+    ///
+    /// Fails with [`ErrorKind::CheckpointNotJournaled`] if the journal has no marker of
+    /// `checkpoint` (markers are committed by durable runs).
+    pub async fn resume_from<S, A>(
+        &self,
+        config: &Config,
+        journal: &dyn Journal,
+        checkpoint: &Checkpoint,
+        record_to: Option<Arc<dyn Journal>>,
+        state: S,
+        program: Op<S, A>,
+    ) -> Result<Outcome<S, A>, RunError>
+    where
+        S: Clone + Send + 'static,
+        A: Send + 'static,
+    {
+        let entries = load(config, journal).await?;
+        let (id, _) = run_entry(config, &entries);
+        let Some(mut before) = journal::before_checkpoint(entries.clone(), &id, checkpoint) else {
+            return Err(not_started(
+                config,
+                ErrorKind::CheckpointNotJournaled {
+                    name: checkpoint.name.clone(),
+                },
+            ));
+        };
+        if let Some(run) = entries.into_iter().find(|e| e.kind == EntryKind::Run) {
+            before.insert(0, run);
+        }
+        self.live_from(config, before, record_to, state, program)
+            .await
+    }
+
+    async fn live_from<S, A>(
+        &self,
+        config: &Config,
+        entries: Vec<Entry>,
+        record_to: Option<Arc<dyn Journal>>,
+        state: S,
+        program: Op<S, A>,
+    ) -> Result<Outcome<S, A>, RunError>
+    where
+        S: Clone + Send + 'static,
+        A: Send + 'static,
+    {
+        let (id, started) = run_entry(config, &entries);
+        if let Some(sink) = &record_to {
+            let entry = run_marker(&id, started);
+            if let Err(error) = sink.append(std::slice::from_ref(&entry)).await {
+                return Err(not_started(config, ErrorKind::Journal(Box::new(error))));
+            }
+        }
+        let journaling =
+            Journaling::new(Mode::ReplayThenLive, entries, record_to, true, id.clone());
+        self.run_inner(config, state, program, id, Some((journaling, started)))
+            .await
+    }
+
+    async fn run_inner<S, A>(
+        &self,
+        config: &Config,
+        state: S,
+        program: Op<S, A>,
+        id: TraceId,
+        journal: Option<(Journaling, DateTime<Utc>)>,
+    ) -> Result<Outcome<S, A>, RunError>
+    where
+        S: Clone + Send + 'static,
+        A: Send + 'static,
+    {
+        let (journal, context_clock) = match journal {
+            Some((journal, started)) => (Some(Arc::new(journal)), Some(started)),
+            None => (None, None),
+        };
         let runtime = Arc::new(Runtime {
             config: config.clone(),
             scheduler: self.scheduler.clone(),
             stream: config.subscribers.iter().any(|s| s.wants_deltas()),
             checkpoints: Mutex::new(Vec::new()),
             next_scope: AtomicU64::new(0),
+            journal,
+            context_clock,
         });
         let span = spans::run(&id, config.name.as_deref());
         let root = BranchLog::new(id, None);
@@ -217,6 +428,15 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
             }));
         }
         let checkpoints = settle_checkpoints(&trace, runtime.take_checkpoints());
+        // Markers and race outcomes after the run's last commit.
+        let flushed = match &runtime.journal {
+            Some(journal) => journal.flush().await,
+            None => Ok(()),
+        };
+        let result = match (result, flushed) {
+            (Ok(_), Err(error)) => Err(Unwind::Fail(ErrorKind::Journal(Box::new(error)))),
+            (result, _) => result,
+        };
         let kind = match result.map(|mut value| take_value::<A>(&mut *value)) {
             Ok(Some(value)) => {
                 return Ok(Outcome {
@@ -224,6 +444,7 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
                     trace,
                     state: machine.state,
                     checkpoints,
+                    journal: runtime.journal.as_ref().map(|j| j.report()),
                 });
             }
             Ok(None) => ErrorKind::Internal(format!(
@@ -241,5 +462,57 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
             trace,
             checkpoints,
         })
+    }
+}
+
+/// The committed entries of `journal`, or the run error saying why they could not be read.
+async fn load(config: &Config, journal: &dyn Journal) -> Result<Vec<Entry>, RunError> {
+    journal
+        .entries()
+        .await
+        .map_err(|error| not_started(config, ErrorKind::Journal(Box::new(error))))
+}
+
+/// A run that failed before it started: an empty trace.
+fn not_started(config: &Config, kind: ErrorKind) -> RunError {
+    let id = config.trace_id.clone().unwrap_or_else(TraceId::random);
+    RunError {
+        kind,
+        trace: Trace::new(id),
+        checkpoints: Vec::new(),
+    }
+}
+
+/// The run's id and start time: the journal's (its run entry), else the config's id (or a
+/// new one) and now.
+fn run_entry(config: &Config, entries: &[Entry]) -> (TraceId, DateTime<Utc>) {
+    let recorded = entries
+        .iter()
+        .find(|e| e.kind == EntryKind::Run)
+        .and_then(|e| {
+            let id = e.result.get("trace_id")?.as_str()?;
+            let started = e
+                .result
+                .get("started_at")
+                .and_then(|t| serde_json::from_value::<DateTime<Utc>>(t.clone()).ok())
+                .unwrap_or_else(Utc::now);
+            Some((TraceId::from(id), started))
+        });
+    recorded.unwrap_or_else(|| {
+        (
+            config.trace_id.clone().unwrap_or_else(TraceId::random),
+            Utc::now(),
+        )
+    })
+}
+
+/// The journal entry recording a run's id and start.
+fn run_marker(id: &TraceId, started: DateTime<Utc>) -> Entry {
+    Entry {
+        key: Key::run(),
+        kind: EntryKind::Run,
+        fingerprint: agent_op::journal::fingerprint(&serde_json::json!({"run": null})),
+        request: serde_json::json!({"run": null}),
+        result: serde_json::json!({"trace_id": id, "started_at": started}),
     }
 }

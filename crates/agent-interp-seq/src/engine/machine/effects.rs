@@ -6,10 +6,11 @@ use std::sync::Arc;
 
 use agent_op::context::{ContextInput, ContextPipeline, ContextRequest};
 use agent_op::interp::{Effect, Feed, Node};
+use agent_op::journal::{EntryKind, Request};
 use agent_op::trace::event::{self, CheckpointReached, InferEnd, InferStart};
 use agent_op::{
-    Checkpoint, Event, EventKind, MemoryBackend, NewMemory, PREVIEW_CHARS, Prompt, Provider,
-    Response, ToolError, ToolSet, content_hash, preview,
+    CallContext, Checkpoint, Event, EventKind, MemoryBackend, NewMemory, PREVIEW_CHARS, Prompt,
+    Provider, ProviderError, Response, ToolError, ToolSet, content_hash, preview,
 };
 use chrono::Utc;
 use futures_util::FutureExt;
@@ -17,6 +18,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::journaled::Answer;
 use super::{Machine, count, micros, panic_message, value_preview};
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::{Admission, BudgetCell, Reservation, ScopeExit, ScopeId, WorstCase};
@@ -59,13 +61,9 @@ where
             }
             Effect::GetTrace => Ok(self.stack.feed(&mut Some(self.log.snapshot()))),
             Effect::TraceId => Ok(self.stack.feed(&mut Some(self.id.clone()))),
-            Effect::Check => {
-                let steering = self.rt.config.steering.pop();
-                if let Some(s) = &steering {
-                    self.record(EventKind::Steering(s.clone()));
-                }
-                Ok(self.stack.feed(&mut Some(steering)))
-            }
+            Effect::Check => Box::pin(self.next_steering()).await,
+            Effect::Now => Box::pin(self.now()).await,
+            Effect::Random => Box::pin(self.random()).await,
             Effect::AwaitSteering(limit) => Box::pin(self.await_steering(limit)).await,
             Effect::Remember(memory) => Box::pin(self.remember(memory)).await,
             Effect::Recall { query, limit } => Box::pin(self.recall(query, limit)).await,
@@ -137,10 +135,15 @@ where
         };
         let tools = self.tools_in_scope().definitions();
         let preparing = {
-            let input = ContextInput::new(&model, &request, &self.state, Utc::now())
-                .with_memory(self.rt.config.memory.as_ref())
-                .with_tools(&tools)
-                .with_concurrency(self.rt.scheduler.is_concurrent());
+            let input = ContextInput::new(
+                &model,
+                &request,
+                &self.state,
+                self.rt.context_clock.unwrap_or_else(Utc::now),
+            )
+            .with_memory(self.rt.config.memory.as_ref())
+            .with_tools(&tools)
+            .with_concurrency(self.rt.scheduler.is_concurrent());
             pipeline.prepare(input)
         };
         let mut prepared = match self.guarded(preparing).await? {
@@ -191,6 +194,9 @@ where
         } else {
             Reservation::new(WorstCase::default())
         };
+        let answer = self
+            .journal_answer(|| Request::model(&model, &prompt))
+            .await?;
         let iteration = self.iteration;
         let span = spans::chat(self.parent_span(), provider.name(), &model, self.seq);
         if self.rt.config.record_content {
@@ -210,7 +216,9 @@ where
         self.iteration = self.iteration.saturating_add(1);
         let started = Instant::now();
         // If this is interrupted, dropping `reservation` counts the call with unknown usage.
-        let result = if self.rt.stream {
+        let result = if let Answer::Replayed(value) = &answer {
+            Ok(self.journal_decode::<Result<Response, ProviderError>>((**value).clone())?)
+        } else if self.rt.stream {
             let rt = self.rt.clone();
             let id = self.id.clone();
             let mut forward = move |delta: agent_op::Delta| {
@@ -236,6 +244,7 @@ where
                 return Err(unwind);
             }
         };
+        self.journal_commit(&answer, &result).await?;
         let response = match result {
             Ok(response) => response,
             Err(error) => {
@@ -375,13 +384,18 @@ where
         };
         let content = self.rt.config.record_content;
         let recorded_args = (content && !span.is_disabled()).then(|| args.clone());
+        let answer = self.journal_answer(|| Request::tool(&name, &args)).await?;
+        let context = CallContext::new(self.idempotency_key(self.effects - 1));
         let started = Instant::now();
-        let result: Result<Value, ToolError> = if tool.is_blocking() {
+        let result: Result<Value, ToolError> = if let Answer::Replayed(value) = &answer {
+            self.journal_decode((**value).clone())?
+        } else if tool.is_blocking() {
             // Blocking work runs on tokio's blocking pool so it cannot stall other branches.
             // If the call is cancelled the thread finishes on its own; its result is dropped.
             // The span is not entered there: an abandoned call would hold it open past its end.
             let handle = tokio::runtime::Handle::current();
-            let task = tokio::task::spawn_blocking(move || handle.block_on(tool.call(args)));
+            let task =
+                tokio::task::spawn_blocking(move || handle.block_on(tool.call_in(args, &context)));
             let finished = self.guarded(task).await;
             match self.close_interrupted(&span, finished)? {
                 Ok(result) => result,
@@ -391,7 +405,7 @@ where
                 })),
             }
         } else {
-            let call = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call(args)));
+            let call = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call_in(args, &context)));
             match call {
                 Ok(fut) => {
                     let running = AssertUnwindSafe(fut)
@@ -406,6 +420,7 @@ where
                 Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
             }
         };
+        self.journal_commit(&answer, &result).await?;
         let output = match &result {
             Ok(value) => value_preview(value),
             Err(error) => preview(&error.to_string(), PREVIEW_CHARS),
@@ -428,6 +443,18 @@ where
         &mut self,
         limit: std::time::Duration,
     ) -> Result<Node<S>, Unwind> {
+        let answer = self
+            .journal_answer(|| {
+                Request::plain(
+                    EntryKind::Steering,
+                    serde_json::json!({"wait_steering_ms": limit.as_millis() as u64}),
+                )
+            })
+            .await?;
+        if let Answer::Replayed(value) = answer {
+            let steering: Option<agent_op::Steering> = self.journal_decode(*value)?;
+            return Ok(self.took_steering(steering));
+        }
         let queue = self.rt.config.steering.clone();
         let wait = async move {
             let deadline = tokio::time::Instant::now() + limit;
@@ -443,10 +470,70 @@ where
             }
         };
         let steering = self.guarded(wait).await?;
+        self.journal_commit(&answer, &steering).await?;
+        Ok(self.took_steering(steering))
+    }
+
+    /// `op::next_steering`: the next message, if one is waiting.
+    pub(super) async fn next_steering(&mut self) -> Result<Node<S>, Unwind> {
+        let answer = self
+            .journal_answer(|| {
+                Request::plain(
+                    EntryKind::Steering,
+                    serde_json::json!({"next_steering": null}),
+                )
+            })
+            .await?;
+        let steering = match &answer {
+            Answer::Replayed(value) => self.journal_decode((**value).clone())?,
+            _ => self.rt.config.steering.pop(),
+        };
+        self.journal_commit(&answer, &steering).await?;
+        Ok(self.took_steering(steering))
+    }
+
+    /// Records a steering message taken and feeds it on.
+    fn took_steering(&mut self, steering: Option<agent_op::Steering>) -> Node<S> {
         if let Some(s) = &steering {
             self.record(EventKind::Steering(s.clone()));
         }
-        Ok(self.stack.feed(&mut Some(steering)))
+        self.stack.feed(&mut Some(steering))
+    }
+
+    /// `op::now`: the clock, journaled.
+    pub(super) async fn now(&mut self) -> Result<Node<S>, Unwind> {
+        let answer = self
+            .journal_answer(|| Request::plain(EntryKind::Clock, serde_json::json!({"now": null})))
+            .await?;
+        let now: chrono::DateTime<Utc> = match &answer {
+            Answer::Replayed(value) => self.journal_decode((**value).clone())?,
+            _ => Utc::now(),
+        };
+        self.journal_commit(&answer, &now).await?;
+        Ok(self.stack.feed(&mut Some(now)))
+    }
+
+    /// `op::random`: a random `u64`, journaled.
+    pub(super) async fn random(&mut self) -> Result<Node<S>, Unwind> {
+        let answer = self
+            .journal_answer(|| {
+                Request::plain(EntryKind::Random, serde_json::json!({"random": "u64"}))
+            })
+            .await?;
+        let n: u64 = match &answer {
+            Answer::Replayed(value) => self.journal_decode((**value).clone())?,
+            _ => fastrand::u64(..),
+        };
+        self.journal_commit(&answer, &n).await?;
+        Ok(self.stack.feed(&mut Some(n)))
+    }
+
+    /// The idempotency key of this branch's effect number `n`.
+    fn idempotency_key(&self, n: u64) -> String {
+        match &self.rt.journal {
+            Some(journal) => journal.idempotency_key(&self.id, n),
+            None => format!("{}/{n}", self.id),
+        }
     }
 
     pub(super) fn memory(&mut self) -> Result<Arc<dyn MemoryBackend>, Unwind> {
@@ -461,11 +548,26 @@ where
         let content_preview = preview(&memory.content, PREVIEW_CHARS);
         let hash = content_hash(&memory.content);
         let tags = memory.tags.clone();
+        let answer = self
+            .journal_answer(|| {
+                Request::plain(
+                    EntryKind::Memory,
+                    serde_json::json!({"remember": &hash, "context": &memory.context, "tags": &tags}),
+                )
+            })
+            .await?;
         let span = spans::memory(self.parent_span(), "remember", self.seq);
-        let stored = backend.store(memory).instrument(span.clone());
-        let finished = self.guarded(stored).await;
+        let finished = if let Answer::Replayed(value) = &answer {
+            Ok(Ok(
+                self.journal_decode::<agent_op::MemoryId>((**value).clone())?
+            ))
+        } else {
+            let stored = backend.store(memory).instrument(span.clone());
+            self.guarded(stored).await
+        };
         match self.close_interrupted(&span, finished)? {
             Ok(id) => {
+                self.journal_commit(&answer, &id).await?;
                 spans::last_event(&span, self.seq);
                 self.record(EventKind::Remember(event::Remember {
                     id: id.clone(),
@@ -486,12 +588,21 @@ where
 
     pub(super) async fn forget(&mut self, id: agent_op::MemoryId) -> Result<Node<S>, Unwind> {
         let backend = self.memory()?;
+        let answer = self
+            .journal_answer(|| {
+                Request::plain(EntryKind::Memory, serde_json::json!({"forget": &id}))
+            })
+            .await?;
         let span = spans::memory(self.parent_span(), "forget", self.seq);
-        let finished = self
-            .guarded(backend.delete(&id).instrument(span.clone()))
-            .await;
+        let finished = if let Answer::Replayed(value) = &answer {
+            Ok(Ok(self.journal_decode::<bool>((**value).clone())?))
+        } else {
+            self.guarded(backend.delete(&id).instrument(span.clone()))
+                .await
+        };
         match self.close_interrupted(&span, finished)? {
             Ok(existed) => {
+                self.journal_commit(&answer, &existed).await?;
                 spans::last_event(&span, self.seq);
                 self.record(EventKind::Forget(event::Forget { id, existed }));
                 Ok(self.stack.feed(&mut Some(existed)))
@@ -507,18 +618,32 @@ where
 
     pub(super) async fn recall(&mut self, query: String, limit: usize) -> Result<Node<S>, Unwind> {
         let backend = self.memory()?;
+        let answer = self
+            .journal_answer(|| {
+                Request::plain(
+                    EntryKind::Recall,
+                    serde_json::json!({"recall": &query, "limit": limit}),
+                )
+            })
+            .await?;
         let span = spans::memory(self.parent_span(), "recall", self.seq);
-        let finished = self
-            .guarded(backend.search(&query, limit).instrument(span.clone()))
-            .await;
+        let finished = if let Answer::Replayed(value) = &answer {
+            Ok(Ok(self.journal_decode::<Vec<agent_op::MemoryEntry>>(
+                (**value).clone(),
+            )?))
+        } else {
+            self.guarded(backend.search(&query, limit).instrument(span.clone()))
+                .await
+                .map(|found| found.map(|hits| hits.into_iter().map(|hit| hit.entry).collect()))
+        };
         match self.close_interrupted(&span, finished)? {
-            Ok(hits) => {
+            Ok(entries) => {
+                self.journal_commit(&answer, &entries).await?;
                 span.record(
                     "effect_agents.memory.results",
-                    spans::int(hits.len() as u64),
+                    spans::int(entries.len() as u64),
                 );
                 spans::last_event(&span, self.seq);
-                let entries: Vec<_> = hits.into_iter().map(|hit| hit.entry).collect();
                 self.record(EventKind::Recall(event::Recall {
                     query_preview: preview(&query, PREVIEW_CHARS),
                     query_hash: content_hash(&query),
@@ -551,9 +676,11 @@ where
         // One clock read for the event and the checkpoint: they are the same moment.
         let at = Utc::now();
         let _span = spans::checkpoint(self.parent_span(), &name, self.seq);
+        let n = self.next_effect();
         let reached = CheckpointReached { name: name.clone() };
         self.record_event(Event::at(at, EventKind::Checkpoint(reached)));
         let checkpoint = Checkpoint::new(name, self.id.clone(), self.log.count(), state, at);
+        self.journal_checkpoint(n, &checkpoint);
         for subscriber in &self.rt.config.subscribers {
             let _ = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 subscriber.on_checkpoint(&checkpoint);

@@ -38,6 +38,8 @@ where
             withheld: self.withheld.clone(),
             span,
             seq: 0,
+            effects: 0,
+            doomed: self.doomed,
         }
     }
 
@@ -66,6 +68,7 @@ where
                 max: MAX_FORK_DEPTH,
             }));
         }
+        let (fork_seq, winner) = self.race_position(kind);
         let first = self.forked;
         self.forked += branches.len();
         let ids: Vec<TraceId> = (first..self.forked).map(|i| self.id.child(i)).collect();
@@ -95,8 +98,10 @@ where
             .into_iter()
             .zip(&logs)
             .zip(&branch_spans)
-            .map(|((node, log), span)| {
+            .enumerate()
+            .map(|(i, ((node, log), span))| {
                 let mut machine = self.branch(log.clone(), inherited.clone(), finish, span.clone());
+                machine.doom_unless_winner(winner, i);
                 // Held as a `Subtree` until the branch starts: a branch cancelled before its
                 // first poll drops its program without recursion.
                 Box::pin(async move {
@@ -110,11 +115,8 @@ where
                 }) as BranchFuture<S>
             })
             .collect();
-        let scheduled = match kind {
-            ForkKind::Race => self.rt.scheduler.run_race(futures),
-            // `kind` is one of the two set above.
-            _ => self.rt.scheduler.run_par(futures),
-        };
+        let branch_count = futures.len();
+        let scheduled = self.schedule(kind, winner, futures);
         let outcomes = match self.guarded(scheduled).await {
             Ok(outcomes) => outcomes,
             Err(unwind) => {
@@ -131,7 +133,12 @@ where
         };
         let joined = match par {
             Some((merge, collect)) => self.join_par(ids, &logs, outcomes, merge, collect),
-            None => self.join_race(ids, &logs, outcomes, &fork_span),
+            None => self
+                .join_race(ids, &logs, outcomes, &fork_span)
+                .map(|(next, won)| {
+                    self.journal_race_won(fork_seq, branch_count, won);
+                    next
+                }),
         };
         for (log, span) in logs.iter().zip(&branch_spans) {
             if log.is_cancelled() {
@@ -143,6 +150,40 @@ where
         }
         spans::last_event(&fork_span, self.last_seq());
         joined
+    }
+
+    /// The journal position of a race about to fork (its effect number), and its recorded
+    /// winner if the journal has one. Apart from `fork_inner`, whose frame every level of a
+    /// fork nest carries.
+    fn race_position(&mut self, kind: ForkKind) -> (u64, Option<usize>) {
+        match kind {
+            ForkKind::Race => {
+                let n = self.next_effect();
+                (n, self.journal_race_winner(n))
+            }
+            _ => (0, None),
+        }
+    }
+
+    /// The losers of a recorded race: where their journal ends, they were cut off.
+    fn doom_unless_winner(&mut self, winner: Option<usize>, index: usize) {
+        self.doomed |= winner.is_some_and(|w| w != index);
+    }
+
+    /// Hands the branches to the scheduler (a recorded race's winner is known, whatever
+    /// the scheduler).
+    fn schedule(
+        &self,
+        kind: ForkKind,
+        winner: Option<usize>,
+        futures: Vec<BranchFuture<S>>,
+    ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>> {
+        match (kind, winner) {
+            (ForkKind::Race, Some(w)) => Box::pin(replay_race(futures, w)),
+            (ForkKind::Race, None) => self.rt.scheduler.run_race(futures),
+            // `kind` is one of the two `fork_inner` sets.
+            _ => self.rt.scheduler.run_par(futures),
+        }
     }
 
     /// Marks every branch after `decided` (and any branch that did not finish) cancelled: the
@@ -224,7 +265,7 @@ where
         logs: &[Arc<BranchLog>],
         outcomes: Vec<Option<BranchOutcome<S>>>,
         fork_span: &tracing::Span,
-    ) -> Result<Node<S>, Unwind> {
+    ) -> Result<(Node<S>, usize), Unwind> {
         let decided = outcomes
             .iter()
             .position(|o| o.as_ref().is_some_and(BranchOutcome::interrupted))
@@ -248,7 +289,7 @@ where
                             branch_ids: ids,
                             winner: Some(count(decided)),
                         }));
-                        Ok(self.stack.feed(&mut *value))
+                        Ok((self.stack.feed(&mut *value), decided))
                     }
                     Err(interrupt) => Err(interrupt),
                 }
@@ -268,4 +309,32 @@ where
             }
         }
     }
+}
+
+/// Runs a recorded race again: branches up to the recorded `winner` run concurrently until
+/// the winner finishes (the others were cut off in the recording wherever their journal
+/// ends, or failed); the winner decides it. A loser that succeeds here finished after the
+/// race was decided in the recording, so it counts as cancelled, as it was.
+async fn replay_race<S: Send + 'static>(
+    branches: Vec<BranchFuture<S>>,
+    winner: usize,
+) -> Vec<Option<BranchOutcome<S>>> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+
+    let mut outcomes: Vec<Option<BranchOutcome<S>>> = branches.iter().map(|_| None).collect();
+    let mut running: FuturesUnordered<_> = branches
+        .into_iter()
+        .enumerate()
+        .take(winner.saturating_add(1))
+        .map(|(i, branch)| async move { (i, branch.await) })
+        .collect();
+    while let Some((i, outcome)) = running.next().await {
+        if i == winner || !outcome.succeeded() {
+            outcomes[i] = Some(outcome);
+        }
+        if i == winner {
+            break;
+        }
+    }
+    outcomes
 }

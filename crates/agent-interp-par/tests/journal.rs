@@ -1,0 +1,654 @@
+//! Journaled runs under both interpreters: durable runs commit every nondeterministic result,
+//! replays answer from the journal with no calls at all, a changed program diverges with a
+//! typed error, replay-then-live pays only for what changed, resume continues a cut-off run,
+//! and checkpoints are resume points.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_interp_seq::{Config, ErrorKind, Outcome, RunError};
+use agent_journal::{Entry, EntryKind, Fsync, Journal, JsonlJournal, SqliteJournal};
+use agent_memory::InMemoryBackend;
+use agent_op::crdt::AppendLog;
+use agent_op::journal::{Divergence, Key};
+use agent_op::{
+    BoxFuture, CallContext, FnTool, Merge, Op, Prompt, Response, Steering, Tool, ToolError,
+    TraceId, op,
+};
+use agent_provider::ScriptedProvider;
+use serde_json::{Value, json};
+
+#[derive(Clone, Debug, Default, PartialEq, Merge, serde::Serialize)]
+struct St {
+    log: AppendLog<String>,
+}
+
+/// Counts what a run really did: model calls, tool runs.
+#[derive(Clone, Default)]
+struct Counts {
+    model: Arc<AtomicUsize>,
+    tools: Arc<AtomicUsize>,
+}
+
+impl Counts {
+    fn model(&self) -> usize {
+        self.model.load(Ordering::SeqCst)
+    }
+    fn tools(&self) -> usize {
+        self.tools.load(Ordering::SeqCst)
+    }
+}
+
+/// A config whose provider answers from the prompt (`reply to <last message>`, after
+/// `latency` for the message `slow`) and whose tools double numbers; `counts` sees every
+/// call.
+fn config(counts: &Counts) -> Config {
+    let model = counts.model.clone();
+    let provider = ScriptedProvider::from_fn(move |_, prompt: &Prompt| {
+        model.fetch_add(1, Ordering::SeqCst);
+        let last = prompt
+            .messages
+            .last()
+            .map(|m| m.content().to_owned())
+            .unwrap_or_default();
+        Ok(Response::text(format!("reply to {last}")).with_usage(10, 3))
+    });
+    let tools = counts.tools.clone();
+    let double = FnTool::new("double", "doubles n", json!({}), move |args: Value| {
+        let tools = tools.clone();
+        async move {
+            tools.fetch_add(1, Ordering::SeqCst);
+            let ms = args["ms"].as_u64().unwrap_or(0);
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            match args["n"].as_i64() {
+                Some(n) => Ok(json!(n * 2)),
+                None => Err(ToolError::invalid_arguments("n must be a number")),
+            }
+        }
+    });
+    let config = Config::new()
+        .provider(provider)
+        .tool(double)
+        .memory(InMemoryBackend::new())
+        .trace_id("calm-owl-1234");
+    config.steering_queue().push(Steering::new("be brief"));
+    config
+}
+
+fn ask(q: &str) -> Op<St, String> {
+    op::infer_raw("m", Prompt::new().user(q)).map(|r| r.content)
+}
+
+/// One of everything the journal records: clock, randomness, model and tool calls (a tool
+/// error among them), a `par`, a `race` whose winner is the second branch, memory, steering
+/// and a checkpoint.
+fn program(topic: &'static str) -> Op<St, String> {
+    op::now().and_then(move |t| {
+        op::random().and_then(move |r| {
+            ask(topic).and_then(move |plan| {
+                op::tool("double", json!({"n": 21})).and_then(move |doubled| {
+                    op::tool("double", json!({"n": "x"})).and_then(move |bad| {
+                        op::par(vec![
+                            ask("left").and_then(|a| {
+                                op::modify_as(move |s: &mut St, me| s.log.append(a, me))
+                            }),
+                            ask("right").and_then(|a| {
+                                op::modify_as(move |s: &mut St, me| s.log.append(a, me))
+                            }),
+                        ])
+                        .and_then(move |_| {
+                            op::race(vec![
+                                // Slow, then gives up: under the sequential interpreter it
+                                // fails first; under the concurrent one it is cut off
+                                // mid-call when the other branch wins.
+                                op::tool("double", json!({"n": 1, "ms": 200}))
+                                    .and_then(|_| op::fail("the slow branch gives up")),
+                                ask("fast"),
+                            ])
+                            .and_then(move |won| {
+                                op::remember("a note about Oslo", "test", Vec::new()).and_then(move |id| {
+                                    op::recall("Oslo", 3).and_then(move |hits| {
+                                        op::next_steering().and_then(move |steer| {
+                                            op::checkpoint("end").map(move |_| {
+                                                format!(
+                                                    "{t}|{r}|{plan}|{doubled:?}|{bad:?}|{won}|{id}|{}|{steer:?}",
+                                                    hits.len()
+                                                )
+                                            })
+                                        })
+                                    })
+                                })
+                            })
+                        })
+                    })
+                })
+            })
+        })
+    })
+}
+
+type Canonical = std::collections::BTreeMap<TraceId, Vec<agent_op::EventKind>>;
+
+fn summary(o: &Outcome<St, String>) -> (String, St, Canonical) {
+    (o.value.clone(), o.state.clone(), o.trace.canonical())
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+}
+
+async fn sqlite(dir: &tempfile::TempDir, name: &str) -> Arc<SqliteJournal> {
+    Arc::new(SqliteJournal::open(dir.path().join(name)).await.unwrap())
+}
+
+#[test]
+fn a_durable_run_replays_under_both_interpreters_with_no_calls() {
+    rt().block_on(async {
+        for record_par in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let journal = sqlite(&dir, "run.db").await;
+            let live = Counts::default();
+            let recorded = if record_par {
+                agent_interp_par::run_durable(&config(&live), journal.clone(), St::default(), program("Oslo")).await
+            } else {
+                agent_interp_seq::run_durable(&config(&live), journal.clone(), St::default(), program("Oslo")).await
+            }
+            .unwrap();
+            assert_eq!((live.model(), live.tools()), (4, 3), "the recording ran live");
+            let report = recorded.journal.clone().unwrap();
+            assert_eq!(report.replayed, 0);
+            let entries = journal.entries().await.unwrap();
+            let kinds: Vec<EntryKind> = entries.iter().map(|e| e.kind).collect();
+            for kind in [
+                EntryKind::Run,
+                EntryKind::Clock,
+                EntryKind::Random,
+                EntryKind::Model,
+                EntryKind::Tool,
+                EntryKind::Outcome,
+                EntryKind::Memory,
+                EntryKind::Recall,
+                EntryKind::Steering,
+                EntryKind::Checkpoint,
+            ] {
+                assert!(kinds.contains(&kind), "{kind:?} journaled: {kinds:?}");
+            }
+            assert!(recorded.value.contains("reply to fast"), "{}", recorded.value);
+
+            for replay_par in [false, true] {
+                let replay = Counts::default();
+                let config = config(&replay);
+                let replayed = if replay_par {
+                    agent_interp_par::replay(&config, &*journal, St::default(), program("Oslo")).await
+                } else {
+                    agent_interp_seq::replay(&config, &*journal, St::default(), program("Oslo")).await
+                }
+                .unwrap();
+                assert_eq!((replay.model(), replay.tools()), (0, 0), "no calls at all");
+                assert_eq!(summary(&replayed), summary(&recorded), "recorded under par: {record_par}, replayed under par: {replay_par}");
+                assert_eq!(replayed.checkpoints.len(), 1);
+                // The steering queue was not consumed: the message came from the journal.
+                assert!(config.steering_queue().pop().is_some());
+                let report = replayed.journal.unwrap();
+                assert_eq!(report.live, 0);
+                assert_eq!(report.replayed as usize, entries.len() - 1 - 2, "every entry but the run's, the race outcome and the checkpoint marker answered an effect");
+            }
+        }
+    });
+}
+
+fn divergence(error: RunError) -> Divergence {
+    match error.kind.root_cause() {
+        ErrorKind::Divergence(d) => (**d).clone(),
+        other => panic!("not a divergence: {other}"),
+    }
+}
+
+#[test]
+fn a_changed_prompt_diverges_where_it_changed_and_says_how() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = sqlite(&dir, "run.db").await;
+        agent_interp_seq::run_durable(
+            &config(&Counts::default()),
+            journal.clone(),
+            St::default(),
+            program("Oslo"),
+        )
+        .await
+        .unwrap();
+        for par in [false, true] {
+            let counts = Counts::default();
+            let result = if par {
+                agent_interp_par::replay(
+                    &config(&counts),
+                    &*journal,
+                    St::default(),
+                    program("Rome"),
+                )
+                .await
+            } else {
+                agent_interp_seq::replay(
+                    &config(&counts),
+                    &*journal,
+                    St::default(),
+                    program("Rome"),
+                )
+                .await
+            };
+            let error = result.unwrap_err();
+            // The failure is in the trace, like any other.
+            assert!(
+                error
+                    .trace
+                    .events
+                    .iter()
+                    .any(|e| matches!(&e.event.kind, agent_op::EventKind::Error(_)))
+            );
+            let d = divergence(error);
+            assert_eq!(
+                d.key,
+                Key {
+                    branch: String::new(),
+                    seq: 2
+                },
+                "the first model call, after the clock and the random number"
+            );
+            let recorded = d.recorded.clone().unwrap();
+            assert_ne!(recorded.fingerprint, d.requested.fingerprint);
+            assert_eq!(d.diff(), r#"messages[0].text: "Oslo" → "Rome""#);
+            let text = d.to_string();
+            assert!(
+                text.starts_with("replay diverged at run, effect 2: recorded model sha256:"),
+                "{text}"
+            );
+            assert_eq!(counts.model(), 0);
+        }
+    });
+}
+
+#[test]
+fn another_programs_journal_diverges_at_its_first_effect() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = sqlite(&dir, "other.db").await;
+        let other: Op<St, String> = op::tool("double", json!({"n": 2})).map(|r| format!("{r:?}"));
+        agent_interp_seq::run_durable(
+            &config(&Counts::default()),
+            journal.clone(),
+            St::default(),
+            other,
+        )
+        .await
+        .unwrap();
+        let error = agent_interp_par::replay(
+            &config(&Counts::default()),
+            &*journal,
+            St::default(),
+            program("Oslo"),
+        )
+        .await
+        .unwrap_err();
+        let d = divergence(error);
+        // `now` asked where the other program called a tool.
+        assert_eq!(d.key.seq, 0);
+        assert_eq!(d.recorded.as_ref().unwrap().kind, EntryKind::Tool);
+        assert_eq!(
+            d.diff(),
+            "the journal recorded a tool call here; the program asked for a clock call"
+        );
+    });
+}
+
+#[test]
+fn a_truncated_journal_replays_its_prefix_then_says_where_it_ended() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let full = sqlite(&dir, "full.db").await;
+        agent_interp_seq::run_durable(
+            &config(&Counts::default()),
+            full.clone(),
+            St::default(),
+            program("Oslo"),
+        )
+        .await
+        .unwrap();
+        let entries = full.entries().await.unwrap();
+        // The run entry, clock, random and the first model call.
+        let cut = Arc::new(JsonlJournal::open(dir.path().join("cut.jsonl"), Fsync::Never).unwrap());
+        cut.append(&entries[..4]).await.unwrap();
+        let counts = Counts::default();
+        let error =
+            agent_interp_seq::replay(&config(&counts), &*cut, St::default(), program("Oslo"))
+                .await
+                .unwrap_err();
+        let d = divergence(error);
+        assert!(d.recorded.is_none());
+        assert_eq!(d.requested.kind, EntryKind::Tool);
+        assert!(d.to_string().contains("the journal ends before it"), "{d}");
+        assert_eq!((counts.model(), counts.tools()), (0, 0));
+    });
+}
+
+#[test]
+fn replay_then_live_pays_only_for_what_changed() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = sqlite(&dir, "run.db").await;
+        let program = |last: &'static str| -> Op<St, String> {
+            ask("one").and_then(move |a| {
+                ask("two").and_then(move |b| ask(last).map(move |c| format!("{a}/{b}/{c}")))
+            })
+        };
+        agent_interp_seq::run_durable(
+            &config(&Counts::default()),
+            journal.clone(),
+            St::default(),
+            program("three"),
+        )
+        .await
+        .unwrap();
+        for par in [false, true] {
+            let counts = Counts::default();
+            let new = sqlite(&dir, &format!("new-{par}.db")).await;
+            let config = config(&counts);
+            let outcome = if par {
+                agent_interp_par::replay_then_live(
+                    &config,
+                    &*journal,
+                    Some(new.clone()),
+                    St::default(),
+                    program("THREE"),
+                )
+                .await
+            } else {
+                agent_interp_seq::replay_then_live(
+                    &config,
+                    &*journal,
+                    Some(new.clone()),
+                    St::default(),
+                    program("THREE"),
+                )
+                .await
+            }
+            .unwrap();
+            assert_eq!(counts.model(), 1, "only the changed call was made");
+            assert_eq!(outcome.value, "reply to one/reply to two/reply to THREE");
+            let report = outcome.journal.unwrap();
+            assert_eq!((report.replayed, report.live), (2, 1));
+            let diverged = report.diverged.unwrap();
+            assert_eq!(diverged.key.seq, 2);
+            assert_eq!(diverged.diff(), r#"messages[0].text: "three" → "THREE""#);
+            // The new journal holds the whole new run: replaying it makes no call.
+            let again = Counts::default();
+            let replayed = agent_interp_seq::replay(
+                &config_like(&again),
+                &*new,
+                St::default(),
+                program("THREE"),
+            )
+            .await
+            .unwrap();
+            assert_eq!(replayed.value, outcome.value);
+            assert_eq!(again.model(), 0);
+        }
+    });
+}
+
+fn config_like(counts: &Counts) -> Config {
+    config(counts)
+}
+
+#[test]
+fn resume_continues_a_cut_off_run_without_repeating_committed_calls() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let full = sqlite(&dir, "full.db").await;
+        let steps = |n: u64| -> Op<St, String> {
+            op::loop_fn((0u64, String::new()), move |(i, acc)| {
+                if i == n {
+                    return op::pure(std::ops::ControlFlow::Break(acc));
+                }
+                ask(&format!("step {i} after {}", acc.len())).map(move |r| {
+                    std::ops::ControlFlow::Continue((i + 1, format!("{acc}{}", r.len())))
+                })
+            })
+        };
+        let whole = agent_interp_seq::run_durable(
+            &config(&Counts::default()),
+            full.clone(),
+            St::default(),
+            steps(10),
+        )
+        .await
+        .unwrap();
+        let entries = full.entries().await.unwrap();
+        assert_eq!(entries.len(), 11);
+        for par in [false, true] {
+            // A crash after 4 committed calls: the journal holds the run entry and those.
+            let cut = Arc::new(
+                JsonlJournal::open(
+                    dir.path().join(format!("cut-{par}.jsonl")),
+                    Fsync::EveryEntry,
+                )
+                .unwrap(),
+            );
+            cut.append(&entries[..5]).await.unwrap();
+            let counts = Counts::default();
+            let resumed = if par {
+                agent_interp_par::resume(&config(&counts), cut.clone(), St::default(), steps(10))
+                    .await
+            } else {
+                agent_interp_seq::resume(&config(&counts), cut.clone(), St::default(), steps(10))
+                    .await
+            }
+            .unwrap();
+            assert_eq!(
+                counts.model(),
+                6,
+                "the 4 committed calls were not made again"
+            );
+            assert_eq!(resumed.value, whole.value);
+            assert_eq!(resumed.trace.canonical(), whole.trace.canonical());
+            assert_eq!(resumed.trace.id, whole.trace.id, "the run keeps its id");
+            assert_eq!(
+                cut.entries().await.unwrap(),
+                entries,
+                "the journal is whole again"
+            );
+            let report = resumed.journal.unwrap();
+            assert_eq!((report.replayed, report.live), (4, 6));
+        }
+        // A finished journal resumes to the same result with no calls.
+        let counts = Counts::default();
+        let again =
+            agent_interp_seq::resume(&config(&counts), full.clone(), St::default(), steps(10))
+                .await
+                .unwrap();
+        assert_eq!((again.value, counts.model()), (whole.value, 0));
+    });
+}
+
+#[test]
+fn a_journal_that_is_not_empty_is_not_started_again() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = sqlite(&dir, "run.db").await;
+        agent_interp_seq::run_durable(
+            &config(&Counts::default()),
+            journal.clone(),
+            St::default(),
+            ask("hi"),
+        )
+        .await
+        .unwrap();
+        let error = agent_interp_seq::run_durable(
+            &config(&Counts::default()),
+            journal.clone(),
+            St::default(),
+            ask("hi"),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(
+                &error.kind,
+                ErrorKind::Journal(e) if matches!(**e, agent_journal::JournalError::NotEmpty { entries: 2, .. })
+            ),
+            "{}",
+            error.kind
+        );
+    });
+}
+
+#[test]
+fn a_checkpoint_is_a_resume_point() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = sqlite(&dir, "run.db").await;
+        let program = |then: &'static str| -> Op<St, String> {
+            ask("research").and_then(move |notes| {
+                op::modify_as(move |s: &mut St, me| s.log.append(notes, me))
+                    .and_then(|_| op::checkpoint("researched"))
+                    .and_then(move |_| ask(then))
+            })
+        };
+        let first = agent_interp_seq::run_durable(
+            &config(&Counts::default()),
+            journal.clone(),
+            St::default(),
+            program("write a poem"),
+        )
+        .await
+        .unwrap();
+        let checkpoint = first.checkpoints[0].clone();
+        for par in [false, true] {
+            let counts = Counts::default();
+            let other = if par {
+                agent_interp_par::resume_from(
+                    &config(&counts),
+                    &*journal,
+                    &checkpoint,
+                    None,
+                    St::default(),
+                    program("write an essay"),
+                )
+                .await
+            } else {
+                agent_interp_seq::resume_from(
+                    &config(&counts),
+                    &*journal,
+                    &checkpoint,
+                    None,
+                    St::default(),
+                    program("write an essay"),
+                )
+                .await
+            }
+            .unwrap();
+            assert_eq!(
+                counts.model(),
+                1,
+                "the research before the checkpoint was replayed"
+            );
+            assert_eq!(other.value, "reply to write an essay");
+            assert_eq!(
+                other.checkpoints[0].state, checkpoint.state,
+                "the same state at the checkpoint"
+            );
+        }
+        // A checkpoint the journal has no marker of.
+        let mut stranger = checkpoint.clone();
+        stranger.name = "elsewhere".into();
+        let error = agent_interp_seq::resume_from(
+            &config(&Counts::default()),
+            &*journal,
+            &stranger,
+            None,
+            St::default(),
+            program("x"),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(error.kind, ErrorKind::CheckpointNotJournaled { .. }),
+            "{}",
+            error.kind
+        );
+    });
+}
+
+/// A side-effecting tool that records the idempotency key of every call it runs.
+struct Charge {
+    keys: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Tool for Charge {
+    fn name(&self) -> &str {
+        "charge"
+    }
+    fn description(&self) -> &str {
+        "charges a card"
+    }
+    fn parameters(&self) -> Value {
+        json!({})
+    }
+    fn call(&self, _args: Value) -> BoxFuture<'_, Result<Value, ToolError>> {
+        Box::pin(async { Err(ToolError::failed("needs an idempotency key")) })
+    }
+    fn call_in(
+        &self,
+        _args: Value,
+        context: &CallContext,
+    ) -> BoxFuture<'_, Result<Value, ToolError>> {
+        self.keys
+            .lock()
+            .unwrap()
+            .push(context.idempotency_key.clone());
+        Box::pin(async { Ok(json!("charged")) })
+    }
+}
+
+#[test]
+fn side_effecting_tools_get_the_same_idempotency_key_when_a_call_is_repeated() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let keys = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let config = config(&Counts::default()).tool(Charge { keys: keys.clone() });
+        let program = || -> Op<St, String> {
+            op::par(vec![
+                op::tool("charge", json!({})),
+                op::tool("charge", json!({})),
+            ])
+            .map(|r| format!("{r:?}"))
+        };
+        let journal = sqlite(&dir, "charges.db").await;
+        agent_interp_seq::run_durable(&config, journal.clone(), St::default(), program())
+            .await
+            .unwrap();
+        let first = keys.lock().unwrap().clone();
+        assert_eq!(first, ["calm-owl-1234/0/0", "calm-owl-1234/1/0"]);
+        // The second charge was in flight at a crash: its entry never reached the journal.
+        let entries = journal.entries().await.unwrap();
+        let cut =
+            Arc::new(JsonlJournal::open(dir.path().join("cut.jsonl"), Fsync::EveryEntry).unwrap());
+        let kept: Vec<Entry> = entries
+            .into_iter()
+            .filter(|e| e.key.branch != "1")
+            .collect();
+        cut.append(&kept).await.unwrap();
+        keys.lock().unwrap().clear();
+        agent_interp_par::resume(&config, cut, St::default(), program())
+            .await
+            .unwrap();
+        assert_eq!(
+            *keys.lock().unwrap(),
+            ["calm-owl-1234/1/0"],
+            "repeated with the same key"
+        );
+    });
+}

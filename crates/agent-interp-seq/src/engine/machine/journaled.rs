@@ -1,0 +1,191 @@
+//! A machine's side of journaling: asking the journal before an effect, committing a live
+//! result before the program sees it.
+
+use agent_op::journal::{Entry, JournalError, Key, Request};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::Machine;
+use crate::engine::Unwind;
+use crate::engine::journal::Lookup;
+use crate::engine::scheduler::Scheduler;
+use crate::error::ErrorKind;
+
+/// How to answer an effect.
+pub(super) enum Answer {
+    /// The run keeps no journal: run the effect.
+    Off,
+    /// The journal's answer (boxed: every effect's future holds an `Answer`).
+    Replayed(Box<Value>),
+    /// Run the effect, then commit its result here (if the run has a sink).
+    Live(Box<Pending>),
+}
+
+/// Where a live result is committed.
+pub(super) struct Pending {
+    key: Key,
+    request: Request,
+}
+
+impl<S, Sch> Machine<S, Sch>
+where
+    S: Clone + Send + 'static,
+    Sch: Scheduler,
+{
+    /// Numbers the next journaled effect of this branch (its [`Key::seq`]).
+    pub(super) fn next_effect(&mut self) -> u64 {
+        let n = self.effects;
+        self.effects += 1;
+        n
+    }
+
+    /// Asks the journal about this branch's next effect. `request` is built only when the
+    /// run keeps a journal.
+    pub(super) async fn journal_answer(
+        &mut self,
+        request: impl FnOnce() -> Request,
+    ) -> Result<Answer, Unwind> {
+        let n = self.next_effect();
+        if self.rt.journal.is_none() {
+            return Ok(Answer::Off);
+        }
+        // Boxed: every effect's future (and every branch's) would otherwise carry it.
+        let request = request();
+        Box::pin(self.journal_lookup(n, request)).await
+    }
+
+    async fn journal_lookup(&mut self, n: u64, request: Request) -> Result<Answer, Unwind> {
+        let Some(journal) = self.rt.journal.clone() else {
+            return Ok(Answer::Off);
+        };
+        let key = journal.key(&self.id, n);
+        match journal.lookup(key, request, self.doomed) {
+            Ok((Lookup::Replayed(value), copy)) => {
+                if let Some(entry) = copy {
+                    self.journal_append(entry).await?;
+                }
+                Ok(Answer::Replayed(Box::new(value)))
+            }
+            Ok((Lookup::Live { key, request }, _)) => {
+                Ok(Answer::Live(Box::new(Pending { key, request })))
+            }
+            Ok((Lookup::Park, _)) => {
+                // A race loser cut off here when the race was recorded: wait to be cancelled
+                // (its race is decided by the recorded winner) or interrupted.
+                self.guarded(std::future::pending::<()>()).await?;
+                Err(Unwind::Fail(ErrorKind::Internal(
+                    "a parked race branch resumed".into(),
+                )))
+            }
+            Err(divergence) => Err(self.fail(ErrorKind::Divergence(divergence))),
+        }
+    }
+
+    /// Commits a live result (write-ahead: before the program sees it), if the run has a
+    /// sink.
+    pub(super) async fn journal_commit<T: Serialize>(
+        &mut self,
+        answer: &Answer,
+        result: &T,
+    ) -> Result<(), Unwind> {
+        let Answer::Live(pending) = answer else {
+            return Ok(());
+        };
+        let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.sink().is_some());
+        if !has_sink {
+            return Ok(());
+        }
+        let value = match serde_json::to_value(result) {
+            Ok(value) => value,
+            Err(e) => {
+                return Err(self.fail(ErrorKind::Internal(format!(
+                    "a result could not be journaled: {e}"
+                ))));
+            }
+        };
+        let entry = pending.request.clone().entry(pending.key.clone(), value);
+        Box::pin(self.journal_append(entry)).await
+    }
+
+    /// Appends `entry` to the run's sink.
+    pub(super) async fn journal_append(&mut self, entry: Entry) -> Result<(), Unwind> {
+        let Some(sink) = self.rt.journal.as_ref().and_then(|j| j.sink().cloned()) else {
+            return Ok(());
+        };
+        // Queued markers and race outcomes go first: they happened before this.
+        let mut entries = self
+            .rt
+            .journal
+            .as_ref()
+            .map(|j| j.take_queued())
+            .unwrap_or_default();
+        entries.push(entry);
+        // Not guarded: once the effect happened, its entry is committed even if a deadline
+        // passes meanwhile (the deadline is seen right after).
+        match sink.append(&entries).await {
+            Ok(()) => Ok(()),
+            Err(error) => Err(self.fail(ErrorKind::Journal(Box::new(error)))),
+        }
+    }
+
+    /// A replayed result as the effect's type.
+    pub(super) fn journal_decode<T: DeserializeOwned>(
+        &mut self,
+        value: Value,
+    ) -> Result<T, Unwind> {
+        serde_json::from_value(value).map_err(|e| {
+            let journal = self
+                .rt
+                .journal
+                .as_ref()
+                .and_then(|j| j.sink().map(|s| s.describe()))
+                .unwrap_or_else(|| "being replayed".to_owned());
+            self.fail(ErrorKind::Journal(Box::new(JournalError::Malformed {
+                journal,
+                at: format!("{} effect {}", self.id, self.effects.saturating_sub(1)),
+                cause: agent_op::Cause::new(e),
+            })))
+        })
+    }
+
+    /// Queues the marker of a checkpoint, this branch's effect number `seq` (what
+    /// `resume_from` cuts the journal at). Committed with the next entry of the run (or at
+    /// its end), so before anything that happened after the checkpoint.
+    pub(super) fn journal_checkpoint(&mut self, seq: u64, checkpoint: &agent_op::Checkpoint) {
+        let Some(journal) = self.rt.journal.clone() else {
+            return;
+        };
+        let key = journal.key(&self.id, seq);
+        journal.queue(key, || {
+            Request::plain(
+                agent_op::journal::EntryKind::Checkpoint,
+                serde_json::json!({"checkpoint": checkpoint.name}),
+            )
+            .entry(Key::run(), serde_json::json!({"events": checkpoint.events}))
+        });
+    }
+
+    /// The recorded winner of the race that is this branch's effect number `seq`, if any.
+    pub(super) fn journal_race_winner(&self, seq: u64) -> Option<usize> {
+        let journal = self.rt.journal.as_ref()?;
+        journal.race_winner(&journal.key(&self.id, seq))
+    }
+
+    /// Queues which branch won the race that is this branch's effect number `seq`:
+    /// committed with the next entry of the run (or at its end), so before anything that
+    /// depends on the winner.
+    pub(super) fn journal_race_won(&mut self, seq: u64, branches: usize, winner: usize) {
+        let Some(journal) = self.rt.journal.clone() else {
+            return;
+        };
+        let key = journal.key(&self.id, seq);
+        journal.queue(key, || {
+            Request::plain(
+                agent_op::journal::EntryKind::Outcome,
+                serde_json::json!({"race": branches}),
+            )
+            .entry(Key::run(), serde_json::json!({"winner": winner}))
+        });
+    }
+}
