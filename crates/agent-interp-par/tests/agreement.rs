@@ -637,6 +637,75 @@ fn run_both(p: &P) -> (Summary, Summary) {
     (summarize(seq), summarize(par))
 }
 
+/// A journal in memory, for recording and replaying without files.
+#[derive(Default)]
+struct MemJournal(Mutex<Vec<agent_op::journal::Entry>>);
+
+impl agent_op::journal::Journal for MemJournal {
+    fn describe(&self) -> String {
+        "memory".into()
+    }
+
+    fn entries(
+        &self,
+    ) -> BoxFuture<'_, Result<Vec<agent_op::journal::Entry>, agent_op::journal::JournalError>> {
+        let entries = self.0.lock().unwrap().clone();
+        Box::pin(async move { Ok(entries) })
+    }
+
+    fn append<'a>(
+        &'a self,
+        entries: &'a [agent_op::journal::Entry],
+    ) -> BoxFuture<'a, Result<(), agent_op::journal::JournalError>> {
+        self.0.lock().unwrap().extend_from_slice(entries);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// Records `p` durably under one interpreter and replays the journal under the other:
+/// returns (recorded under seq, par's replay of it, recorded under par, seq's replay of it).
+fn record_and_replay(p: &P) -> [Summary; 4] {
+    let paused = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .expect("runtime")
+    };
+    let from_seq = Arc::new(MemJournal::default());
+    let seq = paused().block_on(agent_interp_seq::run_durable(
+        &config(),
+        from_seq.clone(),
+        St::default(),
+        compile(p),
+    ));
+    let par_replay = paused().block_on(agent_interp_par::replay(
+        &config(),
+        &*from_seq,
+        St::default(),
+        compile(p),
+    ));
+    let from_par = Arc::new(MemJournal::default());
+    let par = paused().block_on(agent_interp_par::run_durable(
+        &config(),
+        from_par.clone(),
+        St::default(),
+        compile(p),
+    ));
+    let seq_replay = paused().block_on(agent_interp_seq::replay(
+        &config(),
+        &*from_par,
+        St::default(),
+        compile(p),
+    ));
+    [
+        summarize(seq),
+        summarize(par_replay),
+        summarize(par),
+        summarize(seq_replay),
+    ]
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
 
@@ -644,6 +713,18 @@ proptest! {
     fn both_interpreters_agree(p in program()) {
         let (seq, par) = run_both(&p);
         prop_assert_eq!(seq, par);
+    }
+
+    /// A run recorded under either interpreter replays under the other to the same result,
+    /// state, canonical trace and checkpoints; journaling changes nothing a run does.
+    #[test]
+    fn a_run_recorded_under_one_interpreter_replays_under_the_other(p in program()) {
+        let (seq, par) = run_both(&p);
+        let [durable_seq, replayed_by_par, durable_par, replayed_by_seq] = record_and_replay(&p);
+        prop_assert_eq!(&durable_seq, &seq);
+        prop_assert_eq!(&durable_par, &par);
+        prop_assert_eq!(replayed_by_par, durable_seq);
+        prop_assert_eq!(replayed_by_seq, durable_par);
     }
 }
 

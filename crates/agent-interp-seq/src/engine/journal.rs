@@ -33,6 +33,9 @@ pub(crate) enum Lookup {
     Replayed(Value),
     /// Run the effect; commit its result at `key` (when the run has a sink).
     Live { key: Key, request: Request },
+    /// The recording was cut off here by the deadline (or time budget) of the scope at
+    /// this position among the machine's scopes (outermost first), ending it with `exit`.
+    Interrupted { scope: usize, exit: Value },
     /// Only in a doomed `race` branch: the journal ends here because the race was decided
     /// while this call was in flight. The branch waits to be cancelled.
     Park,
@@ -177,6 +180,20 @@ impl Journaling {
                 }
             };
         };
+        if entry.kind == EntryKind::Outcome
+            && let Some(cut) = entry.result.get("interrupted")
+            && let Some(scope) = cut.get("scope").and_then(Value::as_u64)
+        {
+            self.replayed.fetch_add(1, Ordering::Relaxed);
+            let copy = self.copy_replayed.then(|| entry.clone());
+            return Ok((
+                Lookup::Interrupted {
+                    scope: usize::try_from(scope).unwrap_or(usize::MAX),
+                    exit: cut.get("exit").cloned().unwrap_or(Value::Null),
+                },
+                copy,
+            ));
+        }
         if entry.fingerprint == request.fingerprint && entry.kind == request.kind {
             self.replayed.fetch_add(1, Ordering::Relaxed);
             let copy = self.copy_replayed.then(|| entry.clone());

@@ -18,7 +18,7 @@ use tokio::time::Instant;
 pub(crate) type ScopeId = u64;
 
 /// How a scope ended early.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) enum ScopeExit {
     Exhausted(Exhausted),
     TimedOut(TimedOut),

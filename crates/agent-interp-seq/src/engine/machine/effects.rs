@@ -218,6 +218,8 @@ where
         // If this is interrupted, dropping `reservation` counts the call with unknown usage.
         let result = if let Answer::Replayed(value) = &answer {
             Ok(self.journal_decode::<Result<Response, ProviderError>>((**value).clone())?)
+        } else if let Some(cut) = answer.interrupted() {
+            Err(cut)
         } else if self.rt.stream {
             let rt = self.rt.clone();
             let id = self.id.clone();
@@ -239,6 +241,7 @@ where
         let result = match result {
             Ok(result) => result,
             Err(unwind) => {
+                self.journal_interrupted(&answer, &unwind);
                 spans::failed(&span, unwind.kind_name());
                 spans::last_event(&span, self.last_seq());
                 return Err(unwind);
@@ -389,6 +392,8 @@ where
         let started = Instant::now();
         let result: Result<Value, ToolError> = if let Answer::Replayed(value) = &answer {
             self.journal_decode((**value).clone())?
+        } else if let Some(cut) = answer.interrupted() {
+            return self.close_interrupted(&span, Err(cut));
         } else if tool.is_blocking() {
             // Blocking work runs on tokio's blocking pool so it cannot stall other branches.
             // If the call is cancelled the thread finishes on its own; its result is dropped.
@@ -397,6 +402,9 @@ where
             let task =
                 tokio::task::spawn_blocking(move || handle.block_on(tool.call_in(args, &context)));
             let finished = self.guarded(task).await;
+            if let Err(unwind) = &finished {
+                self.journal_interrupted(&answer, unwind);
+            }
             match self.close_interrupted(&span, finished)? {
                 Ok(result) => result,
                 Err(join_error) => Err(ToolError::panicked(match join_error.try_into_panic() {
@@ -412,6 +420,9 @@ where
                         .catch_unwind()
                         .instrument(span.clone());
                     let finished = self.guarded(running).await;
+                    if let Err(unwind) = &finished {
+                        self.journal_interrupted(&answer, unwind);
+                    }
                     match self.close_interrupted(&span, finished)? {
                         Ok(result) => result,
                         Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
@@ -469,7 +480,17 @@ where
                 }
             }
         };
-        let steering = self.guarded(wait).await?;
+        let steering = match answer.interrupted() {
+            Some(cut) => Err(cut),
+            None => self.guarded(wait).await,
+        };
+        let steering = match steering {
+            Ok(steering) => steering,
+            Err(unwind) => {
+                self.journal_interrupted(&answer, &unwind);
+                return Err(unwind);
+            }
+        };
         self.journal_commit(&answer, &steering).await?;
         Ok(self.took_steering(steering))
     }
@@ -561,10 +582,15 @@ where
             Ok(Ok(
                 self.journal_decode::<agent_op::MemoryId>((**value).clone())?
             ))
+        } else if let Some(cut) = answer.interrupted() {
+            Err(cut)
         } else {
             let stored = backend.store(memory).instrument(span.clone());
             self.guarded(stored).await
         };
+        if let Err(unwind) = &finished {
+            self.journal_interrupted(&answer, unwind);
+        }
         match self.close_interrupted(&span, finished)? {
             Ok(id) => {
                 self.journal_commit(&answer, &id).await?;
@@ -596,10 +622,15 @@ where
         let span = spans::memory(self.parent_span(), "forget", self.seq);
         let finished = if let Answer::Replayed(value) = &answer {
             Ok(Ok(self.journal_decode::<bool>((**value).clone())?))
+        } else if let Some(cut) = answer.interrupted() {
+            Err(cut)
         } else {
             self.guarded(backend.delete(&id).instrument(span.clone()))
                 .await
         };
+        if let Err(unwind) = &finished {
+            self.journal_interrupted(&answer, unwind);
+        }
         match self.close_interrupted(&span, finished)? {
             Ok(existed) => {
                 self.journal_commit(&answer, &existed).await?;
@@ -631,11 +662,16 @@ where
             Ok(Ok(self.journal_decode::<Vec<agent_op::MemoryEntry>>(
                 (**value).clone(),
             )?))
+        } else if let Some(cut) = answer.interrupted() {
+            Err(cut)
         } else {
             self.guarded(backend.search(&query, limit).instrument(span.clone()))
                 .await
                 .map(|found| found.map(|hits| hits.into_iter().map(|hit| hit.entry).collect()))
         };
+        if let Err(unwind) = &finished {
+            self.journal_interrupted(&answer, unwind);
+        }
         match self.close_interrupted(&span, finished)? {
             Ok(entries) => {
                 self.journal_commit(&answer, &entries).await?;

@@ -10,6 +10,7 @@ use super::Machine;
 use crate::engine::Unwind;
 use crate::engine::journal::Lookup;
 use crate::engine::scheduler::Scheduler;
+use crate::engine::scope::ScopeExit;
 use crate::error::ErrorKind;
 
 /// How to answer an effect.
@@ -20,6 +21,25 @@ pub(super) enum Answer {
     Replayed(Box<Value>),
     /// Run the effect, then commit its result here (if the run has a sink).
     Live(Box<Pending>),
+    /// The recording was cut off here by a deadline: end the same way.
+    Interrupted(Box<Unwind>),
+}
+
+impl Answer {
+    /// The recorded interruption, as the effect's await would have returned it.
+    pub(super) fn interrupted(&self) -> Option<Unwind> {
+        match self {
+            Answer::Interrupted(unwind) => Some(match &**unwind {
+                Unwind::Exit { scope, exit } => Unwind::Exit {
+                    scope: *scope,
+                    exit: exit.clone(),
+                },
+                Unwind::Aborted => Unwind::Aborted,
+                Unwind::Fail(kind) => Unwind::Fail(kind.clone()),
+            }),
+            _ => None,
+        }
+    }
 }
 
 /// Where a live result is committed.
@@ -69,6 +89,28 @@ where
             }
             Ok((Lookup::Live { key, request }, _)) => {
                 Ok(Answer::Live(Box::new(Pending { key, request })))
+            }
+            Ok((Lookup::Interrupted { scope, exit }, copy)) => {
+                if let Some(entry) = copy {
+                    self.journal_append(entry).await?;
+                }
+                let exit = match serde_json::from_value::<StoredExit>(exit) {
+                    Ok(StoredExit::TimedOut(t)) => ScopeExit::TimedOut(t),
+                    Ok(StoredExit::Exhausted(e)) => ScopeExit::Exhausted(e),
+                    Err(e) => {
+                        return Err(self.fail(ErrorKind::Internal(format!(
+                            "a journaled interruption does not parse: {e}"
+                        ))));
+                    }
+                };
+                let id = self.stack.all_scopes().nth(scope).map(|active| active.id);
+                match id {
+                    Some(id) => Ok(Answer::Interrupted(Box::new(Unwind::Exit { scope: id, exit }))),
+                    None => Err(self.fail(ErrorKind::Internal(format!(
+                        "the journal says scope {scope} cut this call off, but only {} are in force",
+                        self.stack.all_scopes().count()
+                    )))),
+                }
             }
             Ok((Lookup::Park, _)) => {
                 // A race loser cut off here when the race was recorded: wait to be cancelled
@@ -127,6 +169,36 @@ where
             Ok(()) => Ok(()),
             Err(error) => Err(self.fail(ErrorKind::Journal(Box::new(error)))),
         }
+    }
+
+    /// Queues the record that the live call `answer` was cut off by `unwind` (a deadline or
+    /// a time budget), so a replay cuts it off at the same call.
+    pub(super) fn journal_interrupted(&mut self, answer: &Answer, unwind: &Unwind) {
+        let (Answer::Live(pending), Unwind::Exit { scope, exit }) = (answer, unwind) else {
+            return;
+        };
+        let Some(journal) = self.rt.journal.clone() else {
+            return;
+        };
+        let Some(index) = self.stack.all_scopes().position(|s| s.id == *scope) else {
+            return;
+        };
+        let stored = match exit {
+            ScopeExit::TimedOut(t) => StoredExit::TimedOut(t.clone()),
+            ScopeExit::Exhausted(e) => StoredExit::Exhausted(e.clone()),
+        };
+        let exit = serde_json::to_value(stored).unwrap_or(Value::Null);
+        let kind = pending.request.kind;
+        journal.queue(pending.key.clone(), || {
+            Request::plain(
+                agent_op::journal::EntryKind::Outcome,
+                serde_json::json!({"cut_off": kind}),
+            )
+            .entry(
+                Key::run(),
+                serde_json::json!({"interrupted": {"scope": index, "exit": exit}}),
+            )
+        });
     }
 
     /// A replayed result as the effect's type.
@@ -188,4 +260,12 @@ where
             .entry(Key::run(), serde_json::json!({"winner": winner}))
         });
     }
+}
+
+/// How a scope ended a call, as journaled.
+#[derive(serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum StoredExit {
+    TimedOut(agent_op::TimedOut),
+    Exhausted(agent_op::Exhausted),
 }
