@@ -43,7 +43,9 @@ const SCHEMA: [&str; 2] = [
 /// connection does (the process died, the server restarted). If the connection breaks, the
 /// next append reconnects (retrying for up to `reconnect_for`, 60 seconds by default),
 /// takes the lock again, and commits: entries are inserted idempotently, so an entry whose
-/// commit was acknowledged just before the break is not duplicated.
+/// commit was acknowledged just before the break is not duplicated. Commits are synchronous
+/// (`synchronous_commit = on` for the journal's session, whatever the server's default): an
+/// acknowledged entry survives a server crash.
 pub struct PostgresJournal {
     options: PgConnectOptions,
     name: String,
@@ -115,6 +117,12 @@ impl PostgresJournal {
         let mut conn = tokio::time::timeout(STATEMENT_TIMEOUT, self.options.connect())
             .await
             .map_err(|_| self.timed_out("connecting"))?
+            .map_err(db)?;
+        // A journal entry is acknowledged only once it is on disk, whatever the server's
+        // default (test servers and some managed ones turn synchronous commits off).
+        sqlx::query("SET synchronous_commit = on")
+            .execute(&mut conn)
+            .await
             .map_err(db)?;
         let timeout = format!("SET statement_timeout = {}", STATEMENT_TIMEOUT.as_millis());
         sqlx::query(&timeout).execute(&mut conn).await.map_err(db)?;

@@ -1,0 +1,242 @@
+//! The kill test against the PostgreSQL journal: a child process runs the 100-call program
+//! durably with a `PostgresJournal`; the test SIGKILLs it at random points and restarts the
+//! database server (an immediate stop, as a crash, then a start) while it runs. The child
+//! reconnects and goes on; each kill resumes. The result must equal an uninterrupted run's,
+//! with at most one repeated call per kill.
+//!
+//! It runs its own server (`target/pg/journal-restart`, the project's PostgreSQL test server
+//! script, `xtask/src/pg.rs`), so restarting it disturbs no other test; without PostgreSQL
+//! binaries it says `SKIPPED:` in one line.
+#![cfg(feature = "postgres")]
+
+mod support;
+
+#[path = "../../../xtask/src/pg.rs"]
+#[allow(dead_code)]
+mod cluster;
+
+use std::io::{Read, Write};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use agent_interp_seq::Config;
+use agent_journal::{Journal, PostgresJournal};
+use agent_provider::OpenAiClient;
+use cluster::{Cluster, PgError};
+use support::chat::{CALLS, expected, program, result_of, server};
+
+const CHILD_PG: &str = "EFFECT_AGENTS_KILL_TEST_PG";
+const CHILD_URL: &str = "EFFECT_AGENTS_KILL_TEST_URL";
+const JOURNAL: &str = "kill-test";
+
+#[test]
+#[ignore = "the child process of `postgres_restarts_and_sigkills_then_resume_pays_at_most_once_per_kill`"]
+fn child_run_postgres() {
+    let (Ok(pg), Ok(url)) = (std::env::var(CHILD_PG), std::env::var(CHILD_URL)) else {
+        panic!("run by the kill test, with {CHILD_PG} and {CHILD_URL} set");
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let journal = Arc::new(PostgresJournal::open(&pg, JOURNAL).await.unwrap());
+        let client = OpenAiClient::compatible(url).build().unwrap();
+        let config = Config::new().provider(client).trace_id("kill-test-0002");
+        let outcome = agent_interp_seq::resume(&config, journal, (), program())
+            .await
+            .unwrap();
+        println!("RESULT {}", outcome.value);
+    });
+}
+
+/// The tests here share one server, which one of them restarts: they take turns.
+static SERVER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Stops the test's own server when dropped, however the test ends.
+struct StopOnDrop(Cluster);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        if let Err(e) = self.0.stop() {
+            eprintln!("stopping the journal kill test's server: {e}");
+        }
+    }
+}
+
+fn child(pg: &str, url: &str) -> std::process::Child {
+    Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "child_run_postgres",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD_PG, pg)
+        .env(CHILD_URL, url)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn postgres_restarts_and_sigkills_then_resume_pays_at_most_once_per_kill() {
+    let _turn = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let target = cluster::target_dir(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."));
+    let cluster = Cluster::named(&target, "journal-restart");
+    let started = match cluster.start() {
+        Ok(started) => started,
+        Err(PgError::Unavailable(why)) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: the PostgreSQL journal kill test needs PostgreSQL binaries: {why}"
+            );
+            return;
+        }
+        Err(PgError::Failed(why)) => panic!("starting the test's PostgreSQL server: {why}"),
+    };
+    let _stop = StopOnDrop(cluster.clone());
+    let pg = started.url.clone();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    // A fresh journal: the server's data directory outlives test runs.
+    rt.block_on(async {
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+        for table in ["effect_agents_journal_entries", "effect_agents_journals"] {
+            sqlx::query(&format!("DELETE FROM {table} WHERE journal = $1"))
+                .bind(JOURNAL)
+                .execute(&mut conn)
+                .await
+                .ok();
+        }
+    });
+    let requests = Arc::new(AtomicUsize::new(0));
+    let url = rt.block_on(server(Duration::from_millis(8), requests.clone()));
+    let expected = rt.block_on(expected());
+
+    let mut rng = fastrand::Rng::with_seed(fastrand::u64(..));
+    let (mut kills, mut restarts) = (0, 0);
+    for round in 0..8 {
+        let mut process = child(&pg, &url);
+        std::thread::sleep(Duration::from_millis(rng.u64(40..160)));
+        if round % 3 == 1 {
+            // The server goes away under the running child, and comes back on the same port.
+            assert!(
+                matches!(cluster.crash(), Ok(true)),
+                "the server was running"
+            );
+            std::thread::sleep(Duration::from_millis(rng.u64(50..300)));
+            let again = cluster.start().expect("restart");
+            assert_eq!(again.url, pg, "the server came back on the same port");
+            restarts += 1;
+            std::thread::sleep(Duration::from_millis(rng.u64(40..160)));
+        }
+        if process.try_wait().unwrap().is_some() {
+            break;
+        }
+        process.kill().unwrap(); // SIGKILL
+        process.wait().unwrap();
+        kills += 1;
+    }
+    let mut last = child(&pg, &url);
+    let status = last.wait().unwrap();
+    let (mut out, mut err) = (String::new(), String::new());
+    last.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    last.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "the final run failed: {out}\n{err}");
+    let result = result_of(&out).unwrap_or_else(|| panic!("no result in: {out}"));
+    assert_eq!(
+        result, expected,
+        "the resumed run ends like an uninterrupted one"
+    );
+    let seen = requests.load(Ordering::SeqCst);
+    assert!(
+        (CALLS as usize..=CALLS as usize + kills).contains(&seen),
+        "the server saw {seen} requests for {CALLS} calls, {kills} kills and {restarts} \
+         database restarts"
+    );
+    let committed = rt.block_on(async {
+        let journal = PostgresJournal::open(&pg, JOURNAL).await.unwrap();
+        let n = journal.entries().await.unwrap().len();
+        journal.close().await.unwrap();
+        n
+    });
+    assert_eq!(committed, CALLS as usize + 1, "100 calls and the run entry");
+    eprintln!(
+        "postgres kill test: {kills} kills, {restarts} database restarts, {seen} requests for \
+         {CALLS} calls"
+    );
+}
+
+#[test]
+fn a_second_postgres_writer_is_refused_and_other_versions_are_named() {
+    let _turn = SERVER.lock().unwrap_or_else(|e| e.into_inner());
+    let target = cluster::target_dir(&PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."));
+    let cluster = Cluster::named(&target, "journal-restart");
+    let started = match cluster.start() {
+        Ok(started) => started,
+        Err(PgError::Unavailable(why)) => {
+            let _ = writeln!(
+                std::io::stderr(),
+                "SKIPPED: the PostgreSQL journal tests need PostgreSQL binaries: {why}"
+            );
+            return;
+        }
+        Err(PgError::Failed(why)) => panic!("starting the test's PostgreSQL server: {why}"),
+    };
+    let _stop = StopOnDrop(cluster.clone());
+    let pg = started.url;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let name = format!("lock-test-{}", fastrand::u64(..));
+        let first = PostgresJournal::open(&pg, &name).await.unwrap();
+        let second = PostgresJournal::open(&pg, &name).await.unwrap_err();
+        assert!(
+            matches!(second, agent_journal::JournalError::Locked { .. }),
+            "{second}"
+        );
+        // Another journal in the same database is free.
+        let other = PostgresJournal::open(&pg, &format!("{name}-other"))
+            .await
+            .unwrap();
+        other.close().await.unwrap();
+        first.close().await.unwrap();
+        let again = PostgresJournal::open(&pg, &name).await.unwrap();
+        again.close().await.unwrap();
+
+        use sqlx::Connection;
+        let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+        sqlx::query("UPDATE effect_agents_journals SET format_version = 9 WHERE journal = $1")
+            .bind(&name)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        let newer = PostgresJournal::open(&pg, &name).await.unwrap_err();
+        assert!(
+            newer
+                .to_string()
+                .contains("format version 9; this library reads version 1"),
+            "{newer}"
+        );
+    });
+}

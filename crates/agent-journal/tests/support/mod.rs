@@ -1,0 +1,3 @@
+//! Helpers shared by the journal crate's integration tests.
+
+pub mod chat;
