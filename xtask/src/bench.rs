@@ -13,7 +13,7 @@ use crate::{cargo, display, exit_code};
 /// Set for `--large`: bench targets then also run their slow figures.
 const LARGE_VAR: &str = "EFFECT_AGENTS_BENCH_LARGE";
 
-/// Runs `cargo bench --workspace --benches --features agent-memory/postgres,agent-memory/local-embed [-- FILTER]`
+/// Runs `cargo bench --workspace --benches --features agent-memory/postgres,agent-memory/local-embed,agent-journal/postgres [-- FILTER]`
 /// from `root` (with `large`, telling the bench targets to run their slow figures too),
 /// forwarding each result line of the child's stdout to stdout as it arrives and every other
 /// line to stderr. The child's stderr is inherited. Exits with the child's status.
@@ -28,7 +28,7 @@ pub fn run(root: &Path, filter: Option<String>, large: bool) -> Result<ExitCode,
         "--workspace",
         "--benches",
         "--features",
-        "agent-memory/postgres,agent-memory/local-embed",
+        "agent-memory/postgres,agent-memory/local-embed,agent-journal/postgres",
     ];
     if let Some(filter) = &filter {
         args.extend(["--", filter.as_str()]);

@@ -653,11 +653,11 @@ impl agent_op::journal::Journal for MemJournal {
         Box::pin(async move { Ok(entries) })
     }
 
-    fn append<'a>(
-        &'a self,
-        entries: &'a [agent_op::journal::Entry],
-    ) -> BoxFuture<'a, Result<(), agent_op::journal::JournalError>> {
-        self.0.lock().unwrap().extend_from_slice(entries);
+    fn append(
+        &self,
+        entries: Vec<agent_op::journal::Entry>,
+    ) -> BoxFuture<'_, Result<(), agent_op::journal::JournalError>> {
+        self.0.lock().unwrap().extend(entries);
         Box::pin(async { Ok(()) })
     }
 }

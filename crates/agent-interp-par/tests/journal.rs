@@ -320,7 +320,7 @@ fn a_truncated_journal_replays_its_prefix_then_says_where_it_ended() {
         let entries = full.entries().await.unwrap();
         // The run entry, clock, random and the first model call.
         let cut = Arc::new(JsonlJournal::open(dir.path().join("cut.jsonl"), Fsync::Never).unwrap());
-        cut.append(&entries[..4]).await.unwrap();
+        cut.append(entries[..4].to_vec()).await.unwrap();
         let counts = Counts::default();
         let error =
             agent_interp_seq::replay(&config(&counts), &*cut, St::default(), program("Oslo"))
@@ -437,7 +437,7 @@ fn resume_continues_a_cut_off_run_without_repeating_committed_calls() {
                 )
                 .unwrap(),
             );
-            cut.append(&entries[..5]).await.unwrap();
+            cut.append(entries[..5].to_vec()).await.unwrap();
             let counts = Counts::default();
             let resumed = if par {
                 agent_interp_par::resume(&config(&counts), cut.clone(), St::default(), steps(10))
@@ -640,7 +640,7 @@ fn side_effecting_tools_get_the_same_idempotency_key_when_a_call_is_repeated() {
             .into_iter()
             .filter(|e| e.key.branch != "1")
             .collect();
-        cut.append(&kept).await.unwrap();
+        cut.append(kept).await.unwrap();
         keys.lock().unwrap().clear();
         agent_interp_par::resume(&config, cut, St::default(), program())
             .await

@@ -19,12 +19,12 @@ pub(crate) struct Pending {
 
 impl Pending {
     /// Queues `entries`; the receiver answers once they are committed (or failed).
-    pub(crate) fn push(&self, entries: &[Entry]) -> oneshot::Receiver<Result<(), JournalError>> {
+    pub(crate) fn push(&self, entries: Vec<Entry>) -> oneshot::Receiver<Result<(), JournalError>> {
         let (tx, rx) = oneshot::channel();
         self.queue
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push((entries.to_vec(), tx));
+            .push((entries, tx));
         rx
     }
 

@@ -144,16 +144,21 @@ impl Journal for JsonlJournal {
 
     /// Appends `entries` in one write (and, with [`Fsync::EveryEntry`], one `fsync`). The
     /// write is synchronous: a file append is short, and the program waits for it anyway.
-    fn append<'a>(&'a self, entries: &'a [Entry]) -> BoxFuture<'a, Result<(), JournalError>> {
+    fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
         let result = {
             let mut inner = self.lock();
             let lines: Vec<Line> = entries
-                .iter()
-                .map(|e| Line::Entry(Box::new(e.clone())))
+                .into_iter()
+                .map(|e| Line::Entry(Box::new(e)))
                 .collect();
             let written = inner.write_lines(&self.describe(), &lines);
             if written.is_ok() {
-                inner.entries.extend_from_slice(entries);
+                inner
+                    .entries
+                    .extend(lines.into_iter().filter_map(|line| match line {
+                        Line::Entry(entry) => Some(*entry),
+                        Line::Journal(_) => None,
+                    }));
             }
             written
         };
@@ -282,14 +287,15 @@ mod tests {
         let path = tmp.path().join("j.jsonl");
         let journal = JsonlJournal::open(&path, Fsync::EveryEntry).unwrap();
         assert!(block_on(journal.entries()).unwrap().is_empty());
-        block_on(journal.append(&[entry(0, json!("hello")), entry(1, json!({"n": 2}))])).unwrap();
+        block_on(journal.append(vec![entry(0, json!("hello")), entry(1, json!({"n": 2}))]))
+            .unwrap();
         drop(journal);
         let again = JsonlJournal::open(&path, Fsync::Never).unwrap();
         assert_eq!(
             block_on(again.entries()).unwrap(),
             [entry(0, json!("hello")), entry(1, json!({"n": 2}))]
         );
-        block_on(again.append(&[entry(2, json!(null))])).unwrap();
+        block_on(again.append(vec![entry(2, json!(null))])).unwrap();
         drop(again);
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 4, "{text}");
@@ -304,7 +310,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let path = tmp.path().join("torn.jsonl");
         let journal = JsonlJournal::open(&path, Fsync::EveryEntry).unwrap();
-        block_on(journal.append(&[entry(0, json!("kept"))])).unwrap();
+        block_on(journal.append(vec![entry(0, json!("kept"))])).unwrap();
         drop(journal);
         let whole = std::fs::metadata(&path).unwrap().len();
         let mut file = OpenOptions::new().append(true).open(&path).unwrap();
@@ -317,7 +323,7 @@ mod tests {
             [entry(0, json!("kept"))]
         );
         assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
-        block_on(journal.append(&[entry(1, json!("next"))])).unwrap();
+        block_on(journal.append(vec![entry(1, json!("next"))])).unwrap();
         drop(journal);
         let journal = JsonlJournal::open(&path, Fsync::EveryEntry).unwrap();
         assert_eq!(block_on(journal.entries()).unwrap().len(), 2);

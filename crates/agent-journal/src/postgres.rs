@@ -258,7 +258,7 @@ impl Journal for PostgresJournal {
         })
     }
 
-    fn append<'a>(&'a self, entries: &'a [Entry]) -> BoxFuture<'a, Result<(), JournalError>> {
+    fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
         Box::pin(async move {
             let answered = self.pending.push(entries);
             {

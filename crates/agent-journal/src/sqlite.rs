@@ -218,7 +218,7 @@ impl Journal for SqliteJournal {
         })
     }
 
-    fn append<'a>(&'a self, entries: &'a [Entry]) -> BoxFuture<'a, Result<(), JournalError>> {
+    fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
         Box::pin(async move {
             let name = self.describe();
             let answered = self.pending.push(entries);
@@ -248,6 +248,10 @@ fn open_conn<'c>(
     })
 }
 
+/// Rows per `INSERT` statement: one statement per row costs a round trip to the driver's
+/// worker thread each, which dominates a large group commit.
+const ROWS_PER_STATEMENT: usize = 200;
+
 /// Inserts every batch's entries in one transaction.
 async fn insert(
     name: &str,
@@ -255,21 +259,30 @@ async fn insert(
     batch: &Batch,
 ) -> Result<(), JournalError> {
     let db = |e: sqlx::Error| database(name, e);
+    let all: Vec<&Entry> = batch.iter().flat_map(|(entries, _)| entries).collect();
     let mut tx = conn.begin().await.map_err(db)?;
-    for entry in batch.iter().flat_map(|(entries, _)| entries) {
-        sqlx::query(
-            "INSERT INTO journal_entries (branch, seq, kind, fingerprint, request, result) \
-             VALUES (?, ?, ?, ?, ?, ?)",
-        )
-        .bind(&entry.key.branch)
-        .bind(i64::try_from(entry.key.seq).unwrap_or(i64::MAX))
-        .bind(entry.kind.as_str())
-        .bind(&entry.fingerprint)
-        .bind(entry.request.to_string())
-        .bind(entry.result.to_string())
-        .execute(&mut *tx)
-        .await
-        .map_err(db)?;
+    for chunk in all.chunks(ROWS_PER_STATEMENT) {
+        let mut sql = String::from(
+            "INSERT INTO journal_entries (branch, seq, kind, fingerprint, request, result) VALUES ",
+        );
+        for i in 0..chunk.len() {
+            sql.push_str(if i == 0 {
+                "(?, ?, ?, ?, ?, ?)"
+            } else {
+                ", (?, ?, ?, ?, ?, ?)"
+            });
+        }
+        let mut query = sqlx::query(&sql);
+        for entry in chunk {
+            query = query
+                .bind(&entry.key.branch)
+                .bind(i64::try_from(entry.key.seq).unwrap_or(i64::MAX))
+                .bind(entry.kind.as_str())
+                .bind(&entry.fingerprint)
+                .bind(entry.request.to_string())
+                .bind(entry.result.to_string());
+        }
+        query.execute(&mut *tx).await.map_err(db)?;
     }
     tx.commit().await.map_err(db)
 }
@@ -329,7 +342,7 @@ mod tests {
         for i in 0..50u64 {
             let journal = journal.clone();
             tasks.push(tokio::spawn(async move {
-                journal.append(&[entry(i)]).await.unwrap();
+                journal.append(vec![entry(i)]).await.unwrap();
             }));
         }
         for t in tasks {
@@ -362,7 +375,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("busy.db");
         let first = SqliteJournal::open(&path).await.unwrap();
-        first.append(&[entry(0)]).await.unwrap();
+        first.append(vec![entry(0)]).await.unwrap();
         let err = SqliteJournal::open(&path).await.unwrap_err();
         assert!(matches!(err, JournalError::Locked { .. }), "{err:?}");
         first.close().await.unwrap();

@@ -4,6 +4,8 @@
 //! must equal an uninterrupted run's, and the server must have seen at most 100 requests
 //! plus one per kill (the one call that may be in flight when the process dies).
 
+#![cfg(feature = "sqlite")]
+
 mod support;
 
 use std::io::Read;

@@ -150,9 +150,9 @@ pub struct Request {
 
 impl Request {
     /// A model call: `model` with `prompt`. The fingerprint covers the whole prompt (messages,
-    /// tools, options); the summary lists each message's role, hash and first characters.
+    /// tools, options: the SHA-256 of their JSON serialization); the summary lists each
+    /// message's role, hash and first characters.
     pub fn model(model: &str, prompt: &Prompt) -> Request {
-        let full = serde_json::json!({"model": model, "prompt": prompt});
         let messages: Vec<Value> = prompt
             .messages
             .iter()
@@ -165,9 +165,12 @@ impl Request {
             })
             .collect();
         let tools: Vec<&str> = prompt.tools.iter().map(|t| t.name.as_str()).collect();
+        // Hashed as serialized, not canonicalized: the same program serializes its prompts
+        // the same way, and a prompt is the largest request there is.
+        let bytes = serde_json::to_vec(&(model, prompt)).unwrap_or_default();
         Request {
             kind: EntryKind::Model,
-            fingerprint: fingerprint(&full),
+            fingerprint: crate::memory::sha256_tagged(&bytes),
             summary: serde_json::json!({"model": model, "messages": messages, "tools": tools}),
         }
     }
@@ -257,9 +260,9 @@ pub trait Journal: Send + Sync {
     /// Every committed entry, in the order they were appended.
     fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, JournalError>>;
 
-    /// Appends `entries`, in order, durably; one call may commit several at once (the engine
-    /// groups the entries of concurrent branches).
-    fn append<'a>(&'a self, entries: &'a [Entry]) -> BoxFuture<'a, Result<(), JournalError>>;
+    /// Appends `entries`, in order, durably. Concurrent calls may be committed together
+    /// (group commit); each returns once its own entries are durable.
+    fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>>;
 }
 
 /// Why a journal could not be read or written. The driver's or the file system's error,

@@ -119,7 +119,7 @@ impl Journaling {
     pub(crate) async fn flush(&self) -> Result<(), agent_op::journal::JournalError> {
         let queued = self.take_queued();
         match &self.sink {
-            Some(sink) if !queued.is_empty() => sink.append(&queued).await,
+            Some(sink) if !queued.is_empty() => sink.append(queued).await,
             _ => Ok(()),
         }
     }

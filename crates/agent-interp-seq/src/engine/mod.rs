@@ -317,7 +317,7 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         let (id, started) = run_entry(config, &entries);
         if fresh {
             let entry = run_marker(&id, started);
-            if let Err(error) = journal.append(std::slice::from_ref(&entry)).await {
+            if let Err(error) = journal.append(vec![entry]).await {
                 return Err(not_started(config, ErrorKind::Journal(Box::new(error))));
             }
         }
@@ -379,7 +379,7 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         let (id, started) = run_entry(config, &entries);
         if let Some(sink) = &record_to {
             let entry = run_marker(&id, started);
-            if let Err(error) = sink.append(std::slice::from_ref(&entry)).await {
+            if let Err(error) = sink.append(vec![entry]).await {
                 return Err(not_started(config, ErrorKind::Journal(Box::new(error))));
             }
         }

@@ -194,7 +194,7 @@ where
         } else {
             Reservation::new(WorstCase::default())
         };
-        let answer = self
+        let mut answer = self
             .journal_answer(|| Request::model(&model, &prompt))
             .await?;
         let iteration = self.iteration;
@@ -216,8 +216,9 @@ where
         self.iteration = self.iteration.saturating_add(1);
         let started = Instant::now();
         // If this is interrupted, dropping `reservation` counts the call with unknown usage.
-        let result = if let Answer::Replayed(value) = &answer {
-            Ok(self.journal_decode::<Result<Response, ProviderError>>((**value).clone())?)
+        let result = if let Answer::Replayed(value) = &mut answer {
+            Ok(self
+                .journal_decode::<Result<Response, ProviderError>>(std::mem::take(&mut **value))?)
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else if self.rt.stream {
@@ -247,7 +248,7 @@ where
                 return Err(unwind);
             }
         };
-        self.journal_commit(&answer, &result).await?;
+        self.journal_commit(&mut answer, &result).await?;
         let response = match result {
             Ok(response) => response,
             Err(error) => {
@@ -387,11 +388,11 @@ where
         };
         let content = self.rt.config.record_content;
         let recorded_args = (content && !span.is_disabled()).then(|| args.clone());
-        let answer = self.journal_answer(|| Request::tool(&name, &args)).await?;
+        let mut answer = self.journal_answer(|| Request::tool(&name, &args)).await?;
         let context = CallContext::new(self.idempotency_key(self.effects - 1));
         let started = Instant::now();
-        let result: Result<Value, ToolError> = if let Answer::Replayed(value) = &answer {
-            self.journal_decode((**value).clone())?
+        let result: Result<Value, ToolError> = if let Answer::Replayed(value) = &mut answer {
+            self.journal_decode(std::mem::take(&mut **value))?
         } else if let Some(cut) = answer.interrupted() {
             return self.close_interrupted(&span, Err(cut));
         } else if tool.is_blocking() {
@@ -431,7 +432,7 @@ where
                 Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
             }
         };
-        self.journal_commit(&answer, &result).await?;
+        self.journal_commit(&mut answer, &result).await?;
         let output = match &result {
             Ok(value) => value_preview(value),
             Err(error) => preview(&error.to_string(), PREVIEW_CHARS),
@@ -454,7 +455,7 @@ where
         &mut self,
         limit: std::time::Duration,
     ) -> Result<Node<S>, Unwind> {
-        let answer = self
+        let mut answer = self
             .journal_answer(|| {
                 Request::plain(
                     EntryKind::Steering,
@@ -491,13 +492,13 @@ where
                 return Err(unwind);
             }
         };
-        self.journal_commit(&answer, &steering).await?;
+        self.journal_commit(&mut answer, &steering).await?;
         Ok(self.took_steering(steering))
     }
 
     /// `op::next_steering`: the next message, if one is waiting.
     pub(super) async fn next_steering(&mut self) -> Result<Node<S>, Unwind> {
-        let answer = self
+        let mut answer = self
             .journal_answer(|| {
                 Request::plain(
                     EntryKind::Steering,
@@ -505,11 +506,11 @@ where
                 )
             })
             .await?;
-        let steering = match &answer {
-            Answer::Replayed(value) => self.journal_decode((**value).clone())?,
+        let steering = match &mut answer {
+            Answer::Replayed(value) => self.journal_decode(std::mem::take(&mut **value))?,
             _ => self.rt.config.steering.pop(),
         };
-        self.journal_commit(&answer, &steering).await?;
+        self.journal_commit(&mut answer, &steering).await?;
         Ok(self.took_steering(steering))
     }
 
@@ -523,29 +524,29 @@ where
 
     /// `op::now`: the clock, journaled.
     pub(super) async fn now(&mut self) -> Result<Node<S>, Unwind> {
-        let answer = self
+        let mut answer = self
             .journal_answer(|| Request::plain(EntryKind::Clock, serde_json::json!({"now": null})))
             .await?;
-        let now: chrono::DateTime<Utc> = match &answer {
-            Answer::Replayed(value) => self.journal_decode((**value).clone())?,
+        let now: chrono::DateTime<Utc> = match &mut answer {
+            Answer::Replayed(value) => self.journal_decode(std::mem::take(&mut **value))?,
             _ => Utc::now(),
         };
-        self.journal_commit(&answer, &now).await?;
+        self.journal_commit(&mut answer, &now).await?;
         Ok(self.stack.feed(&mut Some(now)))
     }
 
     /// `op::random`: a random `u64`, journaled.
     pub(super) async fn random(&mut self) -> Result<Node<S>, Unwind> {
-        let answer = self
+        let mut answer = self
             .journal_answer(|| {
                 Request::plain(EntryKind::Random, serde_json::json!({"random": "u64"}))
             })
             .await?;
-        let n: u64 = match &answer {
-            Answer::Replayed(value) => self.journal_decode((**value).clone())?,
+        let n: u64 = match &mut answer {
+            Answer::Replayed(value) => self.journal_decode(std::mem::take(&mut **value))?,
             _ => fastrand::u64(..),
         };
-        self.journal_commit(&answer, &n).await?;
+        self.journal_commit(&mut answer, &n).await?;
         Ok(self.stack.feed(&mut Some(n)))
     }
 
@@ -569,7 +570,7 @@ where
         let content_preview = preview(&memory.content, PREVIEW_CHARS);
         let hash = content_hash(&memory.content);
         let tags = memory.tags.clone();
-        let answer = self
+        let mut answer = self
             .journal_answer(|| {
                 Request::plain(
                     EntryKind::Memory,
@@ -578,10 +579,10 @@ where
             })
             .await?;
         let span = spans::memory(self.parent_span(), "remember", self.seq);
-        let finished = if let Answer::Replayed(value) = &answer {
-            Ok(Ok(
-                self.journal_decode::<agent_op::MemoryId>((**value).clone())?
-            ))
+        let finished = if let Answer::Replayed(value) = &mut answer {
+            Ok(Ok(self.journal_decode::<agent_op::MemoryId>(
+                std::mem::take(&mut **value),
+            )?))
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else {
@@ -593,7 +594,7 @@ where
         }
         match self.close_interrupted(&span, finished)? {
             Ok(id) => {
-                self.journal_commit(&answer, &id).await?;
+                self.journal_commit(&mut answer, &id).await?;
                 spans::last_event(&span, self.seq);
                 self.record(EventKind::Remember(event::Remember {
                     id: id.clone(),
@@ -614,14 +615,16 @@ where
 
     pub(super) async fn forget(&mut self, id: agent_op::MemoryId) -> Result<Node<S>, Unwind> {
         let backend = self.memory()?;
-        let answer = self
+        let mut answer = self
             .journal_answer(|| {
                 Request::plain(EntryKind::Memory, serde_json::json!({"forget": &id}))
             })
             .await?;
         let span = spans::memory(self.parent_span(), "forget", self.seq);
-        let finished = if let Answer::Replayed(value) = &answer {
-            Ok(Ok(self.journal_decode::<bool>((**value).clone())?))
+        let finished = if let Answer::Replayed(value) = &mut answer {
+            Ok(Ok(
+                self.journal_decode::<bool>(std::mem::take(&mut **value))?
+            ))
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else {
@@ -633,7 +636,7 @@ where
         }
         match self.close_interrupted(&span, finished)? {
             Ok(existed) => {
-                self.journal_commit(&answer, &existed).await?;
+                self.journal_commit(&mut answer, &existed).await?;
                 spans::last_event(&span, self.seq);
                 self.record(EventKind::Forget(event::Forget { id, existed }));
                 Ok(self.stack.feed(&mut Some(existed)))
@@ -649,7 +652,7 @@ where
 
     pub(super) async fn recall(&mut self, query: String, limit: usize) -> Result<Node<S>, Unwind> {
         let backend = self.memory()?;
-        let answer = self
+        let mut answer = self
             .journal_answer(|| {
                 Request::plain(
                     EntryKind::Recall,
@@ -658,9 +661,9 @@ where
             })
             .await?;
         let span = spans::memory(self.parent_span(), "recall", self.seq);
-        let finished = if let Answer::Replayed(value) = &answer {
+        let finished = if let Answer::Replayed(value) = &mut answer {
             Ok(Ok(self.journal_decode::<Vec<agent_op::MemoryEntry>>(
-                (**value).clone(),
+                std::mem::take(&mut **value),
             )?))
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
@@ -674,7 +677,7 @@ where
         }
         match self.close_interrupted(&span, finished)? {
             Ok(entries) => {
-                self.journal_commit(&answer, &entries).await?;
+                self.journal_commit(&mut answer, &entries).await?;
                 span.record(
                     "effect_agents.memory.results",
                     spans::int(entries.len() as u64),

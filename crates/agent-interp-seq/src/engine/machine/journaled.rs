@@ -128,16 +128,19 @@ where
     /// sink.
     pub(super) async fn journal_commit<T: Serialize>(
         &mut self,
-        answer: &Answer,
+        answer: &mut Answer,
         result: &T,
     ) -> Result<(), Unwind> {
-        let Answer::Live(pending) = answer else {
+        if !matches!(answer, Answer::Live(_)) {
             return Ok(());
-        };
+        }
         let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.sink().is_some());
         if !has_sink {
             return Ok(());
         }
+        let Answer::Live(pending) = std::mem::replace(answer, Answer::Off) else {
+            return Ok(());
+        };
         let value = match serde_json::to_value(result) {
             Ok(value) => value,
             Err(e) => {
@@ -146,7 +149,8 @@ where
                 ))));
             }
         };
-        let entry = pending.request.clone().entry(pending.key.clone(), value);
+        let Pending { key, request } = *pending;
+        let entry = request.entry(key, value);
         Box::pin(self.journal_append(entry)).await
     }
 
@@ -165,7 +169,7 @@ where
         entries.push(entry);
         // Not guarded: once the effect happened, its entry is committed even if a deadline
         // passes meanwhile (the deadline is seen right after).
-        match sink.append(&entries).await {
+        match sink.append(entries).await {
             Ok(()) => Ok(()),
             Err(error) => Err(self.fail(ErrorKind::Journal(Box::new(error)))),
         }
