@@ -44,6 +44,12 @@ pub enum Command {
         #[command(subcommand)]
         command: TraceCommand,
     },
+    /// Inspect the journal of a durable run (SQLite or JSON Lines).
+    Journal {
+        /// How.
+        #[command(subcommand)]
+        command: JournalCommand,
+    },
     /// The SQLite memory from the shell.
     Memory {
         /// The database file.
@@ -119,6 +125,30 @@ pub enum TraceCommand {
         /// Where to write it (default: beside the trace, `.html`).
         #[arg(long)]
         out: Option<PathBuf>,
+    },
+}
+
+/// `agent journal …`.
+#[derive(Debug, Subcommand)]
+pub enum JournalCommand {
+    /// Every committed entry: position, kind, fingerprint and the request.
+    Show {
+        /// The journal (a SQLite database or a JSON Lines file).
+        file: PathBuf,
+        /// Print the entries as JSON Lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The first position where two journals asked different questions (exit code 1),
+    /// with the readable diff a replay's divergence shows.
+    Diff {
+        /// The first journal.
+        left: PathBuf,
+        /// The second journal.
+        right: PathBuf,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
     },
 }
 

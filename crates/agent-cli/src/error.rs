@@ -41,6 +41,15 @@ pub enum CliError {
     /// Ctrl-C stopped the run; its trace was still written.
     #[error("aborted (Ctrl-C); the trace so far is in {0}")]
     Aborted(PathBuf),
+    /// A journal could not be read.
+    #[error("{path}: not a readable journal")]
+    Journal {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: agent_op::journal::JournalError,
+    },
     /// A memory database operation failed.
     #[error("{path}: {action} failed")]
     Memory {
@@ -66,6 +75,12 @@ impl CliError {
             | CliError::Trace { .. }
             | CliError::Invalid(_)
             | CliError::Memory { .. } => 3,
+            // Held by a running process.
+            CliError::Journal {
+                source: agent_op::journal::JournalError::Locked { .. },
+                ..
+            } => 4,
+            CliError::Journal { .. } => 3,
             CliError::Environment(_) => 4,
             CliError::Aborted(_) => 130,
         }

@@ -6,11 +6,13 @@
 //!   tools ([`run::tools`]);
 //! - [`trace_cmd`]: `agent trace summary | tree | events | diff | view`;
 //! - [`memory_cmd`]: `agent memory add | search | list | forget | prune | stats`;
+//! - [`journal_cmd`]: `agent journal show | diff`, for the journals of durable runs;
 //! - [`viewer`]: a trace as one self-contained HTML page;
 //! - [`error`]: failures and their exit codes.
 
 pub mod cli;
 pub mod error;
+pub mod journal_cmd;
 pub mod memory_cmd;
 pub mod run;
 pub mod trace_cmd;
@@ -18,7 +20,7 @@ pub mod viewer;
 
 use std::io::Write as _;
 
-use cli::{Command, MemoryCommand, TraceCommand};
+use cli::{Command, JournalCommand, MemoryCommand, TraceCommand};
 use error::CliError;
 
 /// Runs one parsed command, printing its output on stdout.
@@ -77,6 +79,14 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
                 json,
             } => memory_cmd::prune(&db, max_entries, max_age_days, json).await?,
             MemoryCommand::Stats { json } => memory_cmd::stats(&db, json).await?,
+        },
+        Command::Journal { command } => match command {
+            JournalCommand::Show { file, json } => journal_cmd::show(&file, json).await?,
+            JournalCommand::Diff { left, right, json } => {
+                let (text, code) = journal_cmd::diff(&left, &right, json).await?;
+                print(&text);
+                return Ok(code);
+            }
         },
         Command::Completions { shell } => {
             let mut command = <cli::Cli as clap::CommandFactory>::command();

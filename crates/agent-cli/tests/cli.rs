@@ -563,3 +563,69 @@ capabilities = ["mcp.everything"]
         "{result}"
     );
 }
+
+/// Records `topic`'s two-call run durably into the journal at `path`.
+fn record(path: &Path, topic: &str) {
+    use agent_op::{Op, Prompt, Response, op};
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let journal = std::sync::Arc::new(agent_journal::SqliteJournal::open(path).await.unwrap());
+        let provider = agent_provider::ScriptedProvider::from_fn(|_, p: &Prompt| {
+            Ok(Response::text(format!("re: {}", p.messages[0].content())))
+        });
+        let topic = topic.to_owned();
+        let program: Op<(), String> = op::infer_raw("m", Prompt::new().user("plan"))
+            .and_then(move |_| op::infer_raw("m", Prompt::new().user(topic)))
+            .map(|r| r.content);
+        let config = agent_interp_seq::Config::new().provider(provider);
+        agent_interp_seq::run_durable(&config, journal.clone(), (), program)
+            .await
+            .unwrap();
+        std::sync::Arc::into_inner(journal)
+            .unwrap()
+            .close()
+            .await
+            .unwrap();
+    });
+}
+
+#[test]
+fn journals_show_their_entries_and_diff_where_the_runs_asked_differently() {
+    let dir = tempfile::tempdir().unwrap();
+    record(&dir.path().join("oslo.db"), "Oslo");
+    record(&dir.path().join("rome.db"), "Rome");
+    let shown = agent(&["journal", "show", "oslo.db"], dir.path());
+    assert!(shown.status.success(), "{shown:?}");
+    let text = String::from_utf8_lossy(&shown.stdout);
+    assert!(text.contains("3 entries"), "{text}");
+    assert!(text.contains("model") && text.contains("Oslo"), "{text}");
+
+    let same = agent(&["journal", "diff", "oslo.db", "oslo.db"], dir.path());
+    assert_eq!(same.status.code(), Some(0), "{same:?}");
+    let diff = agent(&["journal", "diff", "oslo.db", "rome.db"], dir.path());
+    assert_eq!(diff.status.code(), Some(1), "{diff:?}");
+    let text = String::from_utf8_lossy(&diff.stdout);
+    assert!(
+        text.starts_with("first difference at run, effect 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"messages[0].text: "Oslo" → "Rome""#),
+        "{text}"
+    );
+    let json = agent(
+        &["journal", "diff", "oslo.db", "rome.db", "--json"],
+        dir.path(),
+    );
+    let value: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    assert_eq!(value["effect"], 1);
+
+    // Not a journal: a clear error and the input exit code.
+    std::fs::write(dir.path().join("notes.txt"), "hello\n").unwrap();
+    let bad = agent(&["journal", "show", "notes.txt"], dir.path());
+    assert_eq!(bad.status.code(), Some(3), "{bad:?}");
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("not a readable journal"));
+}

@@ -122,6 +122,18 @@ impl JsonlJournal {
         })
     }
 
+    /// Reads the committed entries of the journal at `path` without opening it for writing:
+    /// no lock, and a torn last line is left in place (and left out).
+    pub fn read(path: impl AsRef<Path>) -> Result<Vec<Entry>, JournalError> {
+        let path = path.as_ref();
+        let name = path.display().to_string();
+        let file = File::open(path).map_err(|e| JournalError::Io {
+            journal: name.clone(),
+            cause: Cause::new(e),
+        })?;
+        Ok(read(&name, &file)?.0.unwrap_or_default())
+    }
+
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path

@@ -422,6 +422,81 @@ impl fmt::Display for Divergence {
 
 impl std::error::Error for Divergence {}
 
+/// Where two journals first differ: see [`compare`].
+#[derive(Clone, Debug, PartialEq)]
+pub struct Difference {
+    /// The position.
+    pub key: Key,
+    /// What the first journal holds there (`None`: nothing).
+    pub left: Option<Recorded>,
+    /// What the second journal holds there (`None`: nothing).
+    pub right: Option<Recorded>,
+}
+
+impl Difference {
+    /// A short, readable account of how the two requests differ.
+    pub fn diff(&self) -> String {
+        match (&self.left, &self.right) {
+            (Some(l), Some(r)) if l.kind != r.kind => format!(
+                "a {} call on the left, a {} call on the right",
+                l.kind.as_str(),
+                r.kind.as_str()
+            ),
+            (Some(l), Some(r)) => diff_requests(&l.summary, &r.summary),
+            (Some(l), None) => format!("only the left journal has a {} call here", l.kind.as_str()),
+            (None, Some(r)) => {
+                format!("only the right journal has a {} call here", r.kind.as_str())
+            }
+            (None, None) => "neither journal has anything here".to_owned(),
+        }
+    }
+}
+
+/// The first position (in the left journal's commit order, then the right's) where two
+/// journals hold different requests, or where only one holds an entry; `None` when both
+/// asked the same questions everywhere (their answers may still differ). The run entries
+/// (ids) are left out.
+pub fn compare(left: &[Entry], right: &[Entry]) -> Option<Difference> {
+    use std::collections::HashMap;
+    let index = |entries: &[Entry]| -> HashMap<Key, Recorded> {
+        entries
+            .iter()
+            .filter(|e| e.kind != EntryKind::Run)
+            .map(|e| {
+                (
+                    e.key.clone(),
+                    Recorded {
+                        kind: e.kind,
+                        fingerprint: e.fingerprint.clone(),
+                        summary: e.request.clone(),
+                    },
+                )
+            })
+            .collect()
+    };
+    let (l, r) = (index(left), index(right));
+    let keys = left
+        .iter()
+        .chain(right)
+        .filter(|e| e.kind != EntryKind::Run)
+        .map(|e| &e.key);
+    for key in keys {
+        let (a, b) = (l.get(key), r.get(key));
+        let same = match (a, b) {
+            (Some(a), Some(b)) => a.kind == b.kind && a.fingerprint == b.fingerprint,
+            _ => false,
+        };
+        if !same {
+            return Some(Difference {
+                key: key.clone(),
+                left: a.cloned(),
+                right: b.cloned(),
+            });
+        }
+    }
+    None
+}
+
 /// How many differing places [`diff_requests`] lists.
 const DIFF_LINES: usize = 6;
 
@@ -571,6 +646,26 @@ mod tests {
         let text = divergence.to_string();
         assert!(text.starts_with("replay diverged at branch 1, effect 4: recorded tool sha256:"));
         assert!(text.ends_with(r#"args.city: "Oslo" → "Rome""#), "{text}");
+    }
+
+    #[test]
+    fn journals_compare_at_their_first_different_request() {
+        let at = |seq| Key {
+            branch: String::new(),
+            seq,
+        };
+        let a = vec![
+            Request::tool("t", &json!({"n": 1})).entry(at(0), json!(1)),
+            Request::tool("t", &json!({"n": 2})).entry(at(1), json!(2)),
+        ];
+        assert_eq!(compare(&a, &a), None);
+        let mut b = a.clone();
+        b[1] = Request::tool("t", &json!({"n": 3})).entry(at(1), json!(2));
+        let d = compare(&a, &b).unwrap();
+        assert_eq!(d.key, at(1));
+        assert_eq!(d.diff(), "args.n: 2 → 3");
+        let d = compare(&a[..1], &a).unwrap();
+        assert_eq!(d.diff(), "only the right journal has a tool call here");
     }
 
     #[test]

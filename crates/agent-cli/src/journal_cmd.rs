@@ -1,0 +1,125 @@
+//! `agent journal show | diff`: the journals of durable runs, from the shell.
+
+use std::fmt::Write as _;
+use std::io::Read as _;
+use std::path::Path;
+
+use agent_journal::{Entry, Journal, JsonlJournal, SqliteJournal};
+use agent_op::journal::{Difference, compare};
+use agent_op::preview;
+
+use crate::error::CliError;
+
+/// The entries of the journal at `path`: a SQLite database (by its header) or a JSON Lines
+/// file. Nothing is written; a journal a running process holds is refused (exit code 4).
+pub async fn read(path: &Path) -> Result<Vec<Entry>, CliError> {
+    let journal = |source| CliError::Journal {
+        path: path.to_path_buf(),
+        source,
+    };
+    let mut header = [0u8; 16];
+    let mut file = std::fs::File::open(path).map_err(|source| CliError::Io {
+        path: path.to_path_buf(),
+        action: "reading",
+        source,
+    })?;
+    let sqlite = file.read_exact(&mut header).is_ok() && &header == b"SQLite format 3\0";
+    drop(file);
+    if sqlite {
+        let db = SqliteJournal::open(path).await.map_err(journal)?;
+        let entries = db.entries().await.map_err(journal)?;
+        db.close().await.map_err(journal)?;
+        Ok(entries)
+    } else {
+        JsonlJournal::read(path).map_err(journal)
+    }
+}
+
+/// `agent journal show`.
+pub async fn show(path: &Path, json: bool) -> Result<String, CliError> {
+    let entries = read(path).await?;
+    let mut out = String::new();
+    for (position, e) in entries.iter().enumerate() {
+        if json {
+            let _ = writeln!(out, "{}", serde_json::json!(e));
+            continue;
+        }
+        let branch = if e.key.branch.is_empty() {
+            "run"
+        } else {
+            &e.key.branch
+        };
+        let short = e.fingerprint.get(..15).unwrap_or(&e.fingerprint);
+        let _ = writeln!(
+            out,
+            "{position:>6}  {branch:<12} {:>5}  {:<10} {short}  {}",
+            e.key.seq,
+            e.kind.as_str(),
+            describe(&e.request)
+        );
+    }
+    if !json {
+        let _ = writeln!(out, "{} entries", entries.len());
+    }
+    Ok(out)
+}
+
+/// A request in one line: a model call as its model and last message, anything else as
+/// its JSON.
+fn describe(request: &serde_json::Value) -> String {
+    let last = request["messages"].as_array().and_then(|m| m.last());
+    match (request["model"].as_str(), last) {
+        (Some(model), Some(message)) => preview(
+            &format!(
+                "{model} · {}: {}",
+                message["role"].as_str().unwrap_or("?"),
+                message["text"].as_str().unwrap_or("")
+            ),
+            100,
+        ),
+        _ => preview(&request.to_string(), 100),
+    }
+}
+
+/// `agent journal diff`: the text (or JSON) and the exit code (1 if they differ).
+pub async fn diff(left: &Path, right: &Path, json: bool) -> Result<(String, u8), CliError> {
+    let difference = compare(&read(left).await?, &read(right).await?);
+    let code = u8::from(difference.is_some());
+    if json {
+        let value = difference.as_ref().map(|d| {
+            let side = |r: &Option<agent_op::journal::Recorded>| {
+                r.as_ref().map(|r| {
+                    serde_json::json!({"kind": r.kind, "fingerprint": r.fingerprint, "request": r.summary})
+                })
+            };
+            serde_json::json!({
+                "branch": d.key.branch, "effect": d.key.seq,
+                "left": side(&d.left), "right": side(&d.right), "diff": d.diff(),
+            })
+        });
+        return Ok((format!("{}\n", serde_json::json!(value)), code));
+    }
+    Ok((diff_text(difference.as_ref(), left, right), code))
+}
+
+fn diff_text(difference: Option<&Difference>, left: &Path, right: &Path) -> String {
+    let Some(d) = difference else {
+        return "the journals ask the same questions everywhere\n".to_owned();
+    };
+    let side = |r: &Option<agent_op::journal::Recorded>| match r {
+        Some(r) => format!("{} {}", r.kind.as_str(), r.fingerprint),
+        None => "(nothing)".to_owned(),
+    };
+    let mut out = format!(
+        "first difference at {}\n  {}: {}\n  {}: {}\n",
+        d.key,
+        left.display(),
+        side(&d.left),
+        right.display(),
+        side(&d.right)
+    );
+    for line in d.diff().lines() {
+        let _ = writeln!(out, "  {line}");
+    }
+    out
+}
