@@ -8,8 +8,7 @@
 //!
 //! This crate holds data and traits: no network, no async runtime, no threads. Its only I/O
 //! is the JSONL file helpers of [`trace::jsonl`] (writing, reading and appending trace
-//! files) and the journal file of [`journal`], so every crate that records or reads them
-//! shares one implementation of each format.
+//! files), so every crate that records or reads traces shares one implementation.
 //!
 //! - [`op`](mod@op): the DSL ([`Op`], its constructors, loops) and the [`op!`] do-notation macro;
 //! - [`agent`]: a ready-made conversational agent loop ([`agent::react`]);
@@ -19,7 +18,10 @@
 //!   [`ContextPipeline`] that builds its prompt, and the [`ContextReport`](context::ContextReport) traced for it;
 //! - [`trace`]: events, trace ids, traces and their queries, checkpoints, JSONL;
 //! - [`journal`]: the journal of a run's nondeterministic results (entries keyed by
-//!   position, request fingerprints) and its JSON Lines file, for replay and resume;
+//!   position, request fingerprints and summaries), the [`Journal`](journal::Journal) trait
+//!   its backends implement (in `agent-journal`), and the [`Divergence`](journal::Divergence)
+//!   a replay reports; [`op::now`] and [`op::random`] read the clock and draw randomness
+//!   through it;
 //! - [`crdt`]: merge-able state types (counters, registers, sets, a log, a map) for `par`,
 //!   and `#[derive(Merge)]` for structs of them;
 //! - the effect-handler traits interpreters call: [`Provider`], [`Tool`], [`MemoryBackend`],
