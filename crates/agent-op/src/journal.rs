@@ -153,6 +153,28 @@ impl Request {
     /// tools, options: the SHA-256 of their JSON serialization); the summary lists each
     /// message's role, hash and first characters.
     pub fn model(model: &str, prompt: &Prompt) -> Request {
+        Request {
+            summary: Request::model_summary(model, prompt),
+            ..Request::model_unsummarized(model, prompt)
+        }
+    }
+
+    /// [`Request::model`] without its summary (`null`): what a replay needs to check a
+    /// call, at a fraction of the cost. [`model_summary`](Request::model_summary) fills it
+    /// in when a divergence or a new entry needs it.
+    pub fn model_unsummarized(model: &str, prompt: &Prompt) -> Request {
+        // Hashed as serialized, not canonicalized: the same program serializes its prompts
+        // the same way, and a prompt is the largest request there is.
+        let bytes = serde_json::to_vec(&(model, prompt)).unwrap_or_default();
+        Request {
+            kind: EntryKind::Model,
+            fingerprint: crate::memory::sha256_tagged(&bytes),
+            summary: Value::Null,
+        }
+    }
+
+    /// The summary of [`Request::model`].
+    pub fn model_summary(model: &str, prompt: &Prompt) -> Value {
         let messages: Vec<Value> = prompt
             .messages
             .iter()
@@ -165,14 +187,7 @@ impl Request {
             })
             .collect();
         let tools: Vec<&str> = prompt.tools.iter().map(|t| t.name.as_str()).collect();
-        // Hashed as serialized, not canonicalized: the same program serializes its prompts
-        // the same way, and a prompt is the largest request there is.
-        let bytes = serde_json::to_vec(&(model, prompt)).unwrap_or_default();
-        Request {
-            kind: EntryKind::Model,
-            fingerprint: crate::memory::sha256_tagged(&bytes),
-            summary: serde_json::json!({"model": model, "messages": messages, "tools": tools}),
-        }
+        serde_json::json!({"model": model, "messages": messages, "tools": tools})
     }
 
     /// A tool call: `name` with `args`.
@@ -625,6 +640,16 @@ mod tests {
         let diff = diff_requests(&recorded.summary, &longer.summary);
         assert!(diff.contains(r#"model: "m" → "n""#), "{diff}");
         assert!(diff.contains("messages[1]: "), "{diff}");
+    }
+
+    #[test]
+    fn an_unsummarized_model_request_has_the_same_fingerprint() {
+        let prompt = Prompt::new().user("hi");
+        let full = Request::model("m", &prompt);
+        let quick = Request::model_unsummarized("m", &prompt);
+        assert_eq!(full.fingerprint, quick.fingerprint);
+        assert_eq!(quick.summary, Value::Null);
+        assert_eq!(full.summary, Request::model_summary("m", &prompt));
     }
 
     #[test]

@@ -155,12 +155,22 @@ impl Journaling {
     /// race, so a position the journal lacks means it was cancelled there.
     ///
     /// Returns the entry to copy to the sink with a replayed answer, when there is one.
+    ///
+    /// `summarize` fills in the request's summary (left out when costly to build) where one
+    /// is needed: in a new entry, or a divergence.
     pub(crate) fn lookup(
         &self,
         key: Key,
         request: Request,
         doomed: bool,
+        summarize: &dyn Fn() -> Value,
     ) -> Result<(Lookup, Option<Entry>), Box<Divergence>> {
+        let full = |mut request: Request| {
+            if request.summary.is_null() {
+                request.summary = summarize();
+            }
+            request
+        };
         let Some(entry) = self.recorded.get(&key) else {
             if doomed {
                 return Ok((Lookup::Park, None));
@@ -168,10 +178,15 @@ impl Journaling {
             return match self.mode {
                 Mode::Replay => Err(Box::new(Divergence {
                     key,
-                    requested: request,
+                    requested: full(request),
                     recorded: None,
                 })),
                 Mode::ReplayThenLive | Mode::Durable => {
+                    let request = if self.sink.is_some() || !self.reported.load(Ordering::Relaxed) {
+                        full(request)
+                    } else {
+                        request
+                    };
                     if self.mode == Mode::ReplayThenLive {
                         self.went_live(&key, &request, None);
                     }
@@ -204,6 +219,7 @@ impl Journaling {
             fingerprint: entry.fingerprint.clone(),
             summary: entry.request.clone(),
         };
+        let request = full(request);
         match self.mode {
             Mode::ReplayThenLive => {
                 self.went_live(&key, &request, Some(recorded));

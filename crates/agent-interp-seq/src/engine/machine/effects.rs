@@ -195,7 +195,10 @@ where
             Reservation::new(WorstCase::default())
         };
         let mut answer = self
-            .journal_answer(|| Request::model(&model, &prompt))
+            .journal_answer_summarized(
+                || Request::model_unsummarized(&model, &prompt),
+                || Request::model_summary(&model, &prompt),
+            )
             .await?;
         let iteration = self.iteration;
         let span = spans::chat(self.parent_span(), provider.name(), &model, self.seq);

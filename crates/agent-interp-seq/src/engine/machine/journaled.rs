@@ -66,21 +66,37 @@ where
         &mut self,
         request: impl FnOnce() -> Request,
     ) -> Result<Answer, Unwind> {
+        self.journal_answer_summarized(request, || Value::Null)
+            .await
+    }
+
+    /// Like [`journal_answer`](Machine::journal_answer), for a request built without its
+    /// summary: `summarize` builds it where it is needed (a new entry, a divergence).
+    pub(super) async fn journal_answer_summarized(
+        &mut self,
+        request: impl FnOnce() -> Request,
+        summarize: impl Fn() -> Value + Send + Sync,
+    ) -> Result<Answer, Unwind> {
         let n = self.next_effect();
         if self.rt.journal.is_none() {
             return Ok(Answer::Off);
         }
         // Boxed: every effect's future (and every branch's) would otherwise carry it.
         let request = request();
-        Box::pin(self.journal_lookup(n, request)).await
+        Box::pin(self.journal_lookup(n, request, &summarize)).await
     }
 
-    async fn journal_lookup(&mut self, n: u64, request: Request) -> Result<Answer, Unwind> {
+    async fn journal_lookup(
+        &mut self,
+        n: u64,
+        request: Request,
+        summarize: &(dyn Fn() -> Value + Send + Sync),
+    ) -> Result<Answer, Unwind> {
         let Some(journal) = self.rt.journal.clone() else {
             return Ok(Answer::Off);
         };
         let key = journal.key(&self.id, n);
-        match journal.lookup(key, request, self.doomed) {
+        match journal.lookup(key, request, self.doomed, summarize) {
             Ok((Lookup::Replayed(value), copy)) => {
                 if let Some(entry) = copy {
                     self.journal_append(entry).await?;
