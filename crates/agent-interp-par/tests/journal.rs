@@ -652,3 +652,98 @@ fn side_effecting_tools_get_the_same_idempotency_key_when_a_call_is_repeated() {
         );
     });
 }
+
+#[test]
+fn a_timeout_that_cuts_a_fork_replays_the_same_cut_under_both_interpreters() {
+    // A paused clock, so the cut lands at the same virtual time in every run (the JSON Lines
+    // journal writes synchronously, so nothing idles the runtime mid-commit).
+    let paused = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .start_paused(true)
+            .build()
+            .unwrap()
+    };
+    let program = || -> Op<St, String> {
+        op::timeout(
+            Duration::from_millis(50),
+            op::par(vec![
+                op::tool("double", json!({"n": 1, "ms": 10})).map(|r| format!("{r:?}")),
+                op::tool("double", json!({"n": 2, "ms": 200})).map(|r| format!("{r:?}")),
+                ask("quick"),
+            ]),
+        )
+        .and_then(|cut| ask("after").map(move |a| format!("{cut:?} then {a}")))
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for record_par in [false, true] {
+        let journal = Arc::new(
+            JsonlJournal::open(
+                dir.path().join(format!("cut-{record_par}.jsonl")),
+                Fsync::Never,
+            )
+            .unwrap(),
+        );
+        let recorded = paused()
+            .block_on(async {
+                if record_par {
+                    agent_interp_par::run_durable(
+                        &config(&Counts::default()),
+                        journal.clone(),
+                        St::default(),
+                        program(),
+                    )
+                    .await
+                } else {
+                    agent_interp_seq::run_durable(
+                        &config(&Counts::default()),
+                        journal.clone(),
+                        St::default(),
+                        program(),
+                    )
+                    .await
+                }
+            })
+            .unwrap();
+        assert!(
+            recorded.value.starts_with("Err(TimedOut"),
+            "{}",
+            recorded.value
+        );
+        let entries = paused().block_on(journal.entries()).unwrap();
+        assert!(
+            entries.iter().any(|e| e.result.get("finished").is_some()),
+            "the cut is journaled: {entries:?}"
+        );
+        for replay_par in [false, true] {
+            let counts = Counts::default();
+            let replayed = paused()
+                .block_on(async {
+                    if replay_par {
+                        agent_interp_par::replay(
+                            &config(&counts),
+                            &*journal,
+                            St::default(),
+                            program(),
+                        )
+                        .await
+                    } else {
+                        agent_interp_seq::replay(
+                            &config(&counts),
+                            &*journal,
+                            St::default(),
+                            program(),
+                        )
+                        .await
+                    }
+                })
+                .unwrap();
+            assert_eq!((counts.model(), counts.tools()), (0, 0));
+            assert_eq!(
+                summary(&replayed),
+                summary(&recorded),
+                "recorded under par: {record_par}, replayed under par: {replay_par}"
+            );
+        }
+    }
+}

@@ -234,6 +234,30 @@ impl Journaling {
         }
     }
 
+    /// The recorded cut of the fork at `key` (a deadline fired while it ran): the position of
+    /// the scope whose deadline it was, how the scope ended, and the branches that had
+    /// finished by then.
+    pub(crate) fn fork_cut(&self, key: &Key) -> Option<(usize, Value, Vec<usize>)> {
+        let entry = self.recorded.get(key)?;
+        if entry.kind != EntryKind::Outcome {
+            return None;
+        }
+        let cut = entry.result.get("interrupted")?;
+        let scope = usize::try_from(cut.get("scope")?.as_u64()?).ok()?;
+        let finished = entry
+            .result
+            .get("finished")?
+            .as_array()?
+            .iter()
+            .filter_map(|i| i.as_u64().and_then(|i| usize::try_from(i).ok()))
+            .collect();
+        Some((
+            scope,
+            cut.get("exit").cloned().unwrap_or(Value::Null),
+            finished,
+        ))
+    }
+
     /// The recorded winner of the race forked at `key`, if the journal has it.
     pub(crate) fn race_winner(&self, key: &Key) -> Option<usize> {
         let entry = self.recorded.get(key)?;

@@ -68,7 +68,57 @@ where
                 max: MAX_FORK_DEPTH,
             }));
         }
-        let (fork_seq, winner) = self.race_position(kind);
+        let plan = self.fork_plan(kind);
+        let fork_seq = plan.seq;
+        let Started {
+            ids,
+            logs,
+            branch_spans,
+            fork_span,
+            futures,
+        } = self.start_branches(kind, branches, finish, &plan);
+        let branch_count = futures.len();
+        let scheduled = self.schedule(kind, &plan, futures);
+        let scheduled = self.guarded(scheduled).await;
+        let outcomes = self.scheduled(
+            scheduled,
+            fork_seq,
+            plan.cut,
+            &logs,
+            &branch_spans,
+            &fork_span,
+        )?;
+        let joined = match par {
+            Some((merge, collect)) => self.join_par(ids, &logs, outcomes, merge, collect),
+            None => self
+                .join_race(ids, &logs, outcomes, &fork_span)
+                .map(|(next, won)| {
+                    self.journal_race_won(fork_seq, branch_count, won);
+                    next
+                }),
+        };
+        for (log, span) in logs.iter().zip(&branch_spans) {
+            if log.is_cancelled() {
+                span.record("effect_agents.cancelled", true);
+            }
+        }
+        if let Err(unwind) = &joined {
+            spans::failed(&fork_span, unwind.kind_name());
+        }
+        spans::last_event(&fork_span, self.last_seq());
+        joined
+    }
+
+    /// Records the fork and builds its branches' machines and futures. Apart from
+    /// `fork_inner`, whose frame every level of a fork nest carries (in debug builds every
+    /// temporary of an async body has its own stack slot).
+    fn start_branches(
+        &mut self,
+        kind: ForkKind,
+        branches: Vec<agent_op::interp::Subtree<S>>,
+        finish: fn(&mut dyn Any) -> AnyValue,
+        plan: &ForkPlan,
+    ) -> Started<S> {
         let first = self.forked;
         self.forked += branches.len();
         let ids: Vec<TraceId> = (first..self.forked).map(|i| self.id.child(i)).collect();
@@ -101,7 +151,7 @@ where
             .enumerate()
             .map(|(i, ((node, log), span))| {
                 let mut machine = self.branch(log.clone(), inherited.clone(), finish, span.clone());
-                machine.doom_unless_winner(winner, i);
+                machine.doom_unless_decisive(plan, i);
                 // Held as a `Subtree` until the branch starts: a branch cancelled before its
                 // first poll drops its program without recursion.
                 Box::pin(async move {
@@ -115,70 +165,97 @@ where
                 }) as BranchFuture<S>
             })
             .collect();
-        let branch_count = futures.len();
-        let scheduled = self.schedule(kind, winner, futures);
-        let outcomes = match self.guarded(scheduled).await {
-            Ok(outcomes) => outcomes,
-            Err(unwind) => {
-                spans::failed(&fork_span, unwind.kind_name());
-                // Interrupted from outside: every branch still running was cancelled.
-                for (log, span) in logs.iter().zip(&branch_spans) {
-                    if !log.is_finished() {
-                        log.mark_cancelled();
-                        span.record("effect_agents.cancelled", true);
-                    }
-                }
-                return Err(unwind);
-            }
+        Started {
+            ids,
+            logs,
+            branch_spans,
+            fork_span,
+            futures,
+        }
+    }
+
+    /// The journal position of a fork about to start (its effect number), and what the
+    /// journal recorded about it: a race's winner, or where a deadline cut it off. Apart
+    /// from `fork_inner`, whose frame every level of a fork nest carries.
+    fn fork_plan(&mut self, kind: ForkKind) -> Box<ForkPlan> {
+        let seq = self.next_effect();
+        let mut plan = Box::new(ForkPlan {
+            seq,
+            winner: None,
+            cut: None,
+            finished: Vec::new(),
+        });
+        let Some(journal) = self.rt.journal.clone() else {
+            return plan;
         };
-        let joined = match par {
-            Some((merge, collect)) => self.join_par(ids, &logs, outcomes, merge, collect),
-            None => self
-                .join_race(ids, &logs, outcomes, &fork_span)
-                .map(|(next, won)| {
-                    self.journal_race_won(fork_seq, branch_count, won);
-                    next
-                }),
+        let key = journal.key(&self.id, seq);
+        if kind == ForkKind::Race {
+            plan.winner = journal.race_winner(&key);
+        }
+        if let Some((scope, exit, finished)) = journal.fork_cut(&key) {
+            // A cut that does not parse fails the fork where the cut would be.
+            let exit = self
+                .recorded_exit(scope, exit)
+                .unwrap_or_else(|failure| failure);
+            plan.cut = Some(Box::new(exit));
+            plan.finished = finished;
+        }
+        plan
+    }
+
+    /// What the scheduler returned, or how the fork was cut off: from outside (abort, a
+    /// deadline: every branch still running is marked cancelled, and a durable run journals
+    /// the cut) or, replaying, where the journal says. Apart from `fork_inner` for the same
+    /// reason as `fork_plan`.
+    fn scheduled(
+        &mut self,
+        result: Result<Vec<Option<BranchOutcome<S>>>, Unwind>,
+        seq: u64,
+        cut: Option<Box<Unwind>>,
+        logs: &[Arc<BranchLog>],
+        branch_spans: &[tracing::Span],
+        fork_span: &tracing::Span,
+    ) -> Result<Vec<Option<BranchOutcome<S>>>, Unwind> {
+        let result = match (result, cut) {
+            // Replaying a cut fork: the branches it had finished have finished again.
+            (Ok(_), Some(cut)) => Err(*cut),
+            (result, _) => result,
         };
-        for (log, span) in logs.iter().zip(&branch_spans) {
-            if log.is_cancelled() {
+        let unwind = match result {
+            Ok(outcomes) => return Ok(outcomes),
+            Err(unwind) => unwind,
+        };
+        self.journal_fork_cut(seq, &unwind, finished(logs));
+        spans::failed(fork_span, unwind.kind_name());
+        // Interrupted from outside: every branch still running was cancelled.
+        for (log, span) in logs.iter().zip(branch_spans) {
+            if !log.is_finished() {
+                log.mark_cancelled();
                 span.record("effect_agents.cancelled", true);
             }
         }
-        if let Err(unwind) = &joined {
-            spans::failed(&fork_span, unwind.kind_name());
-        }
-        spans::last_event(&fork_span, self.last_seq());
-        joined
+        Err(unwind)
     }
 
-    /// The journal position of a race about to fork (its effect number), and its recorded
-    /// winner if the journal has one. Apart from `fork_inner`, whose frame every level of a
-    /// fork nest carries.
-    fn race_position(&mut self, kind: ForkKind) -> (u64, Option<usize>) {
-        match kind {
-            ForkKind::Race => {
-                let n = self.next_effect();
-                (n, self.journal_race_winner(n))
-            }
-            _ => (0, None),
-        }
+    /// The branches that lost a recorded race, or that a recorded cut caught unfinished:
+    /// where their journal ends, they were cut off.
+    fn doom_unless_decisive(&mut self, plan: &ForkPlan, index: usize) {
+        self.doomed |= plan.winner.is_some_and(|w| w != index)
+            || (plan.cut.is_some() && !plan.finished.contains(&index));
     }
 
-    /// The losers of a recorded race: where their journal ends, they were cut off.
-    fn doom_unless_winner(&mut self, winner: Option<usize>, index: usize) {
-        self.doomed |= winner.is_some_and(|w| w != index);
-    }
-
-    /// Hands the branches to the scheduler (a recorded race's winner is known, whatever
-    /// the scheduler).
+    /// Hands the branches to the scheduler (a recorded race's winner, or a recorded cut,
+    /// decides the fork whatever the scheduler).
     fn schedule(
         &self,
         kind: ForkKind,
-        winner: Option<usize>,
+        plan: &ForkPlan,
         futures: Vec<BranchFuture<S>>,
     ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>> {
-        match (kind, winner) {
+        if plan.cut.is_some() {
+            return Box::pin(replay_cut(futures, plan.finished.clone()));
+        }
+        match (kind, plan.winner) {
             (ForkKind::Race, Some(w)) => Box::pin(replay_race(futures, w)),
             (ForkKind::Race, None) => self.rt.scheduler.run_race(futures),
             // `kind` is one of the two `fork_inner` sets.
@@ -337,4 +414,58 @@ async fn replay_race<S: Send + 'static>(
         }
     }
     outcomes
+}
+
+/// What the journal recorded about a fork (see `Machine::fork_plan`).
+struct ForkPlan {
+    /// The fork's effect number in its branch.
+    seq: u64,
+    /// A replayed race's winner.
+    winner: Option<usize>,
+    /// A replayed cut: how the fork ends once `finished` have finished.
+    cut: Option<Box<Unwind>>,
+    finished: Vec<usize>,
+}
+
+/// The indices of the branches whose logs are finished.
+fn finished(logs: &[Arc<BranchLog>]) -> Vec<usize> {
+    logs.iter()
+        .enumerate()
+        .filter(|(_, log)| log.is_finished())
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Runs a fork a deadline cut off in the recording, until the branches it had finished
+/// have finished again (the others run until their journal ends, where they wait); then
+/// the fork is cut off again, dropping them.
+async fn replay_cut<S: Send + 'static>(
+    branches: Vec<BranchFuture<S>>,
+    finished: Vec<usize>,
+) -> Vec<Option<BranchOutcome<S>>> {
+    use futures_util::stream::{FuturesUnordered, StreamExt};
+
+    let mut waiting = finished.len();
+    let mut running: FuturesUnordered<_> = branches
+        .into_iter()
+        .enumerate()
+        .map(|(i, branch)| async move { (i, branch.await) })
+        .collect();
+    while waiting > 0 {
+        match running.next().await {
+            Some((i, _)) if finished.contains(&i) => waiting -= 1,
+            Some(_) => {}
+            None => break,
+        }
+    }
+    Vec::new()
+}
+
+/// A fork's branches, started (see `Machine::start_branches`).
+struct Started<S> {
+    ids: Vec<TraceId>,
+    logs: Vec<Arc<BranchLog>>,
+    branch_spans: Vec<tracing::Span>,
+    fork_span: tracing::Span,
+    futures: Vec<BranchFuture<S>>,
 }

@@ -110,23 +110,8 @@ where
                 if let Some(entry) = copy {
                     self.journal_append(entry).await?;
                 }
-                let exit = match serde_json::from_value::<StoredExit>(exit) {
-                    Ok(StoredExit::TimedOut(t)) => ScopeExit::TimedOut(t),
-                    Ok(StoredExit::Exhausted(e)) => ScopeExit::Exhausted(e),
-                    Err(e) => {
-                        return Err(self.fail(ErrorKind::Internal(format!(
-                            "a journaled interruption does not parse: {e}"
-                        ))));
-                    }
-                };
-                let id = self.stack.all_scopes().nth(scope).map(|active| active.id);
-                match id {
-                    Some(id) => Ok(Answer::Interrupted(Box::new(Unwind::Exit { scope: id, exit }))),
-                    None => Err(self.fail(ErrorKind::Internal(format!(
-                        "the journal says scope {scope} cut this call off, but only {} are in force",
-                        self.stack.all_scopes().count()
-                    )))),
-                }
+                let unwind = self.recorded_exit(scope, exit)?;
+                Ok(Answer::Interrupted(Box::new(unwind)))
             }
             Ok((Lookup::Park, _)) => {
                 // A race loser cut off here when the race was recorded: wait to be cancelled
@@ -221,6 +206,62 @@ where
         });
     }
 
+    /// The exit a journal recorded: `scope`'s position among the scopes in force, and how
+    /// it ended.
+    pub(super) fn recorded_exit(&mut self, scope: usize, exit: Value) -> Result<Unwind, Unwind> {
+        let exit = match serde_json::from_value::<StoredExit>(exit) {
+            Ok(StoredExit::TimedOut(t)) => ScopeExit::TimedOut(t),
+            Ok(StoredExit::Exhausted(e)) => ScopeExit::Exhausted(e),
+            Err(e) => {
+                return Err(self.fail(ErrorKind::Internal(format!(
+                    "a journaled interruption does not parse: {e}"
+                ))));
+            }
+        };
+        let id = self.stack.all_scopes().nth(scope).map(|active| active.id);
+        match id {
+            Some(id) => Ok(Unwind::Exit { scope: id, exit }),
+            None => Err(self.fail(ErrorKind::Internal(format!(
+                "the journal says scope {scope} cut this off, but only {} are in force",
+                self.stack.all_scopes().count()
+            )))),
+        }
+    }
+
+    /// Queues the record that the fork that is this branch's effect number `seq` was cut
+    /// off by `unwind` (a deadline or time budget of an enclosing scope) once the branches
+    /// `finished` had finished, so a replay cuts it off at the same point.
+    pub(super) fn journal_fork_cut(&mut self, seq: u64, unwind: &Unwind, finished: Vec<usize>) {
+        let Unwind::Exit { scope, exit } = unwind else {
+            return;
+        };
+        let Some(journal) = self.rt.journal.clone() else {
+            return;
+        };
+        let Some(index) = self.stack.all_scopes().position(|s| s.id == *scope) else {
+            return;
+        };
+        let stored = match exit {
+            ScopeExit::TimedOut(t) => StoredExit::TimedOut(t.clone()),
+            ScopeExit::Exhausted(e) => StoredExit::Exhausted(e.clone()),
+        };
+        let exit = serde_json::to_value(stored).unwrap_or(Value::Null);
+        let key = journal.key(&self.id, seq);
+        journal.queue(key, || {
+            Request::plain(
+                agent_op::journal::EntryKind::Outcome,
+                serde_json::json!({"fork": "cut"}),
+            )
+            .entry(
+                Key::run(),
+                serde_json::json!({
+                    "interrupted": {"scope": index, "exit": exit},
+                    "finished": finished,
+                }),
+            )
+        });
+    }
+
     /// A replayed result as the effect's type.
     pub(super) fn journal_decode<T: DeserializeOwned>(
         &mut self,
@@ -256,12 +297,6 @@ where
             )
             .entry(Key::run(), serde_json::json!({"events": checkpoint.events}))
         });
-    }
-
-    /// The recorded winner of the race that is this branch's effect number `seq`, if any.
-    pub(super) fn journal_race_winner(&self, seq: u64) -> Option<usize> {
-        let journal = self.rt.journal.as_ref()?;
-        journal.race_winner(&journal.key(&self.id, seq))
     }
 
     /// Queues which branch won the race that is this branch's effect number `seq`:
