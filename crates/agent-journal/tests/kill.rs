@@ -2,7 +2,8 @@
 //! local OpenAI-compatible server (which counts requests) with a durable SQLite journal; the
 //! test kills it at 20 random points, resuming each time, then lets it finish. The result
 //! must equal an uninterrupted run's, and the server must have seen at most 100 requests
-//! plus one per kill (the one call that may be in flight when the process dies).
+//! plus one per kill (the one call that may be in flight when the process dies). While the
+//! first child runs, this process tries to open the same journal and must be refused.
 
 #![cfg(feature = "sqlite")]
 
@@ -85,8 +86,24 @@ fn sigkill_at_random_points_then_resume_pays_at_most_once_per_kill() {
 
     let expected = rt.block_on(expected());
 
+    // A second process cannot write the journal while a run holds it: once the child is
+    // calling the model (it opened the journal before its first call), this process is
+    // refused.
+    let mut holder = child(&db, &url);
+    let started = Instant::now();
+    while requests.load(Ordering::SeqCst) == 0 && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let refused = rt.block_on(SqliteJournal::open(&db));
+    assert!(
+        matches!(refused, Err(agent_journal::JournalError::Locked { .. })),
+        "a second process opening the journal is refused: {refused:?}"
+    );
+    holder.kill().unwrap();
+    holder.wait().unwrap();
+
     let mut rng = fastrand::Rng::with_seed(fastrand::u64(..));
-    let mut kills = 0;
+    let mut kills = 1;
     let mut progress = Vec::new();
     let mut finished_early = false;
     while kills < KILLS {
