@@ -74,5 +74,5 @@ pub use middleware::{
     Compact, ContextLayer, ElideToolResults, Truncate, elide_tool_results, truncate,
 };
 pub use output::{Lines, LlmOutput, OutputFormat, ParseError, parse_json, schema_of};
-pub use tool::{ToolMarks, TypedTool, tool};
+pub use tool::{ToolMarks, TypedTool, call_context, tool};
 pub use toolbox::{Toolbox, ToolboxError, with_toolbox};

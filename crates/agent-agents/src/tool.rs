@@ -7,7 +7,7 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_op::{BoxFuture, Tool, ToolError};
+use agent_op::{BoxFuture, CallContext, Tool, ToolError};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -181,6 +181,31 @@ pub(crate) fn parse_args<A: DeserializeOwned>(
         .map_err(|e| ToolError::invalid_arguments(format!("the arguments do not fit: {e}")))
 }
 
+tokio::task_local! {
+    static CALL: CallContext;
+}
+
+/// Inside a typed tool's function, the context of the call running now: its idempotency key
+/// (`<branch id>/<effect>`, the same when a resumed durable run repeats the call), to
+/// hand to the service a side-effecting tool changes. `None` outside a tool call (and in
+/// tasks the function spawns, which do not inherit it).
+///
+/// ```
+/// use agent_agents::{call_context, tool};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Charge { cents: u64 }
+///
+/// let charge = tool("charge", "Charges the card", |c: Charge| async move {
+///     let key = call_context().map(|c| c.idempotency_key).unwrap_or_default();
+///     Ok::<_, agent_op::ToolError>(format!("charged {} with key {key}", c.cents))
+/// });
+/// # let _ = charge;
+/// ```
+pub fn call_context() -> Option<CallContext> {
+    CALL.try_with(Clone::clone).ok()
+}
+
 impl<A, O> Tool for TypedTool<A, O>
 where
     A: DeserializeOwned + Send + 'static,
@@ -222,5 +247,14 @@ where
                 ToolError::failed(format!("the tool's output could not be serialized: {e}"))
             })
         })
+    }
+
+    /// Runs [`call`](Tool::call) with `context` readable through [`call_context`].
+    fn call_in(
+        &self,
+        args: Value,
+        context: &CallContext,
+    ) -> BoxFuture<'_, Result<Value, ToolError>> {
+        Box::pin(CALL.scope(context.clone(), self.call(args)))
     }
 }

@@ -373,3 +373,25 @@ async fn toolboxes_scope_the_run_and_only_narrow() {
     assert_eq!(widening.tools, ["shell"]);
     assert_eq!(widening.capabilities, ["shell"]);
 }
+
+#[tokio::test]
+async fn a_typed_tool_reads_its_calls_idempotency_key() {
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    struct Charge {
+        cents: u64,
+    }
+    let charge = agent_agents::tool("charge", "Charges the card", |c: Charge| async move {
+        let key = agent_agents::call_context()
+            .map(|c| c.idempotency_key)
+            .unwrap_or_default();
+        Ok::<_, agent_op::ToolError>(format!("{} cents, key {key}", c.cents))
+    });
+    let config = Config::new().tool(charge).trace_id("calm-owl-4242");
+    let program: Op<(), String> = op::tool("charge", json!({"cents": 250}))
+        .and_then(|_| op::tool("charge", json!({"cents": 100})))
+        .map(|r| r.unwrap().as_str().unwrap_or_default().to_owned());
+    let out = agent_interp_seq::run(&config, (), program).await.unwrap();
+    // The run's second effect; outside a call there is no context.
+    assert_eq!(out.value, "100 cents, key calm-owl-4242/1");
+    assert!(agent_agents::call_context().is_none());
+}

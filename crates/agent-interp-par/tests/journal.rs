@@ -631,7 +631,7 @@ fn side_effecting_tools_get_the_same_idempotency_key_when_a_call_is_repeated() {
             .await
             .unwrap();
         let first = keys.lock().unwrap().clone();
-        assert_eq!(first, ["calm-owl-1234/0/0", "calm-owl-1234/1/0"]);
+        assert_eq!(first, ["calm-owl-1234.0/0", "calm-owl-1234.1/0"]);
         // The second charge was in flight at a crash: its entry never reached the journal.
         let entries = journal.entries().await.unwrap();
         let cut =
@@ -647,7 +647,7 @@ fn side_effecting_tools_get_the_same_idempotency_key_when_a_call_is_repeated() {
             .unwrap();
         assert_eq!(
             *keys.lock().unwrap(),
-            ["calm-owl-1234/1/0"],
+            ["calm-owl-1234.1/0"],
             "repeated with the same key"
         );
     });

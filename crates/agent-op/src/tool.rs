@@ -167,9 +167,10 @@ impl ToolError {
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct CallContext {
-    /// `<run id>/<branch>/<event>`: the call's position in its run, the same every time the
-    /// run is replayed or resumed (a durable run keeps its id in its journal), different for
-    /// every call of the run.
+    /// `<branch id>/<effect>` (`calm-owl-1234.1/0`: the first journaled effect of the run's
+    /// second branch): the call's position in its run, the same every time the run is
+    /// replayed or resumed (a durable run keeps its id in its journal), different for every
+    /// call of the run.
     pub idempotency_key: String,
 }
 

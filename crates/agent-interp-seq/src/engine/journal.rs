@@ -144,13 +144,6 @@ impl Journaling {
         }
     }
 
-    /// The idempotency key of the tool call after `seq` events of `branch`:
-    /// `<run id>/<branch path>/<event>`.
-    pub(crate) fn idempotency_key(&self, branch: &TraceId, seq: u64) -> String {
-        let key = self.key(branch, seq);
-        format!("{}/{}/{}", self.root, key.branch, key.seq)
-    }
-
     /// Answers the effect at `key` asking `request`. `doomed`: the branch lost a recorded
     /// race, so a position the journal lacks means it was cancelled there.
     ///

@@ -553,12 +553,11 @@ where
         Ok(self.stack.feed(&mut Some(n)))
     }
 
-    /// The idempotency key of this branch's effect number `n`.
+    /// The idempotency key of this branch's effect number `n`: `<branch id>/<n>`. A
+    /// resumed durable run keeps its id (the journal records it), so the key is the same
+    /// when the call is repeated.
     fn idempotency_key(&self, n: u64) -> String {
-        match &self.rt.journal {
-            Some(journal) => journal.idempotency_key(&self.id, n),
-            None => format!("{}/{n}", self.id),
-        }
+        format!("{}/{n}", self.id)
     }
 
     pub(super) fn memory(&mut self) -> Result<Arc<dyn MemoryBackend>, Unwind> {
