@@ -747,3 +747,114 @@ fn a_timeout_that_cuts_a_fork_replays_the_same_cut_under_both_interpreters() {
         }
     }
 }
+
+/// A memory whose searches fail, counting every call it gets.
+#[derive(Clone, Default)]
+struct Broken(Arc<AtomicUsize>);
+
+impl agent_op::MemoryBackend for Broken {
+    fn store(
+        &self,
+        memory: agent_op::NewMemory,
+    ) -> BoxFuture<'_, Result<agent_op::MemoryId, agent_op::MemoryError>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move { Ok(agent_op::MemoryId(memory.content)) })
+    }
+    fn search<'a>(
+        &'a self,
+        _query: &'a str,
+        _k: usize,
+    ) -> BoxFuture<'a, Result<Vec<agent_op::ScoredMemory>, agent_op::MemoryError>> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async {
+            Err(agent_op::MemoryError::Storage {
+                operation: "search".into(),
+                location: Some("broken.db".into()),
+                cause: agent_op::Cause::new(std::io::Error::other("disk gone")),
+            })
+        })
+    }
+    fn recent(
+        &self,
+        _n: usize,
+    ) -> BoxFuture<'_, Result<Vec<agent_op::MemoryEntry>, agent_op::MemoryError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn by_tags<'a>(
+        &'a self,
+        _tags: &'a [agent_op::Tag],
+    ) -> BoxFuture<'a, Result<Vec<agent_op::MemoryEntry>, agent_op::MemoryError>> {
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn prune<'a>(
+        &'a self,
+        _policy: &'a agent_op::PrunePolicy,
+    ) -> BoxFuture<'a, Result<agent_op::PruneReport, agent_op::MemoryError>> {
+        Box::pin(async { Ok(agent_op::PruneReport::default()) })
+    }
+    fn delete<'a>(
+        &'a self,
+        _id: &'a agent_op::MemoryId,
+    ) -> BoxFuture<'a, Result<bool, agent_op::MemoryError>> {
+        Box::pin(async { Ok(false) })
+    }
+    fn get<'a>(
+        &'a self,
+        _id: &'a agent_op::MemoryId,
+    ) -> BoxFuture<'a, Result<Option<agent_op::MemoryEntry>, agent_op::MemoryError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn count(&self) -> BoxFuture<'_, Result<u64, agent_op::MemoryError>> {
+        Box::pin(async { Ok(0) })
+    }
+}
+
+#[test]
+fn a_run_that_failed_on_memory_replays_to_the_same_failure() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = sqlite(&dir, "broken.db").await;
+        let program = || -> Op<St, String> {
+            op::remember("a note", "test", Vec::new())
+                .and_then(|_| op::recall("note", 3))
+                .map(|hits| hits.len().to_string())
+        };
+        let live = Broken::default();
+        let config = |memory: &Broken| config(&Counts::default()).memory(memory.clone());
+        let recorded = agent_interp_seq::run_durable(
+            &config(&live),
+            journal.clone(),
+            St::default(),
+            program(),
+        )
+        .await
+        .unwrap_err();
+        assert!(
+            matches!(recorded.kind, ErrorKind::Memory(_)),
+            "{}",
+            recorded.kind
+        );
+        assert_eq!(live.0.load(Ordering::SeqCst), 2);
+        for par in [false, true] {
+            let untouched = Broken::default();
+            let replayed = if par {
+                agent_interp_par::replay(&config(&untouched), &*journal, St::default(), program())
+                    .await
+            } else {
+                agent_interp_seq::replay(&config(&untouched), &*journal, St::default(), program())
+                    .await
+            }
+            .unwrap_err();
+            assert_eq!(
+                replayed.kind, recorded.kind,
+                "the same error, its cause by message"
+            );
+            assert_eq!(replayed.trace.canonical(), recorded.trace.canonical());
+            assert_eq!(
+                untouched.0.load(Ordering::SeqCst),
+                0,
+                "the memory was not touched"
+            );
+        }
+    });
+}

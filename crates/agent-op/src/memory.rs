@@ -680,3 +680,210 @@ pub(crate) fn sha256_tagged(bytes: &[u8]) -> String {
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// [`MemoryError`] and [`EmbeddingError`] as journals store them: their variants and fields,
+/// causes as their messages. A deserialized error compares equal to the original (causes
+/// compare by message).
+mod stored {
+    use serde::{Deserialize, Serialize};
+
+    use super::{EmbeddingError, MemoryError};
+    use crate::cause::Cause;
+    use crate::provider::ProviderError;
+    use crate::provider_error::RecordedCause;
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    enum StoredMemory {
+        Embedding {
+            error: EmbeddingError,
+        },
+        EmbedderMismatch {
+            stored_model: String,
+            stored_dimensions: usize,
+            given_model: String,
+            given_dimensions: usize,
+        },
+        InvalidInput {
+            message: String,
+        },
+        Storage {
+            operation: String,
+            location: Option<String>,
+            cause: String,
+        },
+        UnexpectedData {
+            operation: String,
+            location: Option<String>,
+            found: String,
+        },
+        Closed {
+            location: Option<String>,
+        },
+    }
+
+    #[derive(Serialize, Deserialize)]
+    #[serde(tag = "kind", rename_all = "snake_case")]
+    enum StoredEmbedding {
+        Provider { error: ProviderError },
+        DimensionMismatch { expected: usize, got: usize },
+        NonFinite,
+        CountMismatch { expected: usize, got: usize },
+        Request { cause: String },
+        InvalidConfig { message: String },
+        Other { message: String },
+    }
+
+    fn cause(text: String) -> Cause {
+        Cause::new(RecordedCause(text))
+    }
+
+    impl Serialize for MemoryError {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let stored = match self.clone() {
+                MemoryError::Embedding(error) => StoredMemory::Embedding { error },
+                MemoryError::EmbedderMismatch {
+                    stored_model,
+                    stored_dimensions,
+                    given_model,
+                    given_dimensions,
+                } => StoredMemory::EmbedderMismatch {
+                    stored_model,
+                    stored_dimensions,
+                    given_model,
+                    given_dimensions,
+                },
+                MemoryError::InvalidInput(message) => StoredMemory::InvalidInput { message },
+                MemoryError::Storage {
+                    operation,
+                    location,
+                    cause,
+                } => StoredMemory::Storage {
+                    operation,
+                    location,
+                    cause: cause.to_string(),
+                },
+                MemoryError::UnexpectedData {
+                    operation,
+                    location,
+                    found,
+                } => StoredMemory::UnexpectedData {
+                    operation,
+                    location,
+                    found,
+                },
+                MemoryError::Closed { location } => StoredMemory::Closed { location },
+            };
+            stored.serialize(serializer)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for MemoryError {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            Ok(match StoredMemory::deserialize(deserializer)? {
+                StoredMemory::Embedding { error } => MemoryError::Embedding(error),
+                StoredMemory::EmbedderMismatch {
+                    stored_model,
+                    stored_dimensions,
+                    given_model,
+                    given_dimensions,
+                } => MemoryError::EmbedderMismatch {
+                    stored_model,
+                    stored_dimensions,
+                    given_model,
+                    given_dimensions,
+                },
+                StoredMemory::InvalidInput { message } => MemoryError::InvalidInput(message),
+                StoredMemory::Storage {
+                    operation,
+                    location,
+                    cause: text,
+                } => MemoryError::Storage {
+                    operation,
+                    location,
+                    cause: cause(text),
+                },
+                StoredMemory::UnexpectedData {
+                    operation,
+                    location,
+                    found,
+                } => MemoryError::UnexpectedData {
+                    operation,
+                    location,
+                    found,
+                },
+                StoredMemory::Closed { location } => MemoryError::Closed { location },
+            })
+        }
+    }
+
+    impl Serialize for EmbeddingError {
+        fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+            let stored = match self.clone() {
+                EmbeddingError::Provider(error) => StoredEmbedding::Provider { error },
+                EmbeddingError::DimensionMismatch { expected, got } => {
+                    StoredEmbedding::DimensionMismatch { expected, got }
+                }
+                EmbeddingError::NonFinite => StoredEmbedding::NonFinite,
+                EmbeddingError::CountMismatch { expected, got } => {
+                    StoredEmbedding::CountMismatch { expected, got }
+                }
+                EmbeddingError::Request(c) => StoredEmbedding::Request {
+                    cause: c.to_string(),
+                },
+                EmbeddingError::InvalidConfig(message) => {
+                    StoredEmbedding::InvalidConfig { message }
+                }
+                EmbeddingError::Other(message) => StoredEmbedding::Other { message },
+            };
+            stored.serialize(serializer)
+        }
+    }
+
+    impl<'de> Deserialize<'de> for EmbeddingError {
+        fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            Ok(match StoredEmbedding::deserialize(deserializer)? {
+                StoredEmbedding::Provider { error } => EmbeddingError::Provider(error),
+                StoredEmbedding::DimensionMismatch { expected, got } => {
+                    EmbeddingError::DimensionMismatch { expected, got }
+                }
+                StoredEmbedding::NonFinite => EmbeddingError::NonFinite,
+                StoredEmbedding::CountMismatch { expected, got } => {
+                    EmbeddingError::CountMismatch { expected, got }
+                }
+                StoredEmbedding::Request { cause: text } => EmbeddingError::Request(cause(text)),
+                StoredEmbedding::InvalidConfig { message } => {
+                    EmbeddingError::InvalidConfig(message)
+                }
+                StoredEmbedding::Other { message } => EmbeddingError::Other(message),
+            })
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn memory_errors_round_trip_through_json_with_causes_as_text() {
+            let errors = vec![
+                MemoryError::Storage {
+                    operation: "search".into(),
+                    location: Some("memory.db".into()),
+                    cause: Cause::new(std::io::Error::other("disk full")),
+                },
+                MemoryError::Embedding(EmbeddingError::Provider(ProviderError::other("down"))),
+                MemoryError::Embedding(EmbeddingError::Request(Cause::new(std::io::Error::other(
+                    "reset",
+                )))),
+                MemoryError::InvalidInput("empty query".into()),
+                MemoryError::Closed { location: None },
+            ];
+            for error in errors {
+                let json = serde_json::to_value(&error).unwrap();
+                let back: MemoryError = serde_json::from_value(json.clone()).unwrap();
+                assert_eq!(back, error, "{json}");
+            }
+        }
+    }
+}

@@ -356,7 +356,7 @@ mod tests {
 
 /// A cause restored from its message (a journaled error keeps its cause as text).
 #[derive(Debug)]
-struct RecordedCause(String);
+pub(crate) struct RecordedCause(pub(crate) String);
 
 impl fmt::Display for RecordedCause {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

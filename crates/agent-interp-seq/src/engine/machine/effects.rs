@@ -582,21 +582,24 @@ where
             .await?;
         let span = spans::memory(self.parent_span(), "remember", self.seq);
         let finished = if let Answer::Replayed(value) = &mut answer {
-            Ok(Ok(self.journal_decode::<agent_op::MemoryId>(
-                std::mem::take(&mut **value),
-            )?))
+            Ok(
+                self.journal_decode::<Result<agent_op::MemoryId, agent_op::MemoryError>>(
+                    std::mem::take(&mut **value),
+                )?,
+            )
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else {
             let stored = backend.store(memory).instrument(span.clone());
             self.guarded(stored).await
         };
-        if let Err(unwind) = &finished {
-            self.journal_interrupted(&answer, unwind);
+        match &finished {
+            Err(unwind) => self.journal_interrupted(&answer, unwind),
+            // A memory failure is a result too: a replay fails the same way.
+            Ok(result) => self.journal_commit(&mut answer, result).await?,
         }
         match self.close_interrupted(&span, finished)? {
             Ok(id) => {
-                self.journal_commit(&mut answer, &id).await?;
                 spans::last_event(&span, self.seq);
                 self.record(EventKind::Remember(event::Remember {
                     id: id.clone(),
@@ -624,21 +627,24 @@ where
             .await?;
         let span = spans::memory(self.parent_span(), "forget", self.seq);
         let finished = if let Answer::Replayed(value) = &mut answer {
-            Ok(Ok(
-                self.journal_decode::<bool>(std::mem::take(&mut **value))?
-            ))
+            Ok(
+                self.journal_decode::<Result<bool, agent_op::MemoryError>>(std::mem::take(
+                    &mut **value,
+                ))?,
+            )
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else {
             self.guarded(backend.delete(&id).instrument(span.clone()))
                 .await
         };
-        if let Err(unwind) = &finished {
-            self.journal_interrupted(&answer, unwind);
+        match &finished {
+            Err(unwind) => self.journal_interrupted(&answer, unwind),
+            // A memory failure is a result too: a replay fails the same way.
+            Ok(result) => self.journal_commit(&mut answer, result).await?,
         }
         match self.close_interrupted(&span, finished)? {
             Ok(existed) => {
-                self.journal_commit(&mut answer, &existed).await?;
                 spans::last_event(&span, self.seq);
                 self.record(EventKind::Forget(event::Forget { id, existed }));
                 Ok(self.stack.feed(&mut Some(existed)))
@@ -664,9 +670,11 @@ where
             .await?;
         let span = spans::memory(self.parent_span(), "recall", self.seq);
         let finished = if let Answer::Replayed(value) = &mut answer {
-            Ok(Ok(self.journal_decode::<Vec<agent_op::MemoryEntry>>(
-                std::mem::take(&mut **value),
-            )?))
+            Ok(
+                self.journal_decode::<Result<Vec<agent_op::MemoryEntry>, agent_op::MemoryError>>(
+                    std::mem::take(&mut **value),
+                )?,
+            )
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else {
@@ -674,12 +682,13 @@ where
                 .await
                 .map(|found| found.map(|hits| hits.into_iter().map(|hit| hit.entry).collect()))
         };
-        if let Err(unwind) = &finished {
-            self.journal_interrupted(&answer, unwind);
+        match &finished {
+            Err(unwind) => self.journal_interrupted(&answer, unwind),
+            // A memory failure is a result too: a replay fails the same way.
+            Ok(result) => self.journal_commit(&mut answer, result).await?,
         }
         match self.close_interrupted(&span, finished)? {
             Ok(entries) => {
-                self.journal_commit(&mut answer, &entries).await?;
                 span.record(
                     "effect_agents.memory.results",
                     spans::int(entries.len() as u64),
