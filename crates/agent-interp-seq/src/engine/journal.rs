@@ -66,9 +66,11 @@ impl Journaling {
         mode: Mode,
         entries: Vec<Entry>,
         sink: Option<Arc<dyn Journal>>,
-        copy_replayed: bool,
         root: TraceId,
     ) -> Journaling {
+        // Replaying into a new journal copies what it replays; resuming a durable run writes
+        // to the journal it replays, which has them already.
+        let copy_replayed = mode == Mode::ReplayThenLive && sink.is_some();
         let recorded = entries
             .into_iter()
             .filter(|e| e.kind != EntryKind::Run)
@@ -95,14 +97,14 @@ impl Journaling {
     /// Queues the entry `make` builds (its key set to `key`) for the next commit, unless the
     /// run has no sink or the journal already holds it (then it is copied only when
     /// replaying into a new journal).
-    pub(crate) fn queue(&self, key: Key, make: impl FnOnce() -> Entry) {
+    pub(crate) fn queue(&self, key: Key, request: impl FnOnce() -> Request, result: Value) {
         if self.sink.is_none() {
             return;
         }
         let entry = match self.recorded.get(&key) {
             Some(entry) if self.copy_replayed => entry.clone(),
             Some(_) => return,
-            None => Entry { key, ..make() },
+            None => request().entry(key, result),
         };
         self.queued
             .lock()
@@ -188,19 +190,10 @@ impl Journaling {
                 }
             };
         };
-        if entry.kind == EntryKind::Outcome
-            && let Some(cut) = entry.result.get("interrupted")
-            && let Some(scope) = cut.get("scope").and_then(Value::as_u64)
-        {
+        if let Some((scope, exit)) = cut(entry) {
             self.replayed.fetch_add(1, Ordering::Relaxed);
             let copy = self.copy_replayed.then(|| entry.clone());
-            return Ok((
-                Lookup::Interrupted {
-                    scope: usize::try_from(scope).unwrap_or(usize::MAX),
-                    exit: cut.get("exit").cloned().unwrap_or(Value::Null),
-                },
-                copy,
-            ));
+            return Ok((Lookup::Interrupted { scope, exit }, copy));
         }
         if entry.fingerprint == request.fingerprint && entry.kind == request.kind {
             self.replayed.fetch_add(1, Ordering::Relaxed);
@@ -232,11 +225,7 @@ impl Journaling {
     /// finished by then.
     pub(crate) fn fork_cut(&self, key: &Key) -> Option<(usize, Value, Vec<usize>)> {
         let entry = self.recorded.get(key)?;
-        if entry.kind != EntryKind::Outcome {
-            return None;
-        }
-        let cut = entry.result.get("interrupted")?;
-        let scope = usize::try_from(cut.get("scope")?.as_u64()?).ok()?;
+        let (scope, exit) = cut(entry)?;
         let finished = entry
             .result
             .get("finished")?
@@ -244,11 +233,7 @@ impl Journaling {
             .iter()
             .filter_map(|i| i.as_u64().and_then(|i| usize::try_from(i).ok()))
             .collect();
-        Some((
-            scope,
-            cut.get("exit").cloned().unwrap_or(Value::Null),
-            finished,
-        ))
+        Some((scope, exit, finished))
     }
 
     /// The recorded winner of the race forked at `key`, if the journal has it.
@@ -318,4 +303,16 @@ pub(crate) fn before_checkpoint(
     let mut entries = entries;
     entries.truncate(at);
     Some(entries)
+}
+
+/// The record of a deadline that cut a call or a fork off (an `Outcome` entry whose result
+/// is `{"interrupted": {"scope": <position>, "exit": <how the scope ended>}, ..}`), as the
+/// scope's position and its exit; `None` for any other entry.
+fn cut(entry: &Entry) -> Option<(usize, Value)> {
+    if entry.kind != EntryKind::Outcome {
+        return None;
+    }
+    let cut = entry.result.get("interrupted")?;
+    let scope = usize::try_from(cut.get("scope")?.as_u64()?).ok()?;
+    Some((scope, cut.get("exit").cloned().unwrap_or(Value::Null)))
 }

@@ -29,6 +29,7 @@ use scheduler::Scheduler;
 use scope::{ScopeExit, ScopeId};
 
 /// How a run or branch stopped early.
+#[derive(Clone)]
 pub(crate) enum Unwind {
     /// The program failed (a `race` may try another branch).
     Fail(ErrorKind),
@@ -233,9 +234,7 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         A: Send + 'static,
     {
         let entries = load(config, journal).await?;
-        let (id, started) = run_entry(config, &entries);
-        let journaling = Journaling::new(Mode::Replay, entries, None, false, id.clone());
-        self.run_inner(config, state, program, id, Some((journaling, started)))
+        self.run_journaled(config, state, program, Mode::Replay, entries, None)
             .await
     }
 
@@ -259,8 +258,15 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         A: Send + 'static,
     {
         let entries = load(config, journal).await?;
-        self.live_from(config, entries, record_to, state, program)
-            .await
+        self.run_journaled(
+            config,
+            state,
+            program,
+            Mode::ReplayThenLive,
+            entries,
+            record_to,
+        )
+        .await
     }
 
     /// Runs `program` durably: every nondeterministic result is committed to `journal`
@@ -313,17 +319,15 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         A: Send + 'static,
     {
         let entries = load(config, &*journal).await?;
-        let fresh = !entries.iter().any(|e| e.kind == EntryKind::Run);
-        let (id, started) = run_entry(config, &entries);
-        if fresh {
-            let entry = run_marker(&id, started);
-            if let Err(error) = journal.append(vec![entry]).await {
-                return Err(not_started(config, ErrorKind::Journal(Box::new(error))));
-            }
-        }
-        let journaling = Journaling::new(Mode::Durable, entries, Some(journal), false, id.clone());
-        self.run_inner(config, state, program, id, Some((journaling, started)))
-            .await
+        self.run_journaled(
+            config,
+            state,
+            program,
+            Mode::Durable,
+            entries,
+            Some(journal),
+        )
+        .await
     }
 
     /// Goes back to `checkpoint` of the durable run of `journal`: replays what the run had
@@ -349,7 +353,8 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
     {
         let entries = load(config, journal).await?;
         let (id, _) = run_entry(config, &entries);
-        let Some(mut before) = journal::before_checkpoint(entries.clone(), &id, checkpoint) else {
+        // The run entry comes first in every journal, so the prefix keeps the run's id.
+        let Some(before) = journal::before_checkpoint(entries, &id, checkpoint) else {
             return Err(not_started(
                 config,
                 ErrorKind::CheckpointNotJournaled {
@@ -357,34 +362,46 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
                 },
             ));
         };
-        if let Some(run) = entries.into_iter().find(|e| e.kind == EntryKind::Run) {
-            before.insert(0, run);
-        }
-        self.live_from(config, before, record_to, state, program)
-            .await
+        self.run_journaled(
+            config,
+            state,
+            program,
+            Mode::ReplayThenLive,
+            before,
+            record_to,
+        )
+        .await
     }
 
-    async fn live_from<S, A>(
+    /// Runs `program` in `mode` over the recorded `entries`, committing to `sink`. The run
+    /// takes the id and start time the entries record (or new ones), and a sink that lacks
+    /// them gets them first: a fresh durable journal, or the new journal of a
+    /// replay-then-live run (which also gets copies of the replayed entries).
+    async fn run_journaled<S, A>(
         &self,
         config: &Config,
-        entries: Vec<Entry>,
-        record_to: Option<Arc<dyn Journal>>,
         state: S,
         program: Op<S, A>,
+        mode: Mode,
+        entries: Vec<Entry>,
+        sink: Option<Arc<dyn Journal>>,
     ) -> Result<Outcome<S, A>, RunError>
     where
         S: Clone + Send + 'static,
         A: Send + 'static,
     {
         let (id, started) = run_entry(config, &entries);
-        if let Some(sink) = &record_to {
+        let new_journal = mode == Mode::ReplayThenLive;
+        let has_run = entries.iter().any(|e| e.kind == EntryKind::Run);
+        if let Some(sink) = &sink
+            && (new_journal || !has_run)
+        {
             let entry = run_marker(&id, started);
             if let Err(error) = sink.append(vec![entry]).await {
                 return Err(not_started(config, ErrorKind::Journal(Box::new(error))));
             }
         }
-        let journaling =
-            Journaling::new(Mode::ReplayThenLive, entries, record_to, true, id.clone());
+        let journaling = Journaling::new(mode, entries, sink, id.clone());
         self.run_inner(config, state, program, id, Some((journaling, started)))
             .await
     }

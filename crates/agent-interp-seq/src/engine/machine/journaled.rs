@@ -1,7 +1,7 @@
 //! A machine's side of journaling: asking the journal before an effect, committing a live
 //! result before the program sees it.
 
-use agent_op::journal::{Entry, JournalError, Key, Request};
+use agent_op::journal::{Entry, EntryKind, JournalError, Key, Request};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -29,14 +29,7 @@ impl Answer {
     /// The recorded interruption, as the effect's await would have returned it.
     pub(super) fn interrupted(&self) -> Option<Unwind> {
         match self {
-            Answer::Interrupted(unwind) => Some(match &**unwind {
-                Unwind::Exit { scope, exit } => Unwind::Exit {
-                    scope: *scope,
-                    exit: exit.clone(),
-                },
-                Unwind::Aborted => Unwind::Aborted,
-                Unwind::Fail(kind) => Unwind::Fail(kind.clone()),
-            }),
+            Answer::Interrupted(unwind) => Some((**unwind).clone()),
             _ => None,
         }
     }
@@ -179,31 +172,34 @@ where
     /// Queues the record that the live call `answer` was cut off by `unwind` (a deadline or
     /// a time budget), so a replay cuts it off at the same call.
     pub(super) fn journal_interrupted(&mut self, answer: &Answer, unwind: &Unwind) {
-        let (Answer::Live(pending), Unwind::Exit { scope, exit }) = (answer, unwind) else {
+        let Answer::Live(pending) = answer else {
             return;
         };
-        let Some(journal) = self.rt.journal.clone() else {
+        let (Some(journal), Some(cut)) = (self.rt.journal.clone(), self.stored_cut(unwind)) else {
             return;
         };
-        let Some(index) = self.stack.all_scopes().position(|s| s.id == *scope) else {
-            return;
+        let kind = pending.request.kind;
+        journal.queue(
+            pending.key.clone(),
+            || Request::plain(EntryKind::Outcome, serde_json::json!({"cut_off": kind})),
+            serde_json::json!({"interrupted": cut}),
+        );
+    }
+
+    /// How `unwind` ended a call or fork, as a journal records it: the position of the
+    /// scope among those in force and how it ended. `None` unless a scope's deadline or
+    /// budget ended it.
+    fn stored_cut(&self, unwind: &Unwind) -> Option<Value> {
+        let Unwind::Exit { scope, exit } = unwind else {
+            return None;
         };
+        let index = self.stack.all_scopes().position(|s| s.id == *scope)?;
         let stored = match exit {
             ScopeExit::TimedOut(t) => StoredExit::TimedOut(t.clone()),
             ScopeExit::Exhausted(e) => StoredExit::Exhausted(e.clone()),
         };
-        let exit = serde_json::to_value(stored).unwrap_or(Value::Null);
-        let kind = pending.request.kind;
-        journal.queue(pending.key.clone(), || {
-            Request::plain(
-                agent_op::journal::EntryKind::Outcome,
-                serde_json::json!({"cut_off": kind}),
-            )
-            .entry(
-                Key::run(),
-                serde_json::json!({"interrupted": {"scope": index, "exit": exit}}),
-            )
-        });
+        let exit = serde_json::to_value(stored).ok()?;
+        Some(serde_json::json!({"scope": index, "exit": exit}))
     }
 
     /// The exit a journal recorded: `scope`'s position among the scopes in force, and how
@@ -232,34 +228,14 @@ where
     /// off by `unwind` (a deadline or time budget of an enclosing scope) once the branches
     /// `finished` had finished, so a replay cuts it off at the same point.
     pub(super) fn journal_fork_cut(&mut self, seq: u64, unwind: &Unwind, finished: Vec<usize>) {
-        let Unwind::Exit { scope, exit } = unwind else {
+        let (Some(journal), Some(cut)) = (self.rt.journal.clone(), self.stored_cut(unwind)) else {
             return;
         };
-        let Some(journal) = self.rt.journal.clone() else {
-            return;
-        };
-        let Some(index) = self.stack.all_scopes().position(|s| s.id == *scope) else {
-            return;
-        };
-        let stored = match exit {
-            ScopeExit::TimedOut(t) => StoredExit::TimedOut(t.clone()),
-            ScopeExit::Exhausted(e) => StoredExit::Exhausted(e.clone()),
-        };
-        let exit = serde_json::to_value(stored).unwrap_or(Value::Null);
-        let key = journal.key(&self.id, seq);
-        journal.queue(key, || {
-            Request::plain(
-                agent_op::journal::EntryKind::Outcome,
-                serde_json::json!({"fork": "cut"}),
-            )
-            .entry(
-                Key::run(),
-                serde_json::json!({
-                    "interrupted": {"scope": index, "exit": exit},
-                    "finished": finished,
-                }),
-            )
-        });
+        journal.queue(
+            journal.key(&self.id, seq),
+            || Request::plain(EntryKind::Outcome, serde_json::json!({"fork": "cut"})),
+            serde_json::json!({"interrupted": cut, "finished": finished}),
+        );
     }
 
     /// A replayed result as the effect's type.
@@ -289,14 +265,16 @@ where
         let Some(journal) = self.rt.journal.clone() else {
             return;
         };
-        let key = journal.key(&self.id, seq);
-        journal.queue(key, || {
-            Request::plain(
-                agent_op::journal::EntryKind::Checkpoint,
-                serde_json::json!({"checkpoint": checkpoint.name}),
-            )
-            .entry(Key::run(), serde_json::json!({"events": checkpoint.events}))
-        });
+        journal.queue(
+            journal.key(&self.id, seq),
+            || {
+                Request::plain(
+                    EntryKind::Checkpoint,
+                    serde_json::json!({"checkpoint": checkpoint.name}),
+                )
+            },
+            serde_json::json!({"events": checkpoint.events}),
+        );
     }
 
     /// Queues which branch won the race that is this branch's effect number `seq`:
@@ -306,14 +284,11 @@ where
         let Some(journal) = self.rt.journal.clone() else {
             return;
         };
-        let key = journal.key(&self.id, seq);
-        journal.queue(key, || {
-            Request::plain(
-                agent_op::journal::EntryKind::Outcome,
-                serde_json::json!({"race": branches}),
-            )
-            .entry(Key::run(), serde_json::json!({"winner": winner}))
-        });
+        journal.queue(
+            journal.key(&self.id, seq),
+            || Request::plain(EntryKind::Outcome, serde_json::json!({"race": branches})),
+            serde_json::json!({"winner": winner}),
+        );
     }
 }
 
