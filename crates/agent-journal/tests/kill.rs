@@ -9,59 +9,28 @@
 
 mod support;
 
-use std::io::Read;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use agent_interp_seq::Config;
 use agent_journal::{Journal, SqliteJournal};
-use agent_provider::OpenAiClient;
-use support::chat::{CALLS, expected, program, result_of, server};
+use support::chat::{CALLS, expected, finish, run_child, server, spawn_child};
 
 const KILLS: usize = 20;
 const CHILD_DB: &str = "EFFECT_AGENTS_KILL_TEST_DB";
-const CHILD_URL: &str = "EFFECT_AGENTS_KILL_TEST_URL";
 
 /// The child: resumes (or starts) the durable run of the journal at `$CHILD_DB`.
 #[test]
 #[ignore = "the child process of `sigkill_at_random_points_then_resume_pays_at_most_once_per_kill`"]
 fn child_run() {
-    let (Ok(db), Ok(url)) = (std::env::var(CHILD_DB), std::env::var(CHILD_URL)) else {
-        panic!("run by the kill test, with {CHILD_DB} and {CHILD_URL} set");
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let journal = Arc::new(SqliteJournal::open(&db).await.unwrap());
-        let client = OpenAiClient::compatible(url).build().unwrap();
-        let config = Config::new().provider(client).trace_id("kill-test-0001");
-        let outcome = agent_interp_seq::resume(&config, journal, (), program())
-            .await
-            .unwrap();
-        println!("RESULT {}", outcome.value);
+    run_child(CHILD_DB, "kill-test-0001", async |db| {
+        Arc::new(SqliteJournal::open(&db).await.unwrap()) as Arc<dyn Journal>
     });
 }
 
 fn child(db: &Path, url: &str) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_run",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_DB, db)
-        .env(CHILD_URL, url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    spawn_child("child_run", CHILD_DB, db, url)
 }
 
 /// How many entries the journal at `db` holds (opened after the child is dead).
@@ -121,23 +90,9 @@ fn sigkill_at_random_points_then_resume_pays_at_most_once_per_kill() {
     }
 
     // The last run, left to finish.
-    let mut last = child(&db, &url);
+    let last = child(&db, &url);
     let started = Instant::now();
-    let status = last.wait().unwrap();
-    let mut out = String::new();
-    last.stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    let mut err = String::new();
-    last.stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(status.success(), "the final run failed: {out}\n{err}");
-    let result = result_of(&out).unwrap_or_else(|| panic!("no result in: {out}"));
+    let result = finish(last);
     assert_eq!(
         result, expected,
         "the resumed run ends like an uninterrupted one"

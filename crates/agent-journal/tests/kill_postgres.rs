@@ -16,41 +16,24 @@ mod support;
 #[allow(dead_code)]
 mod cluster;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use agent_interp_seq::Config;
 use agent_journal::{Journal, PostgresJournal};
-use agent_provider::OpenAiClient;
 use cluster::{Cluster, PgError};
-use support::chat::{CALLS, expected, program, result_of, server};
+use support::chat::{CALLS, expected, finish, run_child, server, spawn_child};
 
 const CHILD_PG: &str = "EFFECT_AGENTS_KILL_TEST_PG";
-const CHILD_URL: &str = "EFFECT_AGENTS_KILL_TEST_URL";
 const JOURNAL: &str = "kill-test";
 
 #[test]
 #[ignore = "the child process of `postgres_restarts_and_sigkills_then_resume_pays_at_most_once_per_kill`"]
 fn child_run_postgres() {
-    let (Ok(pg), Ok(url)) = (std::env::var(CHILD_PG), std::env::var(CHILD_URL)) else {
-        panic!("run by the kill test, with {CHILD_PG} and {CHILD_URL} set");
-    };
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
-        let journal = Arc::new(PostgresJournal::open(&pg, JOURNAL).await.unwrap());
-        let client = OpenAiClient::compatible(url).build().unwrap();
-        let config = Config::new().provider(client).trace_id("kill-test-0002");
-        let outcome = agent_interp_seq::resume(&config, journal, (), program())
-            .await
-            .unwrap();
-        println!("RESULT {}", outcome.value);
+    run_child(CHILD_PG, "kill-test-0002", async |pg| {
+        Arc::new(PostgresJournal::open(&pg, JOURNAL).await.unwrap()) as Arc<dyn Journal>
     });
 }
 
@@ -69,20 +52,7 @@ impl Drop for StopOnDrop {
 }
 
 fn child(pg: &str, url: &str) -> std::process::Child {
-    Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "child_run_postgres",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(CHILD_PG, pg)
-        .env(CHILD_URL, url)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap()
+    spawn_child("child_run_postgres", CHILD_PG, pg, url)
 }
 
 #[test]
@@ -148,21 +118,7 @@ fn postgres_restarts_and_sigkills_then_resume_pays_at_most_once_per_kill() {
         process.wait().unwrap();
         kills += 1;
     }
-    let mut last = child(&pg, &url);
-    let status = last.wait().unwrap();
-    let (mut out, mut err) = (String::new(), String::new());
-    last.stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    last.stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert!(status.success(), "the final run failed: {out}\n{err}");
-    let result = result_of(&out).unwrap_or_else(|| panic!("no result in: {out}"));
+    let result = finish(child(&pg, &url));
     assert_eq!(
         result, expected,
         "the resumed run ends like an uninterrupted one"

@@ -124,9 +124,76 @@ pub async fn expected() -> String {
         .value
 }
 
-/// The `RESULT <value>` a child printed (libtest puts the test's name on the same line).
-pub fn result_of(out: &str) -> Option<&str> {
+/// The variable naming the chat server's URL for a child process.
+const CHILD_URL: &str = "EFFECT_AGENTS_KILL_TEST_URL";
+
+/// Starts this test binary again as a child process running only the ignored test
+/// `test`, with `journal_var` set to `journal` and the chat server at `url`.
+pub fn spawn_child(
+    test: &str,
+    journal_var: &str,
+    journal: impl AsRef<std::ffi::OsStr>,
+    url: &str,
+) -> std::process::Child {
+    std::process::Command::new(std::env::current_exe().expect("the test binary"))
+        .args([
+            "--exact",
+            test,
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(journal_var, journal)
+        .env(CHILD_URL, url)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the child process starts")
+}
+
+/// The child's side: with the journal `journal_var` names (opened by `open`), resumes (or
+/// starts) the durable run of the program against the chat server, and prints its result.
+pub fn run_child<F, Fut>(journal_var: &str, trace_id: &str, open: F)
+where
+    F: FnOnce(String) -> Fut,
+    Fut: std::future::Future<Output = Arc<dyn agent_op::journal::Journal>>,
+{
+    let (Ok(journal), Ok(url)) = (std::env::var(journal_var), std::env::var(CHILD_URL)) else {
+        panic!("run by a kill test, with {journal_var} and {CHILD_URL} set");
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let journal = open(journal).await;
+        let client = agent_provider::OpenAiClient::compatible(url)
+            .build()
+            .expect("client");
+        let config = Config::new().provider(client).trace_id(trace_id);
+        let outcome = agent_interp_seq::resume(&config, journal, (), program())
+            .await
+            .expect("the resumed run");
+        println!("RESULT {}", outcome.value);
+    });
+}
+
+/// Waits for a child left to finish; checks it succeeded and returns the result it printed.
+pub fn finish(mut child: std::process::Child) -> String {
+    use std::io::Read;
+    let status = child.wait().expect("wait");
+    let (mut out, mut err) = (String::new(), String::new());
+    if let Some(mut stdout) = child.stdout.take() {
+        stdout.read_to_string(&mut out).expect("stdout");
+    }
+    if let Some(mut stderr) = child.stderr.take() {
+        stderr.read_to_string(&mut err).expect("stderr");
+    }
+    assert!(status.success(), "the final run failed: {out}\n{err}");
+    // libtest prints the test's name on the same line.
     out.lines()
         .find_map(|l| l.split("RESULT ").nth(1))
         .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no result in: {out}"))
+        .to_owned()
 }
