@@ -1,22 +1,25 @@
 //! [`JsonlJournal`]: a journal in a JSON Lines file.
 //!
-//! One JSON object per line: first a header `{"journal":{"version":1}}`, then one
-//! `{"entry":{..}}` per result, in the order they were committed. A file whose last line
-//! was cut by a crash (no newline at its end, and not valid JSON) opens with that line
-//! dropped and cut off the file: only whole, committed entries count. The file is locked
-//! (an advisory lock, released when the process dies) while it is open, so a second writer
-//! is refused instead of interleaving lines.
+//! One JSON object per line: first a header `{"journal":{"version":2}}`, then one
+//! `{"entry":{..}}` per result, in the order they were committed, each sealed with its
+//! checksum (`crc32`, see [`Sealed`]). A last line without its newline was cut by a crash
+//! (the append that wrote it never returned): it is dropped on open and cut off the file,
+//! so only whole, committed entries count. A whole line that is not an entry, or whose
+//! checksum does not match, is refused naming the line. The file is locked (an advisory
+//! lock, released when the process dies) while it is open, so a second writer is refused
+//! instead of interleaving lines.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use agent_op::journal::{Entry, JOURNAL_VERSION, Journal, JournalError};
+use agent_op::journal::{Entry, EntryKind, JOURNAL_VERSION, Journal, JournalError, Key, Sealed};
 use agent_op::{BoxFuture, Cause};
 use fs4::fs_std::FileExt;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// When a [`JsonlJournal`] makes its appends durable.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -31,19 +34,68 @@ pub enum Fsync {
     Never,
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Serialize)]
 struct Header {
     version: u32,
 }
 
-#[derive(Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-enum Line {
-    Journal(Header),
-    Entry(Box<Entry>),
+/// A line after the header, as read: the entry's request and result are kept as the text
+/// the checksum covers.
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+enum Line<'a> {
+    /// A second header: refused.
+    Journal(serde::de::IgnoredAny),
+    #[serde(borrow)]
+    Entry(StoredEntry<'a>),
 }
 
-/// An append-only JSON Lines journal file: a header `{"journal":{"version":1}}`, then one
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StoredEntry<'a> {
+    key: Key,
+    kind: EntryKind,
+    fingerprint: String,
+    #[serde(borrow)]
+    request: &'a RawValue,
+    #[serde(borrow)]
+    result: &'a RawValue,
+    crc32: u32,
+}
+
+impl StoredEntry<'_> {
+    fn sealed(self) -> Sealed {
+        Sealed {
+            key: self.key,
+            kind: self.kind,
+            fingerprint: self.fingerprint,
+            request: self.request.get().to_owned(),
+            result: self.result.get().to_owned(),
+            checksum: self.crc32,
+        }
+    }
+}
+
+/// Writes `entry` as one line: `{"entry":{"key":..,"kind":..,"fingerprint":..,
+/// "request":..,"result":..,"crc32":..}}`, the request and result exactly as sealed.
+fn write_entry(out: &mut Vec<u8>, entry: &Sealed) -> serde_json::Result<()> {
+    out.extend_from_slice(b"{\"entry\":{\"key\":");
+    serde_json::to_writer(&mut *out, &entry.key)?;
+    out.extend_from_slice(b",\"kind\":\"");
+    out.extend_from_slice(entry.kind.as_str().as_bytes());
+    out.extend_from_slice(b"\",\"fingerprint\":");
+    serde_json::to_writer(&mut *out, &entry.fingerprint)?;
+    out.extend_from_slice(b",\"request\":");
+    out.extend_from_slice(entry.request.as_bytes());
+    out.extend_from_slice(b",\"result\":");
+    out.extend_from_slice(entry.result.as_bytes());
+    out.extend_from_slice(b",\"crc32\":");
+    out.extend_from_slice(entry.checksum.to_string().as_bytes());
+    out.extend_from_slice(b"}}\n");
+    Ok(())
+}
+
+/// An append-only JSON Lines journal file: a header `{"journal":{"version":2}}`, then one
 /// `{"entry":{..}}` per committed result. A last line torn by a crash is dropped (and cut
 /// off) on open; the file is locked while open, so a second writer is refused.
 ///
@@ -109,12 +161,14 @@ impl JsonlJournal {
         };
         match entries {
             Some(entries) => inner.entries = entries,
-            None => inner.write_lines(
-                &name,
-                &[Line::Journal(Header {
-                    version: JOURNAL_VERSION,
-                })],
-            )?,
+            None => {
+                let mut header = serde_json::to_vec(&serde_json::json!({
+                    "journal": Header { version: JOURNAL_VERSION }
+                }))
+                .map_err(|e| io(std::io::Error::other(e)))?;
+                header.push(b'\n');
+                inner.write(&name, &header)?;
+            }
         }
         Ok(JsonlJournal {
             path,
@@ -157,40 +211,32 @@ impl Journal for JsonlJournal {
     /// Appends `entries` in one write (and, with [`Fsync::EveryEntry`], one `fsync`). The
     /// write is synchronous: a file append is short, and the program waits for it anyway.
     fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
-        let result = {
-            let mut inner = self.lock();
-            let lines: Vec<Line> = entries
-                .into_iter()
-                .map(|e| Line::Entry(Box::new(e)))
-                .collect();
-            let written = inner.write_lines(&self.describe(), &lines);
-            if written.is_ok() {
-                inner
-                    .entries
-                    .extend(lines.into_iter().filter_map(|line| match line {
-                        Line::Entry(entry) => Some(*entry),
-                        Line::Journal(_) => None,
-                    }));
+        let result = (|| {
+            let name = self.describe();
+            let mut bytes = Vec::new();
+            for entry in &entries {
+                write_entry(&mut bytes, &entry.seal()).map_err(|e| JournalError::Io {
+                    journal: name.clone(),
+                    cause: Cause::new(std::io::Error::other(e)),
+                })?;
             }
-            written
-        };
+            let mut inner = self.lock();
+            inner.write(&name, &bytes)?;
+            inner.entries.extend(entries);
+            Ok(())
+        })();
         Box::pin(async move { result })
     }
 }
 
 impl Inner {
-    fn write_lines(&mut self, name: &str, lines: &[Line]) -> Result<(), JournalError> {
+    fn write(&mut self, name: &str, bytes: &[u8]) -> Result<(), JournalError> {
         let io = |e: std::io::Error| JournalError::Io {
             journal: name.to_owned(),
             cause: Cause::new(e),
         };
-        let mut bytes = Vec::new();
-        for line in lines {
-            serde_json::to_writer(&mut bytes, line).map_err(|e| io(std::io::Error::other(e)))?;
-            bytes.push(b'\n');
-        }
         // One write per append: a crash leaves at most the last line torn.
-        self.file.write_all(&bytes).map_err(io)?;
+        self.file.write_all(bytes).map_err(io)?;
         if self.fsync == Fsync::EveryEntry {
             self.file.sync_data().map_err(io)?;
         }
@@ -198,7 +244,7 @@ impl Inner {
     }
 }
 
-/// The entries of `file` (`None` if it is empty) and the length of its whole lines.
+/// The entries of `file` (`None` if it has no whole line) and the length of its whole lines.
 fn read(name: &str, file: &File) -> Result<(Option<Vec<Entry>>, u64), JournalError> {
     let io = |e: std::io::Error| JournalError::Io {
         journal: name.to_owned(),
@@ -217,22 +263,16 @@ fn read(name: &str, file: &File) -> Result<(Option<Vec<Entry>>, u64), JournalErr
     loop {
         line.clear();
         let read = reader.read_until(b'\n', &mut line).map_err(io)?;
-        if read == 0 {
+        // A last line without its newline was cut by a crash mid-write: the append that
+        // wrote it never returned, so it was never committed.
+        if read == 0 || !line.ends_with(b"\n") {
             break;
         }
         number += 1;
-        let complete = line.ends_with(b"\n");
-        let value = match serde_json::from_slice::<Value>(&line) {
-            Ok(value) => value,
-            // Cut by a crash mid-write: it was never committed.
-            Err(_) if !complete => break,
-            Err(e) => return Err(malformed(number, Cause::new(e))),
-        };
         if number == 1 {
-            let version = value
-                .get("journal")
-                .and_then(|h| h.get("version"))
-                .and_then(Value::as_u64)
+            let version = serde_json::from_slice::<Value>(&line)
+                .ok()
+                .and_then(|v| v.get("journal")?.get("version")?.as_u64())
                 .ok_or_else(|| {
                     malformed(
                         1,
@@ -249,9 +289,10 @@ fn read(name: &str, file: &File) -> Result<(Option<Vec<Entry>>, u64), JournalErr
             }
             entries = Some(Vec::new());
         } else {
-            match serde_json::from_value::<Line>(value) {
-                Ok(Line::Entry(entry)) => entries.get_or_insert_with(Vec::new).push(*entry),
-                Ok(Line::Journal(_)) | Err(_) if !complete => break,
+            let entry = match serde_json::from_slice::<Line<'_>>(&line) {
+                Ok(Line::Entry(stored)) => {
+                    stored.sealed().open(name, format_args!("line {number}"))?
+                }
                 Ok(Line::Journal(_)) => {
                     return Err(malformed(
                         number,
@@ -259,7 +300,8 @@ fn read(name: &str, file: &File) -> Result<(Option<Vec<Entry>>, u64), JournalErr
                     ));
                 }
                 Err(e) => return Err(malformed(number, Cause::new(e))),
-            }
+            };
+            entries.get_or_insert_with(Vec::new).push(entry);
         }
         whole += read as u64;
     }
@@ -312,7 +354,7 @@ mod tests {
         let text = std::fs::read_to_string(&path).unwrap();
         assert_eq!(text.lines().count(), 4, "{text}");
         assert!(
-            text.starts_with("{\"journal\":{\"version\":1}}\n"),
+            text.starts_with("{\"journal\":{\"version\":2}}\n"),
             "{text}"
         );
     }
@@ -357,7 +399,7 @@ mod tests {
     fn damaged_lines_other_versions_and_foreign_files_are_refused() {
         let tmp = tempfile::tempdir().unwrap();
         let damaged = tmp.path().join("damaged.jsonl");
-        std::fs::write(&damaged, "{\"journal\":{\"version\":1}}\nnot json\n{}\n").unwrap();
+        std::fs::write(&damaged, "{\"journal\":{\"version\":2}}\nnot json\n{}\n").unwrap();
         let err = JsonlJournal::open(&damaged, Fsync::Never).unwrap_err();
         assert!(err.to_string().contains("line 2"), "{err}");
         assert!(std::error::Error::source(&err).is_some());
@@ -371,9 +413,15 @@ mod tests {
         ));
         assert!(
             err.to_string()
-                .contains("version 9; this library reads version 1"),
+                .contains("version 9; this library reads version 2"),
             "{err}"
         );
+
+        // Version 1 had no checksums: refused, saying why.
+        let older = tmp.path().join("older.jsonl");
+        std::fs::write(&older, "{\"journal\":{\"version\":1}}\n").unwrap();
+        let err = JsonlJournal::open(&older, Fsync::Never).unwrap_err();
+        assert!(err.to_string().contains("carry no checksum"), "{err}");
 
         let foreign = tmp.path().join("trace.jsonl");
         std::fs::write(&foreign, "{\"v\":2}\n").unwrap();
@@ -381,5 +429,53 @@ mod tests {
         assert!(err.to_string().contains("journal header"), "{err}");
         // Nothing was written over the foreign file.
         assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "{\"v\":2}\n");
+    }
+
+    #[test]
+    fn a_changed_entry_is_refused_by_its_checksum_naming_its_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("changed.jsonl");
+        let journal = JsonlJournal::open(&path, Fsync::Never).unwrap();
+        block_on(journal.append(vec![entry(0, json!({"n": 1})), entry(1, json!({"n": 2}))]))
+            .unwrap();
+        drop(journal);
+        let text = std::fs::read_to_string(&path).unwrap();
+        // Valid JSON with a different value: only the checksum can tell.
+        let changed = text.replace("{\"n\":2}", "{\"n\":3}");
+        assert_ne!(changed, text);
+        std::fs::write(&path, &changed).unwrap();
+        let err = JsonlJournal::read(&path).unwrap_err();
+        assert!(
+            matches!(&err, JournalError::ChecksumMismatch { at, .. } if at == "line 3"),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("line 3: damaged"), "{err}");
+        // Opening for writing refuses it too, and leaves the file as it is.
+        JsonlJournal::open(&path, Fsync::Never).unwrap_err();
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), changed);
+    }
+
+    #[test]
+    fn a_last_line_without_its_newline_was_never_committed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let path = tmp.path().join("unterminated.jsonl");
+        let journal = JsonlJournal::open(&path, Fsync::Never).unwrap();
+        block_on(journal.append(vec![entry(0, json!("kept")), entry(1, json!("cut"))])).unwrap();
+        drop(journal);
+        // The whole second entry is there but its newline is not: the write that made it
+        // never finished, so the append never returned.
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.trim_end()).unwrap();
+        assert_eq!(
+            JsonlJournal::read(&path).unwrap(),
+            [entry(0, json!("kept"))]
+        );
+        let journal = JsonlJournal::open(&path, Fsync::Never).unwrap();
+        block_on(journal.append(vec![entry(1, json!("again"))])).unwrap();
+        drop(journal);
+        assert_eq!(
+            JsonlJournal::read(&path).unwrap(),
+            [entry(0, json!("kept")), entry(1, json!("again"))]
+        );
     }
 }

@@ -21,11 +21,13 @@ mod group;
 mod jsonl;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod row;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 
 pub use agent_op::journal::{
-    Entry, EntryKind, JOURNAL_VERSION, Journal, JournalError, Key, fingerprint,
+    Entry, EntryKind, JOURNAL_VERSION, Journal, JournalError, Key, Sealed, fingerprint,
 };
 pub use jsonl::{Fsync, JsonlJournal};
 #[cfg(feature = "postgres")]

@@ -3,13 +3,14 @@
 
 use std::time::{Duration, Instant};
 
-use agent_op::journal::{Entry, EntryKind, JOURNAL_VERSION, Journal, JournalError, Key};
+use agent_op::journal::{Entry, JOURNAL_VERSION, Journal, JournalError};
 use agent_op::{BoxFuture, Cause};
 use sqlx::postgres::{PgConnectOptions, PgConnection};
-use sqlx::{ConnectOptions, Connection, Row};
+use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Mutex;
 
 use crate::group::{Pending, answer, wait};
+use crate::row::{COLUMNS, entry_of};
 
 /// The advisory-lock class of journals (the first half of a two-key advisory lock).
 const LOCK_CLASS: i32 = 0x6a6f_7572; // "jour"
@@ -17,7 +18,7 @@ const LOCK_CLASS: i32 = 0x6a6f_7572; // "jour"
 /// How long connecting (or one statement) may take.
 const STATEMENT_TIMEOUT: Duration = Duration::from_secs(30);
 
-const SCHEMA: [&str; 2] = [
+const SCHEMA: [&str; 3] = [
     "CREATE TABLE IF NOT EXISTS effect_agents_journals (
     journal TEXT PRIMARY KEY NOT NULL,
     format_version INTEGER NOT NULL
@@ -31,8 +32,12 @@ const SCHEMA: [&str; 2] = [
     fingerprint TEXT NOT NULL,
     request TEXT NOT NULL,
     result TEXT NOT NULL,
+    checksum BIGINT,
     PRIMARY KEY (journal, branch, seq)
 )",
+    // Tables made for format version 1 lack the column (their journals are refused by
+    // version; new journals beside them need it). A row without one is refused.
+    "ALTER TABLE effect_agents_journal_entries ADD COLUMN IF NOT EXISTS checksum BIGINT",
 ];
 
 /// Named journals in a PostgreSQL database (tables `effect_agents_journals` and
@@ -254,7 +259,10 @@ impl Journal for PostgresJournal {
                 Done::Rows(rows) => rows,
                 Done::Inserted => Vec::new(),
             };
-            rows.iter().map(|row| self.entry_of(row)).collect()
+            rows.iter()
+                .enumerate()
+                .map(|(i, row)| entry_of(&self.describe, i, row))
+                .collect()
         })
     }
 
@@ -299,14 +307,17 @@ impl PostgresJournal {
     ) -> BoxFuture<'c, Result<Done, sqlx::Error>> {
         Box::pin(async move {
             match work {
-                Work::Read => sqlx::query(
-                    "SELECT position, branch, seq, kind, fingerprint, request, result \
-                 FROM effect_agents_journal_entries WHERE journal = $1 ORDER BY position",
-                )
-                .bind(&self.name)
-                .fetch_all(&mut *conn)
-                .await
-                .map(Done::Rows),
+                Work::Read => {
+                    let sql = format!(
+                        "SELECT {COLUMNS} FROM effect_agents_journal_entries \
+                         WHERE journal = $1 ORDER BY position"
+                    );
+                    sqlx::query(&sql)
+                        .bind(&self.name)
+                        .fetch_all(&mut *conn)
+                        .await
+                        .map(Done::Rows)
+                }
                 Work::Insert(entries) => self.insert(conn, entries).await.map(|()| Done::Inserted),
             }
         })
@@ -321,19 +332,22 @@ impl PostgresJournal {
         let mut fingerprints = Vec::with_capacity(entries.len());
         let mut requests = Vec::with_capacity(entries.len());
         let mut results = Vec::with_capacity(entries.len());
+        let mut checksums = Vec::with_capacity(entries.len());
         for e in entries {
-            branches.push(e.key.branch.clone());
-            seqs.push(i64::try_from(e.key.seq).unwrap_or(i64::MAX));
-            kinds.push(e.kind.as_str().to_owned());
-            fingerprints.push(e.fingerprint.clone());
-            requests.push(e.request.to_string());
-            results.push(e.result.to_string());
+            let sealed = e.seal();
+            branches.push(sealed.key.branch);
+            seqs.push(i64::try_from(sealed.key.seq).unwrap_or(i64::MAX));
+            kinds.push(sealed.kind.as_str().to_owned());
+            fingerprints.push(sealed.fingerprint);
+            requests.push(sealed.request);
+            results.push(sealed.result);
+            checksums.push(i64::from(sealed.checksum));
         }
         sqlx::query(
             "INSERT INTO effect_agents_journal_entries \
-               (journal, branch, seq, kind, fingerprint, request, result) \
+               (journal, branch, seq, kind, fingerprint, request, result, checksum) \
              SELECT $1, * FROM UNNEST($2::text[], $3::bigint[], $4::text[], $5::text[], \
-               $6::text[], $7::text[]) \
+               $6::text[], $7::text[], $8::bigint[]) \
              ON CONFLICT (journal, branch, seq) DO NOTHING",
         )
         .bind(&self.name)
@@ -343,34 +357,9 @@ impl PostgresJournal {
         .bind(fingerprints)
         .bind(requests)
         .bind(results)
+        .bind(checksums)
         .execute(&mut *conn)
         .await?;
         Ok(())
-    }
-
-    fn entry_of(&self, row: &sqlx::postgres::PgRow) -> Result<Entry, JournalError> {
-        let position: i64 = row.get(0);
-        let bad = |what: String| JournalError::Malformed {
-            journal: self.describe.clone(),
-            at: format!("row {position}"),
-            cause: Cause::new(std::io::Error::other(what)),
-        };
-        let kind: String = row.get(3);
-        let kind = EntryKind::parse(&kind).ok_or_else(|| bad(format!("unknown kind `{kind}`")))?;
-        let json = |i: usize| -> Result<serde_json::Value, JournalError> {
-            let text: String = row.get(i);
-            serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
-        };
-        let seq: i64 = row.get(2);
-        Ok(Entry {
-            key: Key {
-                branch: row.get(1),
-                seq: u64::try_from(seq).map_err(|_| bad(format!("negative seq {seq}")))?,
-            },
-            kind,
-            fingerprint: row.get(4),
-            request: json(5)?,
-            result: json(6)?,
-        })
     }
 }

@@ -3,13 +3,14 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_op::journal::{Entry, EntryKind, JOURNAL_VERSION, Journal, JournalError, Key};
+use agent_op::journal::{Entry, JOURNAL_VERSION, Journal, JournalError, Sealed};
 use agent_op::{BoxFuture, Cause};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous};
-use sqlx::{ConnectOptions, Connection, Row, SqliteConnection};
+use sqlx::{ConnectOptions, Connection, SqliteConnection};
 use tokio::sync::Mutex;
 
 use crate::group::{Batch, Pending, answer, wait};
+use crate::row::{COLUMNS, entry_of};
 
 /// How hard SQLite works to make a commit survive a crash.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -67,6 +68,7 @@ CREATE TABLE IF NOT EXISTS journal_entries (
     fingerprint TEXT NOT NULL,
     request TEXT NOT NULL,
     result TEXT NOT NULL,
+    checksum INTEGER NOT NULL,
     UNIQUE (branch, seq)
 );
 ";
@@ -207,14 +209,15 @@ impl Journal for SqliteJournal {
             let name = self.describe();
             let mut guard = self.conn.lock().await;
             let conn = open_conn(&name, &mut guard)?;
-            let rows = sqlx::query(
-                "SELECT position, branch, seq, kind, fingerprint, request, result \
-                 FROM journal_entries ORDER BY position",
-            )
-            .fetch_all(conn)
-            .await
-            .map_err(|e| database(&name, e))?;
-            rows.iter().map(|row| entry_of(&name, row)).collect()
+            let sql = format!("SELECT {COLUMNS} FROM journal_entries ORDER BY position");
+            let rows = sqlx::query(&sql)
+                .fetch_all(conn)
+                .await
+                .map_err(|e| database(&name, e))?;
+            rows.iter()
+                .enumerate()
+                .map(|(i, row)| entry_of(&name, i, row))
+                .collect()
         })
     }
 
@@ -259,17 +262,22 @@ async fn insert(
     batch: &Batch,
 ) -> Result<(), JournalError> {
     let db = |e: sqlx::Error| database(name, e);
-    let all: Vec<&Entry> = batch.iter().flat_map(|(entries, _)| entries).collect();
+    let all: Vec<Sealed> = batch
+        .iter()
+        .flat_map(|(entries, _)| entries)
+        .map(Entry::seal)
+        .collect();
     let mut tx = conn.begin().await.map_err(db)?;
     for chunk in all.chunks(ROWS_PER_STATEMENT) {
         let mut sql = String::from(
-            "INSERT INTO journal_entries (branch, seq, kind, fingerprint, request, result) VALUES ",
+            "INSERT INTO journal_entries \
+             (branch, seq, kind, fingerprint, request, result, checksum) VALUES ",
         );
         for i in 0..chunk.len() {
             sql.push_str(if i == 0 {
-                "(?, ?, ?, ?, ?, ?)"
+                "(?, ?, ?, ?, ?, ?, ?)"
             } else {
-                ", (?, ?, ?, ?, ?, ?)"
+                ", (?, ?, ?, ?, ?, ?, ?)"
             });
         }
         let mut query = sqlx::query(&sql);
@@ -279,43 +287,18 @@ async fn insert(
                 .bind(i64::try_from(entry.key.seq).unwrap_or(i64::MAX))
                 .bind(entry.kind.as_str())
                 .bind(&entry.fingerprint)
-                .bind(entry.request.to_string())
-                .bind(entry.result.to_string());
+                .bind(&entry.request)
+                .bind(&entry.result)
+                .bind(i64::from(entry.checksum));
         }
         query.execute(&mut *tx).await.map_err(db)?;
     }
     tx.commit().await.map_err(db)
 }
 
-fn entry_of(name: &str, row: &sqlx::sqlite::SqliteRow) -> Result<Entry, JournalError> {
-    let position: i64 = row.get(0);
-    let bad = |what: String| JournalError::Malformed {
-        journal: name.to_owned(),
-        at: format!("row {position}"),
-        cause: Cause::new(std::io::Error::other(what)),
-    };
-    let kind: String = row.get(3);
-    let kind = EntryKind::parse(&kind).ok_or_else(|| bad(format!("unknown kind `{kind}`")))?;
-    let json = |i: usize| -> Result<serde_json::Value, JournalError> {
-        let text: String = row.get(i);
-        serde_json::from_str(&text).map_err(|e| bad(e.to_string()))
-    };
-    let seq: i64 = row.get(2);
-    Ok(Entry {
-        key: Key {
-            branch: row.get(1),
-            seq: u64::try_from(seq).map_err(|_| bad(format!("negative seq {seq}")))?,
-        },
-        kind,
-        fingerprint: row.get(4),
-        request: json(5)?,
-        result: json(6)?,
-    })
-}
-
 #[cfg(test)]
 mod tests {
-    use agent_op::journal::fingerprint;
+    use agent_op::journal::{EntryKind, Key, fingerprint};
     use serde_json::json;
 
     use super::*;
@@ -433,8 +416,44 @@ mod tests {
         let err = SqliteJournal::open(&newer).await.unwrap_err();
         assert!(
             err.to_string()
-                .contains("format version 7; this library reads version 1"),
+                .contains("format version 7; this library reads version 2"),
             "{err}"
+        );
+    }
+
+    #[tokio::test]
+    async fn changed_and_undecodable_rows_are_refused_naming_the_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("damaged.db");
+        let journal = SqliteJournal::open(&path).await.unwrap();
+        journal.append(vec![entry(0), entry(1)]).await.unwrap();
+        let exec = |sql: &'static str| async {
+            let mut guard = journal.conn.lock().await;
+            sqlx::query(sql)
+                .execute(guard.as_mut().unwrap())
+                .await
+                .unwrap();
+        };
+        // A different value that is still valid JSON: only the checksum can tell.
+        exec("UPDATE journal_entries SET result = '{\"Ok\":7}' WHERE seq = 1").await;
+        let err = journal.entries().await.unwrap_err();
+        assert!(
+            matches!(&err, JournalError::ChecksumMismatch { at, .. } if at == "row 2"),
+            "{err:?}"
+        );
+        // Text that is not UTF-8 (what a flipped byte in the file gives) is a typed error,
+        // not a panic in the driver's decoding.
+        exec("UPDATE journal_entries SET result = CAST(X'7B22FF22' AS TEXT) WHERE seq = 1").await;
+        let err = journal.entries().await.unwrap_err();
+        assert!(
+            matches!(&err, JournalError::Malformed { at, .. } if at == "row 2"),
+            "{err:?}"
+        );
+        exec("UPDATE journal_entries SET checksum = 'none' WHERE seq = 0").await;
+        let err = journal.entries().await.unwrap_err();
+        assert!(
+            matches!(&err, JournalError::Malformed { at, .. } if at == "row 1"),
+            "{err:?}"
         );
     }
 }

@@ -192,7 +192,7 @@ fn a_second_postgres_writer_is_refused_and_other_versions_are_named() {
         assert!(
             newer
                 .to_string()
-                .contains("format version 9; this library reads version 1"),
+                .contains("format version 9; this library reads version 2"),
             "{newer}"
         );
     });

@@ -19,8 +19,9 @@ use serde_json::Value;
 
 use crate::{BoxFuture, Cause, Prompt, content_hash, preview};
 
-/// The journal format this library writes (and the only one it reads).
-pub const JOURNAL_VERSION: u32 = 1;
+/// The journal format this library writes (and the only one it reads). Version 2 seals every
+/// entry with a checksum ([`Sealed`]); version 1 journals, which had none, are refused.
+pub const JOURNAL_VERSION: u32 = 2;
 
 /// Where in a run a result was produced: the branch, and the effect's sequence number
 /// within it. Both interpreters derive the same keys for the same program.
@@ -219,6 +220,133 @@ impl Request {
     }
 }
 
+/// An [`Entry`] as a backend stores it: its request summary and result as JSON text, sealed
+/// with a checksum over everything it holds.
+///
+/// Backends write [`Entry::seal`]'s fields and, reading, rebuild the entry with
+/// [`Sealed::open`], which refuses one whose checksum does not match
+/// ([`JournalError::ChecksumMismatch`]): a journal damaged after it was written is refused,
+/// never replayed as a different result. The checksum is a CRC-32 of the key, kind,
+/// fingerprint, request and result, each length-prefixed, so no change to one field can be
+/// offset by another.
+///
+/// ```
+/// use agent_op::journal::{Key, Request};
+/// use serde_json::json;
+///
+/// let entry = Request::tool("weather", &json!({"city": "Oslo"})).entry(Key::run(), json!({"Ok": 3}));
+/// let mut sealed = entry.seal();
+/// assert_eq!(sealed.clone().open("run.jsonl", "line 2").unwrap(), entry);
+/// sealed.result = r#"{"Ok":4}"#.to_owned();
+/// assert!(sealed.open("run.jsonl", "line 2").is_err());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sealed {
+    /// Where the result was produced.
+    pub key: Key,
+    /// What produced it.
+    pub kind: EntryKind,
+    /// The request's [`fingerprint`].
+    pub fingerprint: String,
+    /// The request's summary, as compact JSON.
+    pub request: String,
+    /// The result, as compact JSON.
+    pub result: String,
+    /// The [`checksum`](Sealed::checksum_of) of all of the above.
+    pub checksum: u32,
+}
+
+impl Entry {
+    /// The entry as stored, with its checksum: see [`Sealed`].
+    pub fn seal(&self) -> Sealed {
+        Sealed::new(
+            self.key.clone(),
+            self.kind,
+            self.fingerprint.clone(),
+            self.request.to_string(),
+            self.result.to_string(),
+        )
+    }
+}
+
+impl Sealed {
+    /// Seals an entry given as its parts (`request` and `result` as JSON text).
+    pub fn new(
+        key: Key,
+        kind: EntryKind,
+        fingerprint: String,
+        request: String,
+        result: String,
+    ) -> Sealed {
+        let checksum = Sealed::checksum_of(&key, kind, &fingerprint, &request, &result);
+        Sealed {
+            key,
+            kind,
+            fingerprint,
+            request,
+            result,
+            checksum,
+        }
+    }
+
+    /// The checksum of an entry's parts: a CRC-32 over each of them, length-prefixed.
+    pub fn checksum_of(
+        key: &Key,
+        kind: EntryKind,
+        fingerprint: &str,
+        request: &str,
+        result: &str,
+    ) -> u32 {
+        let mut crc = crc32fast::Hasher::new();
+        for part in [
+            key.branch.as_bytes(),
+            &key.seq.to_le_bytes(),
+            kind.as_str().as_bytes(),
+            fingerprint.as_bytes(),
+            request.as_bytes(),
+            result.as_bytes(),
+        ] {
+            crc.update(&(part.len() as u64).to_le_bytes());
+            crc.update(part);
+        }
+        crc.finalize()
+    }
+
+    /// The entry, if its checksum matches and its request and result parse; otherwise a
+    /// [`JournalError`] naming `journal` and the position `at` (`line 7`, `row 12`).
+    pub fn open(self, journal: &str, at: impl fmt::Display) -> Result<Entry, JournalError> {
+        let computed = Sealed::checksum_of(
+            &self.key,
+            self.kind,
+            &self.fingerprint,
+            &self.request,
+            &self.result,
+        );
+        if computed != self.checksum {
+            return Err(JournalError::ChecksumMismatch {
+                journal: journal.to_owned(),
+                at: at.to_string(),
+                stored: self.checksum,
+                computed,
+            });
+        }
+        let parse = |what: &str, text: &str| {
+            serde_json::from_str::<Value>(text).map_err(|e| JournalError::Malformed {
+                journal: journal.to_owned(),
+                at: format!("{at}, its {what}"),
+                cause: Cause::new(e),
+            })
+        };
+        Ok(Entry {
+            request: parse("request", &self.request)?,
+            result: parse("result", &self.result)?,
+            key: self.key,
+            kind: self.kind,
+            fingerprint: self.fingerprint,
+        })
+    }
+}
+
 /// How many characters of a message a request summary keeps.
 const SUMMARY_CHARS: usize = 120;
 
@@ -322,6 +450,18 @@ pub enum JournalError {
         /// The driver's error.
         cause: Cause,
     },
+    /// An entry's checksum does not match what it holds: the journal was damaged after it
+    /// was written (see [`Sealed`]).
+    ChecksumMismatch {
+        /// The journal.
+        journal: String,
+        /// Where (`line 7`, `row 12`).
+        at: String,
+        /// The checksum stored with the entry.
+        stored: u32,
+        /// The checksum of what the entry holds.
+        computed: u32,
+    },
     /// The journal already holds entries (resume it, or start a new one).
     NotEmpty {
         /// The journal.
@@ -340,11 +480,21 @@ impl fmt::Display for JournalError {
             JournalError::Malformed { journal, at, cause } => {
                 write!(f, "journal {journal}, {at}: {cause}")
             }
-            JournalError::UnsupportedVersion { journal, found } => write!(
-                f,
-                "journal {journal} is format version {found}; this library reads version \
-                 {JOURNAL_VERSION}"
-            ),
+            JournalError::UnsupportedVersion { journal, found } => {
+                write!(
+                    f,
+                    "journal {journal} is format version {found}; this library reads version \
+                     {JOURNAL_VERSION}"
+                )?;
+                if *found == 1 {
+                    // The one older version there is: say why it is refused.
+                    f.write_str(
+                        " (version 1 entries carry no checksum, so damage to them could not \
+                         be told from a recorded result)",
+                    )?;
+                }
+                Ok(())
+            }
             JournalError::Locked { journal, holder } => {
                 write!(f, "journal {journal} is in use by another writer")?;
                 match holder {
@@ -352,6 +502,16 @@ impl fmt::Display for JournalError {
                     None => Ok(()),
                 }
             }
+            JournalError::ChecksumMismatch {
+                journal,
+                at,
+                stored,
+                computed,
+            } => write!(
+                f,
+                "journal {journal}, {at}: damaged: the entry's checksum is {stored:#010x} but \
+                 what it holds sums to {computed:#010x}"
+            ),
             JournalError::NotEmpty { journal, entries } => write!(
                 f,
                 "journal {journal} already holds {entries} entries; resume it or start a new one"
