@@ -156,12 +156,13 @@ async fn run_all<S>(
         let stop = if outcome.interrupted() || (mode == Mode::Race && outcome.succeeded()) {
             true
         } else {
-            // A par branch that failed, or any branch that ran out of budget, decides the fork
+            // A par branch that failed, or any branch that ran out of budget or failed the
+            // run, decides the fork
             // unless a branch before it does: cancel the branches after it, keep awaiting the
             // ones before (rare, so rebuilding the set is fine).
             let decisive = match mode {
                 Mode::Par => !outcome.succeeded(),
-                Mode::Race => outcome.exhausted(),
+                Mode::Race => outcome.exhausted() || outcome.fails_run(),
             };
             if decisive && i < cutoff {
                 cutoff = i;

@@ -858,3 +858,274 @@ fn a_run_that_failed_on_memory_replays_to_the_same_failure() {
         }
     });
 }
+
+/// Replays `journal` under the sequential (`par = false`) or the concurrent interpreter.
+async fn replay_with(
+    par: bool,
+    config: &Config,
+    journal: &dyn Journal,
+    program: Op<St, String>,
+) -> Result<Outcome<St, String>, RunError> {
+    if par {
+        agent_interp_par::replay(config, journal, St::default(), program).await
+    } else {
+        agent_interp_seq::replay(config, journal, St::default(), program).await
+    }
+}
+
+#[test]
+fn a_replay_needs_no_provider_tools_or_memory() {
+    rt().block_on(async {
+        for record_par in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let journal = sqlite(&dir, "run.db").await;
+            let live = config(&Counts::default());
+            let recorded = if record_par {
+                agent_interp_par::run_durable(
+                    &live,
+                    journal.clone(),
+                    St::default(),
+                    program("Oslo"),
+                )
+                .await
+            } else {
+                agent_interp_seq::run_durable(
+                    &live,
+                    journal.clone(),
+                    St::default(),
+                    program("Oslo"),
+                )
+                .await
+            }
+            .unwrap();
+            for par in [false, true] {
+                // What a machine with no API key, no tools and no memory has.
+                let bare = Config::new().trace_id("calm-owl-1234");
+                let replayed = replay_with(par, &bare, &*journal, program("Oslo"))
+                    .await
+                    .unwrap();
+                assert_eq!(
+                    summary(&replayed),
+                    summary(&recorded),
+                    "recorded under par: {record_par}, replayed under par: {par}"
+                );
+            }
+        }
+    });
+}
+
+#[test]
+fn a_run_that_lacked_a_tool_or_provider_replays_to_the_same_failure_with_nothing_configured() {
+    rt().block_on(async {
+        let cases: [(&str, Config, Op<St, String>); 2] = [
+            (
+                "tool",
+                config(&Counts::default()),
+                op::tool("missing", json!({})).map(|r| format!("{r:?}")),
+            ),
+            (
+                "provider",
+                Config::new().tool(FnTool::new("t", "t", json!({}), |_: Value| async {
+                    Ok(json!(1))
+                })),
+                ask("hello"),
+            ),
+        ];
+        for (what, live, program) in cases {
+            let dir = tempfile::tempdir().unwrap();
+            let journal = sqlite(&dir, "run.db").await;
+            let recorded =
+                agent_interp_seq::run_durable(&live, journal.clone(), St::default(), program)
+                    .await
+                    .unwrap_err();
+            let program = || match what {
+                "tool" => op::tool("missing", json!({})).map(|r| format!("{r:?}")),
+                _ => ask("hello"),
+            };
+            for par in [false, true] {
+                let replayed = replay_with(par, &Config::new(), &*journal, program())
+                    .await
+                    .unwrap_err();
+                // The same failure (an unknown tool names the tools the recorded run had),
+                // not a divergence: the journal recorded that the run failed there.
+                assert_eq!(replayed.kind, recorded.kind, "{what}, par: {par}");
+                assert_eq!(replayed.trace.canonical(), recorded.trace.canonical());
+            }
+        }
+    });
+}
+
+#[test]
+fn a_divergence_in_any_branch_is_the_runs_error() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = sqlite(&dir, "run.db").await;
+        let recorded = |first: &'static str| -> Op<St, String> {
+            op::par(vec![ask("same"), ask(first)]).map(|v| v.join(","))
+        };
+        agent_interp_seq::run_durable(
+            &config(&Counts::default()),
+            journal.clone(),
+            St::default(),
+            recorded("left"),
+        )
+        .await
+        .unwrap();
+        // In a `par` branch, and in a `race` branch another branch would win: either way the
+        // run stops with the divergence itself, not a branch failure or a race won.
+        let changed_par = || recorded("right");
+        let changed_race = || -> Op<St, String> {
+            op::par(vec![ask("same"), op::race(vec![ask("right"), ask("left")])])
+                .map(|v| v.join(","))
+        };
+        for par in [false, true] {
+            for program in [changed_par(), changed_race()] {
+                let error = replay_with(par, &Config::new(), &*journal, program)
+                    .await
+                    .unwrap_err();
+                assert!(
+                    matches!(&error.kind, ErrorKind::Divergence(d) if d.key.branch == "1"),
+                    "par: {par}: {:?}",
+                    error.kind
+                );
+                let d = error.divergence().expect("the accessor finds it");
+                assert_eq!(
+                    d.key,
+                    Key {
+                        branch: "1".into(),
+                        seq: 0
+                    }
+                );
+                assert!(error.journal_error().is_none());
+            }
+        }
+    });
+}
+
+/// A journal of given entries, for replaying ones changed by hand.
+struct Entries(Vec<Entry>);
+
+impl Journal for Entries {
+    fn describe(&self) -> String {
+        "edited".to_owned()
+    }
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, agent_journal::JournalError>> {
+        let entries = self.0.clone();
+        Box::pin(async move { Ok(entries) })
+    }
+    fn append(&self, _: Vec<Entry>) -> BoxFuture<'_, Result<(), agent_journal::JournalError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+#[test]
+fn entries_that_do_not_fit_the_program_are_journal_errors_naming_their_position() {
+    rt().block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = sqlite(&dir, "run.db").await;
+        let program = || -> Op<St, String> {
+            op::race(vec![op::fail("first gives up"), ask("fast")]).and_then(|won| {
+                op::timeout(
+                    Duration::from_millis(10),
+                    op::tool("double", json!({"n": 1, "ms": 5_000})),
+                )
+                .map(move |cut| format!("{won}|{cut:?}"))
+            })
+        };
+        agent_interp_par::run_durable(
+            &config(&Counts::default()),
+            journal.clone(),
+            St::default(),
+            program(),
+        )
+        .await
+        .unwrap();
+        let entries = journal.entries().await.unwrap();
+        let edited = |edit: &dyn Fn(&mut Entry) -> bool| {
+            let mut entries = entries.clone();
+            let mut changed = false;
+            for entry in &mut entries {
+                changed |= edit(entry);
+            }
+            assert!(changed, "nothing edited");
+            Entries(entries)
+        };
+        let race = |e: &Entry| e.result.get("winner").is_some();
+        let cut = |e: &Entry| e.result.get("interrupted").is_some();
+        let cases: Vec<(&str, Entries, &str)> = vec![
+            (
+                "a winner the race lacks",
+                edited(&|e| {
+                    race(e) && {
+                        e.result["winner"] = json!(7);
+                        true
+                    }
+                }),
+                "run, effect 0",
+            ),
+            (
+                "a failed loser the race lacks",
+                edited(&|e| {
+                    race(e) && {
+                        e.result["finished"] = json!([9]);
+                        true
+                    }
+                }),
+                "run, effect 0",
+            ),
+            (
+                "a winner that fails",
+                edited(&|e| {
+                    race(e) && {
+                        e.result["winner"] = json!(0);
+                        e.result["finished"] = json!([]);
+                        true
+                    }
+                }),
+                "run, effect 0",
+            ),
+            (
+                "a scope that is not there",
+                edited(&|e| {
+                    cut(e) && {
+                        e.result["interrupted"]["scope"] = json!(3);
+                        true
+                    }
+                }),
+                "run, effect 1",
+            ),
+            (
+                "an exit that does not parse",
+                edited(&|e| {
+                    cut(e) && {
+                        e.result["interrupted"]["exit"] = json!({"odd": 1});
+                        true
+                    }
+                }),
+                "run, effect 1",
+            ),
+            (
+                "two entries at one position",
+                {
+                    let mut twice = entries.clone();
+                    twice.push(entries.last().unwrap().clone());
+                    Entries(twice)
+                },
+                "",
+            ),
+        ];
+        for (what, journal, at) in cases {
+            for par in [false, true] {
+                let error = replay_with(par, &Config::new(), &journal, program())
+                    .await
+                    .unwrap_err();
+                let Some(agent_journal::JournalError::Malformed { at: found, .. }) =
+                    error.journal_error()
+                else {
+                    panic!("{what}, par {par}: not a journal error: {:?}", error.kind);
+                };
+                assert!(found.starts_with(at), "{what}, par {par}: at {found}");
+            }
+        }
+    });
+}

@@ -82,11 +82,13 @@ pub enum ErrorKind {
     },
     /// Replaying a journal, the program asked something other than what the journal
     /// recorded at that position, or asked at a position the journal lacks (a journal from
-    /// another program, a changed prompt, a truncated journal). Boxed: errors travel through
-    /// every frame of a deep fork nest.
+    /// another program, a changed prompt, a truncated journal). Reported as the run's error
+    /// wherever it happened, never wrapped in [`Branch`](ErrorKind::Branch), and no `race`
+    /// recovers from it. Boxed: errors travel through every frame of a deep fork nest.
     Divergence(Box<Divergence>),
-    /// The run's journal could not be read or written; the result it was committing was not
-    /// shown to the program.
+    /// The run's journal could not be read or written, or holds an entry that does not fit
+    /// the program (a damaged or foreign journal); the result it was committing was not
+    /// shown to the program. Reported like a [`Divergence`](ErrorKind::Divergence).
     Journal(Box<JournalError>),
     /// `resume_from` was given a checkpoint its journal has no marker of (another run's
     /// checkpoint, or a journal cut before it).
@@ -243,6 +245,33 @@ impl ErrorKind {
         }
     }
 
+    /// The [`Divergence`] that stopped a replay, wherever in the run it happened (it is
+    /// reported as the run's error, not wrapped in [`Branch`](ErrorKind::Branch); this looks
+    /// through wrappers all the same).
+    pub fn divergence(&self) -> Option<&Divergence> {
+        match self.root_cause() {
+            ErrorKind::Divergence(divergence) => Some(divergence),
+            _ => None,
+        }
+    }
+
+    /// The [`JournalError`] that stopped the run, wherever in the run it happened (reported
+    /// like a [`divergence`](ErrorKind::divergence)).
+    pub fn journal_error(&self) -> Option<&JournalError> {
+        match self.root_cause() {
+            ErrorKind::Journal(error) => Some(error),
+            _ => None,
+        }
+    }
+
+    /// Whether this failure concerns the run as a whole rather than the branch where it
+    /// surfaced: a divergence from the journal, or a journal that could not be read or
+    /// written. No `race` recovers from one, and forks pass it on as it is (not wrapped in
+    /// `Branch`), so `ErrorKind::Divergence` matches a divergence in any branch.
+    pub fn fails_run(&self) -> bool {
+        matches!(self, ErrorKind::Divergence(_) | ErrorKind::Journal(_))
+    }
+
     /// The error itself, looking through `Branch` wrappers.
     pub fn root_cause(&self) -> &ErrorKind {
         let mut kind = self;
@@ -272,6 +301,18 @@ impl RunError {
     /// What went wrong.
     pub fn kind(&self) -> &ErrorKind {
         &self.kind
+    }
+
+    /// The divergence that stopped this replay, wherever it happened: see
+    /// [`ErrorKind::divergence`].
+    pub fn divergence(&self) -> Option<&Divergence> {
+        self.kind.divergence()
+    }
+
+    /// The journal failure that stopped this run, wherever it happened: see
+    /// [`ErrorKind::journal_error`].
+    pub fn journal_error(&self) -> Option<&JournalError> {
+        self.kind.journal_error()
     }
 
     /// What the run's model calls used before it failed, discarded branches apart. See

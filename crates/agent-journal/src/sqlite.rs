@@ -87,7 +87,6 @@ impl SqliteJournal {
     ) -> Result<SqliteJournal, JournalError> {
         let path = path.as_ref().to_path_buf();
         let name = path.display().to_string();
-        let db = |e: sqlx::Error| database(&name, e);
         let existed = std::fs::metadata(&path).is_ok_and(|m| m.len() > 0);
         let options = SqliteConnectOptions::new()
             .filename(&path)
@@ -101,20 +100,11 @@ impl SqliteJournal {
             // Refuse at once rather than wait: the other writer holds the lock for its life.
             .busy_timeout(Duration::ZERO)
             .disable_statement_logging();
-        let mut conn = options.connect().await.map_err(db)?;
-        if existed {
-            check_existing(&name, &mut conn).await?;
-        }
-        // Takes the exclusive lock now (and keeps it: exclusive locking mode), so a second
-        // writer is refused at open, not at its first append.
-        let mut tx = conn.begin().await.map_err(db)?;
-        sqlx::raw_sql(SCHEMA).execute(&mut *tx).await.map_err(db)?;
-        sqlx::query("INSERT OR IGNORE INTO journal_meta (key, value) VALUES ('format_version', ?)")
-            .bind(JOURNAL_VERSION.to_string())
-            .execute(&mut *tx)
-            .await
-            .map_err(db)?;
-        tx.commit().await.map_err(db)?;
+        let conn = match connect(&name, &options, existed).await {
+            // SQLite answers "locked" for some damaged files too: tell them apart.
+            Err(JournalError::Locked { .. }) if existed => Err(diagnose_locked(&name, &path).await),
+            other => other,
+        }?;
         Ok(SqliteJournal {
             path,
             conn: Mutex::new(Some(conn)),
@@ -137,6 +127,82 @@ impl SqliteJournal {
     }
 }
 
+/// Connects to the journal database, checks an `existed` one, and takes its exclusive lock
+/// (kept: exclusive locking mode), creating the tables if new.
+async fn connect(
+    name: &str,
+    options: &SqliteConnectOptions,
+    existed: bool,
+) -> Result<SqliteConnection, JournalError> {
+    let mut conn = options.connect().await.map_err(|e| database(name, e))?;
+    match prepare(name, &mut conn, existed).await {
+        Ok(()) => Ok(conn),
+        Err(e) => {
+            // Closed now, not in the background: its lock must not outlive the refusal.
+            let _ = conn.close().await;
+            Err(e)
+        }
+    }
+}
+
+/// Checks an `existed` journal database and takes its exclusive lock, creating the tables
+/// if new.
+async fn prepare(
+    name: &str,
+    conn: &mut SqliteConnection,
+    existed: bool,
+) -> Result<(), JournalError> {
+    let db = |e: sqlx::Error| database(name, e);
+    if existed {
+        check_existing(name, conn).await?;
+    }
+    // Takes the exclusive lock now, so a second writer is refused at open, not at its first
+    // append.
+    let mut tx = conn.begin().await.map_err(db)?;
+    sqlx::raw_sql(SCHEMA).execute(&mut *tx).await.map_err(db)?;
+    sqlx::query("INSERT OR IGNORE INTO journal_meta (key, value) VALUES ('format_version', ?)")
+        .bind(JOURNAL_VERSION.to_string())
+        .execute(&mut *tx)
+        .await
+        .map_err(db)?;
+    tx.commit().await.map_err(db)
+}
+
+/// Why opening the journal at `path` was answered "locked": another writer holds it
+/// ([`JournalError::Locked`]), or the file is damaged, which a plain connection (no WAL, no
+/// exclusive mode) reading its schema and checking its pages tells.
+async fn diagnose_locked(name: &str, path: &Path) -> JournalError {
+    let locked = JournalError::Locked {
+        journal: name.to_owned(),
+        holder: None,
+    };
+    // A refused connection is closed on the driver's thread, maybe not yet: give it a
+    // moment to let go of its lock.
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .busy_timeout(Duration::from_millis(250))
+        .disable_statement_logging();
+    let Ok(mut conn) = options.connect().await else {
+        return locked;
+    };
+    let checked: Result<Vec<String>, sqlx::Error> = sqlx::query_scalar("PRAGMA quick_check(1)")
+        .fetch_all(&mut conn)
+        .await;
+    let _ = conn.close().await;
+    match checked {
+        Err(e) => match database(name, e) {
+            JournalError::Locked { .. } => locked,
+            damaged => damaged,
+        },
+        Ok(found) if found.iter().all(|row| row == "ok") => locked,
+        Ok(found) => JournalError::Malformed {
+            journal: name.to_owned(),
+            at: "its pages".into(),
+            cause: Cause::new(std::io::Error::other(found.join("; "))),
+        },
+    }
+}
+
 /// Refuses a database that is not a journal of this format (a foreign database, another
 /// version), and reports a damaged file (or one another writer holds) as such.
 async fn check_existing(name: &str, conn: &mut SqliteConnection) -> Result<(), JournalError> {
@@ -145,6 +211,17 @@ async fn check_existing(name: &str, conn: &mut SqliteConnection) -> Result<(), J
             .fetch_all(&mut *conn)
             .await
             .map_err(|e| database(name, e))?;
+    if tables.iter().any(|t| t == "journal_meta") && !tables.iter().any(|t| t == "journal_entries")
+    {
+        // Both are made in one transaction: one without the other is damage.
+        return Err(JournalError::Malformed {
+            journal: name.to_owned(),
+            at: "its tables".into(),
+            cause: Cause::new(std::io::Error::other(
+                "it has no journal_entries table (damaged?)",
+            )),
+        });
+    }
     if !tables.iter().any(|t| t == "journal_meta") {
         return Err(JournalError::Malformed {
             journal: name.to_owned(),
@@ -181,6 +258,19 @@ async fn check_existing(name: &str, conn: &mut SqliteConnection) -> Result<(), J
 /// A driver error as a journal error: a lock held elsewhere is [`JournalError::Locked`].
 fn database(name: &str, e: sqlx::Error) -> JournalError {
     if let sqlx::Error::Database(db) = &e {
+        // sqlx takes SQLite's message as UTF-8 unchecked, and a damaged file's message can
+        // quote bytes that are not: formatting such an error panics. Kept as lossy text.
+        let bytes = db.message().as_bytes();
+        if std::str::from_utf8(bytes).is_err() {
+            let code = db.code().unwrap_or_default();
+            let message = String::from_utf8_lossy(bytes);
+            return JournalError::Database {
+                journal: name.to_owned(),
+                cause: Cause::new(std::io::Error::other(format!(
+                    "SQLite error {code}: {message}"
+                ))),
+            };
+        }
         // SQLITE_BUSY (5) and SQLITE_LOCKED (6), with or without extended codes.
         let busy = db
             .code()

@@ -10,9 +10,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use agent_op::journal::{Divergence, Entry, EntryKind, Journal, Key, Recorded, Request};
-use agent_op::{Checkpoint, TraceId};
+use agent_op::journal::{
+    Divergence, Entry, EntryKind, Journal, JournalError, Key, Recorded, Request,
+};
+use agent_op::{Cause, Checkpoint, TraceId};
 use serde_json::Value;
+
+use crate::error::ErrorKind;
 
 /// How a run uses its journal.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -39,11 +43,35 @@ pub(crate) enum Lookup {
     /// Only in a doomed `race` branch: the journal ends here because the race was decided
     /// while this call was in flight. The branch waits to be cancelled.
     Park,
+    /// The recorded run lacked what this effect needs (a tool, a provider, a memory
+    /// backend) and failed here; the value is what it recorded about that (the tools it
+    /// permitted).
+    Unavailable(Value),
+}
+
+/// What the journal recorded at a fork's position.
+pub(crate) enum ForkRecord {
+    /// Nothing: the fork ran to its end (a `par`), or the recording stopped before the
+    /// fork was decided.
+    None,
+    /// The race's winner, and the branches before it that had finished (failing) when it
+    /// won: the others were cut off.
+    Winner { winner: usize, finished: Vec<usize> },
+    /// A deadline cut the fork off: the position of the scope whose deadline it was (among
+    /// the machine's scopes, outermost first), how the scope ended, and the branches that
+    /// had finished by then.
+    Cut {
+        scope: usize,
+        exit: Value,
+        finished: Vec<usize>,
+    },
 }
 
 /// A run's journal state, shared by all its machines.
 pub(crate) struct Journaling {
     mode: Mode,
+    /// The journal the recorded entries come from, for messages.
+    name: String,
     recorded: HashMap<Key, Entry>,
     /// Where live results go.
     sink: Option<Arc<dyn Journal>>,
@@ -62,22 +90,28 @@ pub(crate) struct Journaling {
 }
 
 impl Journaling {
+    /// The journal state of a run over `entries`, recorded in the journal `name`. Two
+    /// entries at one position are refused: no run records them.
     pub(crate) fn new(
         mode: Mode,
+        name: String,
         entries: Vec<Entry>,
         sink: Option<Arc<dyn Journal>>,
         root: TraceId,
-    ) -> Journaling {
+    ) -> Result<Journaling, JournalError> {
         // Replaying into a new journal copies what it replays; resuming a durable run writes
         // to the journal it replays, which has them already.
         let copy_replayed = mode == Mode::ReplayThenLive && sink.is_some();
-        let recorded = entries
-            .into_iter()
-            .filter(|e| e.kind != EntryKind::Run)
-            .map(|e| (e.key.clone(), e))
-            .collect();
-        Journaling {
+        let mut recorded = HashMap::with_capacity(entries.len());
+        for entry in entries.into_iter().filter(|e| e.kind != EntryKind::Run) {
+            let key = entry.key.clone();
+            if recorded.insert(key.clone(), entry).is_some() {
+                return Err(malformed(&name, &key, "it holds two entries here"));
+            }
+        }
+        Ok(Journaling {
             mode,
+            name,
             recorded,
             sink,
             copy_replayed,
@@ -87,7 +121,17 @@ impl Journaling {
             queued: Mutex::new(Vec::new()),
             replayed: AtomicU64::new(0),
             live: AtomicU64::new(0),
-        }
+        })
+    }
+
+    /// The journal the recorded entries come from, for messages.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether every effect is answered from the journal (a pure replay): nothing runs.
+    pub(crate) fn replays_only(&self) -> bool {
+        self.mode == Mode::Replay
     }
 
     pub(crate) fn sink(&self) -> Option<&Arc<dyn Journal>> {
@@ -150,6 +194,8 @@ impl Journaling {
     /// race, so a position the journal lacks means it was cancelled there.
     ///
     /// Returns the entry to copy to the sink with a replayed answer, when there is one.
+    /// Fails with the [`Divergence`], or with a [`JournalError`] when the entry there does
+    /// not fit (a cut-off record that does not parse).
     ///
     /// `summarize` fills in the request's summary (left out when costly to build) where one
     /// is needed: in a new entry, or a divergence.
@@ -159,7 +205,7 @@ impl Journaling {
         request: Request,
         doomed: bool,
         summarize: &dyn Fn() -> Value,
-    ) -> Result<(Lookup, Option<Entry>), Box<Divergence>> {
+    ) -> Result<(Lookup, Option<Entry>), ErrorKind> {
         let full = |mut request: Request| {
             if request.summary.is_null() {
                 request.summary = summarize();
@@ -171,11 +217,11 @@ impl Journaling {
                 return Ok((Lookup::Park, None));
             }
             return match self.mode {
-                Mode::Replay => Err(Box::new(Divergence {
+                Mode::Replay => Err(ErrorKind::Divergence(Box::new(Divergence {
                     key,
                     requested: full(request),
                     recorded: None,
-                })),
+                }))),
                 Mode::ReplayThenLive | Mode::Durable => {
                     let request = if self.sink.is_some() || !self.reported.load(Ordering::Relaxed) {
                         full(request)
@@ -190,10 +236,21 @@ impl Journaling {
                 }
             };
         };
-        if let Some((scope, exit)) = cut(entry) {
+        if entry.kind == EntryKind::Outcome
+            && entry.fingerprint == cut_off(request.kind).fingerprint
+        {
+            let (scope, exit) = cut(entry)
+                .ok_or_else(|| self.misfit(&key, "its record of a call cut off does not parse"))?;
             self.replayed.fetch_add(1, Ordering::Relaxed);
             let copy = self.copy_replayed.then(|| entry.clone());
             return Ok((Lookup::Interrupted { scope, exit }, copy));
+        }
+        if entry.kind == EntryKind::Outcome
+            && entry.fingerprint == unavailable(&request).fingerprint
+        {
+            self.replayed.fetch_add(1, Ordering::Relaxed);
+            let copy = self.copy_replayed.then(|| entry.clone());
+            return Ok((Lookup::Unavailable(entry.result.clone()), copy));
         }
         if entry.fingerprint == request.fingerprint && entry.kind == request.kind {
             self.replayed.fetch_add(1, Ordering::Relaxed);
@@ -212,41 +269,76 @@ impl Journaling {
                 self.live.fetch_add(1, Ordering::Relaxed);
                 Ok((Lookup::Live { key, request }, None))
             }
-            Mode::Replay | Mode::Durable => Err(Box::new(Divergence {
+            Mode::Replay | Mode::Durable => Err(ErrorKind::Divergence(Box::new(Divergence {
                 key,
                 requested: request,
                 recorded: Some(recorded),
-            })),
+            }))),
         }
     }
 
-    /// The recorded cut of the fork at `key` (a deadline fired while it ran): the position of
-    /// the scope whose deadline it was, how the scope ended, and the branches that had
-    /// finished by then.
-    pub(crate) fn fork_cut(&self, key: &Key) -> Option<(usize, Value, Vec<usize>)> {
-        let entry = self.recorded.get(key)?;
-        let (scope, exit) = cut(entry)?;
-        let finished = entry
-            .result
-            .get("finished")?
-            .as_array()?
-            .iter()
-            .filter_map(|i| i.as_u64().and_then(|i| usize::try_from(i).ok()))
-            .collect();
-        Some((scope, exit, finished))
+    /// A [`JournalError`] saying the entry at `key` does not fit the program: `why`.
+    pub(crate) fn misfit(&self, key: &Key, why: &str) -> ErrorKind {
+        ErrorKind::Journal(Box::new(malformed(&self.name, key, why)))
     }
 
-    /// The recorded winner of the race forked at `key`, if the journal has it.
-    pub(crate) fn race_winner(&self, key: &Key) -> Option<usize> {
-        let entry = self.recorded.get(key)?;
-        if entry.kind != EntryKind::Outcome {
-            return None;
+    /// What the journal recorded at the fork at `key`, a `race` (or a `par`) of `branches`:
+    /// its winner, or where a deadline cut it off. A record that does not parse, or names a
+    /// branch the fork lacks, is a [`JournalError`]; a record of something else there is a
+    /// divergence (in replay-then-live, where the run goes live, it is ignored).
+    pub(crate) fn fork_record(
+        &self,
+        key: &Key,
+        race: bool,
+        branches: usize,
+    ) -> Result<ForkRecord, ErrorKind> {
+        let Some(entry) = self.recorded.get(key) else {
+            return Ok(ForkRecord::None);
+        };
+        let branch = |value: &Value| {
+            value
+                .as_u64()
+                .and_then(|i| usize::try_from(i).ok())
+                .filter(|&i| i < branches)
+        };
+        let finished = || -> Option<Vec<usize>> {
+            let finished = entry.result.get("finished")?.as_array()?;
+            finished.iter().map(branch).collect()
+        };
+        if entry.kind == EntryKind::Outcome && entry.fingerprint == fork_cut().fingerprint {
+            let parsed = cut(entry).and_then(|(scope, exit)| Some((scope, exit, finished()?)));
+            let (scope, exit, finished) = parsed.ok_or_else(|| {
+                self.misfit(
+                    key,
+                    "its record of a fork cut off does not parse or names a branch the fork lacks",
+                )
+            })?;
+            return Ok(ForkRecord::Cut {
+                scope,
+                exit,
+                finished,
+            });
         }
-        entry
-            .result
-            .get("winner")?
-            .as_u64()
-            .and_then(|w| usize::try_from(w).ok())
+        let requested = race_won(branches);
+        if race && entry.kind == EntryKind::Outcome && entry.fingerprint == requested.fingerprint {
+            let winner = entry.result.get("winner").and_then(branch);
+            let (Some(winner), Some(finished)) = (winner, finished()) else {
+                return Err(self.misfit(key, "its record of a race names branches the race lacks"));
+            };
+            return Ok(ForkRecord::Winner { winner, finished });
+        }
+        if self.mode == Mode::ReplayThenLive {
+            return Ok(ForkRecord::None);
+        }
+        Err(ErrorKind::Divergence(Box::new(Divergence {
+            key: key.clone(),
+            requested: if race { requested } else { fork_cut() },
+            recorded: Some(Recorded {
+                kind: entry.kind,
+                fingerprint: entry.fingerprint.clone(),
+                summary: entry.request.clone(),
+            }),
+        })))
     }
 
     /// Replay-then-live: the first divergence, for the `journal.live` event (`None` after).
@@ -303,6 +395,39 @@ pub(crate) fn before_checkpoint(
     let mut entries = entries;
     entries.truncate(at);
     Some(entries)
+}
+
+/// The request of the record that a deadline cut off a call of `kind`.
+pub(crate) fn cut_off(kind: EntryKind) -> Request {
+    Request::plain(EntryKind::Outcome, serde_json::json!({"cut_off": kind}))
+}
+
+/// The request of the record that the run lacked what `request` needed (a tool, a
+/// provider, a memory backend), and failed.
+pub(crate) fn unavailable(request: &Request) -> Request {
+    Request::plain(
+        EntryKind::Outcome,
+        serde_json::json!({"unavailable": request.fingerprint}),
+    )
+}
+
+/// The request of the record that a deadline cut off a fork.
+pub(crate) fn fork_cut() -> Request {
+    Request::plain(EntryKind::Outcome, serde_json::json!({"fork": "cut"}))
+}
+
+/// The request of the record of which of `branches` won a race.
+pub(crate) fn race_won(branches: usize) -> Request {
+    Request::plain(EntryKind::Outcome, serde_json::json!({"race": branches}))
+}
+
+/// The error of an entry at `key` of the journal `name` that does not fit: `why`.
+fn malformed(name: &str, key: &Key, why: &str) -> JournalError {
+    JournalError::Malformed {
+        journal: name.to_owned(),
+        at: key.to_string(),
+        cause: Cause::new(std::io::Error::other(why.to_owned())),
+    }
 }
 
 /// The record of a deadline that cut a call or a fork off (an `Outcome` entry whose result

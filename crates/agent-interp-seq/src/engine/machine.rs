@@ -483,6 +483,9 @@ where
                     .cloned()
                     .collect::<Vec<_>>(),
             ),
+            // A replay runs no tool, so it needs none configured: the recording checked
+            // the scope against the config it ran with.
+            None if self.rt.journal.as_ref().is_some_and(|j| j.replays_only()) => return Ok(()),
             None => (
                 "the run's config".to_owned(),
                 scope

@@ -234,7 +234,8 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         A: Send + 'static,
     {
         let entries = load(config, journal).await?;
-        self.run_journaled(config, state, program, Mode::Replay, entries, None)
+        let source = (journal.describe(), entries);
+        self.run_journaled(config, state, program, Mode::Replay, source, None)
             .await
     }
 
@@ -263,7 +264,7 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
             state,
             program,
             Mode::ReplayThenLive,
-            entries,
+            (journal.describe(), entries),
             record_to,
         )
         .await
@@ -324,7 +325,7 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
             state,
             program,
             Mode::Durable,
-            entries,
+            (journal.describe(), entries),
             Some(journal),
         )
         .await
@@ -352,7 +353,8 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         A: Send + 'static,
     {
         let entries = load(config, journal).await?;
-        let (id, _) = run_entry(config, &entries);
+        let (id, _) = run_entry(config, &journal.describe(), &entries)
+            .map_err(|error| not_started(config, ErrorKind::Journal(Box::new(error))))?;
         // The run entry comes first in every journal, so the prefix keeps the run's id.
         let Some(before) = journal::before_checkpoint(entries, &id, checkpoint) else {
             return Err(not_started(
@@ -367,30 +369,33 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
             state,
             program,
             Mode::ReplayThenLive,
-            before,
+            (journal.describe(), before),
             record_to,
         )
         .await
     }
 
-    /// Runs `program` in `mode` over the recorded `entries`, committing to `sink`. The run
-    /// takes the id and start time the entries record (or new ones), and a sink that lacks
-    /// them gets them first: a fresh durable journal, or the new journal of a
-    /// replay-then-live run (which also gets copies of the replayed entries).
+    /// Runs `program` in `mode` over the recorded entries of `source` (the journal's name
+    /// and its entries), committing to `sink`. The run takes the id and start time the
+    /// entries record (or new ones), and a sink that lacks them gets them first: a fresh
+    /// durable journal, or the new journal of a replay-then-live run (which also gets copies
+    /// of the replayed entries).
     async fn run_journaled<S, A>(
         &self,
         config: &Config,
         state: S,
         program: Op<S, A>,
         mode: Mode,
-        entries: Vec<Entry>,
+        source: (String, Vec<Entry>),
         sink: Option<Arc<dyn Journal>>,
     ) -> Result<Outcome<S, A>, RunError>
     where
         S: Clone + Send + 'static,
         A: Send + 'static,
     {
-        let (id, started) = run_entry(config, &entries);
+        let (name, entries) = source;
+        let (id, started) = run_entry(config, &name, &entries)
+            .map_err(|error| not_started(config, ErrorKind::Journal(Box::new(error))))?;
         let new_journal = mode == Mode::ReplayThenLive;
         let has_run = entries.iter().any(|e| e.kind == EntryKind::Run);
         if let Some(sink) = &sink
@@ -401,7 +406,8 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
                 return Err(not_started(config, ErrorKind::Journal(Box::new(error))));
             }
         }
-        let journaling = Journaling::new(mode, entries, sink, id.clone());
+        let journaling = Journaling::new(mode, name, entries, sink, id.clone())
+            .map_err(|error| not_started(config, ErrorKind::Journal(Box::new(error))))?;
         self.run_inner(config, state, program, id, Some((journaling, started)))
             .await
     }
@@ -501,26 +507,37 @@ fn not_started(config: &Config, kind: ErrorKind) -> RunError {
 }
 
 /// The run's id and start time: the journal's (its run entry), else the config's id (or a
-/// new one) and now.
-fn run_entry(config: &Config, entries: &[Entry]) -> (TraceId, DateTime<Utc>) {
-    let recorded = entries
-        .iter()
-        .find(|e| e.kind == EntryKind::Run)
-        .and_then(|e| {
-            let id = e.result.get("trace_id")?.as_str()?;
-            let started = e
-                .result
-                .get("started_at")
-                .and_then(|t| serde_json::from_value::<DateTime<Utc>>(t.clone()).ok())
-                .unwrap_or_else(Utc::now);
-            Some((TraceId::from(id), started))
-        });
-    recorded.unwrap_or_else(|| {
-        (
+/// new one) and now. A run entry that does not parse is refused (the journal `name` does not
+/// fit).
+fn run_entry(
+    config: &Config,
+    name: &str,
+    entries: &[Entry],
+) -> Result<(TraceId, DateTime<Utc>), JournalError> {
+    let Some(entry) = entries.iter().find(|e| e.kind == EntryKind::Run) else {
+        return Ok((
             config.trace_id.clone().unwrap_or_else(TraceId::random),
             Utc::now(),
-        )
-    })
+        ));
+    };
+    let id = entry
+        .result
+        .get("trace_id")
+        .and_then(serde_json::Value::as_str);
+    let started = entry
+        .result
+        .get("started_at")
+        .and_then(|t| serde_json::from_value::<DateTime<Utc>>(t.clone()).ok());
+    match (id, started) {
+        (Some(id), Some(started)) if entry.key == Key::run() => Ok((TraceId::from(id), started)),
+        _ => Err(JournalError::Malformed {
+            journal: name.to_owned(),
+            at: "the run's entry".to_owned(),
+            cause: agent_op::Cause::new(std::io::Error::other(
+                "it records no trace id and start time",
+            )),
+        }),
+    }
 }
 
 /// The journal entry recording a run's id and start.

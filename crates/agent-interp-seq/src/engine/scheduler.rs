@@ -35,7 +35,14 @@ impl<S> BranchOutcome<S> {
     /// The branch failed in a way a `race` may recover from (the program failed: a provider
     /// error, an unknown tool, `fail`, ...).
     pub fn failed(&self) -> bool {
-        matches!(self.result, Err(Unwind::Fail(_)))
+        matches!(&self.result, Err(Unwind::Fail(kind)) if !kind.fails_run())
+    }
+
+    /// The branch hit a failure of the whole run (a divergence from the journal, a journal
+    /// that failed: [`ErrorKind::fails_run`](crate::ErrorKind::fails_run)). Like running
+    /// out of budget, no fork recovers from it, and it is ordered like a failure.
+    pub fn fails_run(&self) -> bool {
+        matches!(&self.result, Err(Unwind::Fail(kind)) if kind.fails_run())
     }
 
     /// The branch ran out of an enclosing budget (calls, tokens or cost). The fork cannot
@@ -55,7 +62,8 @@ impl<S> BranchOutcome<S> {
     }
 
     /// The branch decides its fork's outcome unless a branch before it does: it succeeded,
-    /// ran out of budget or was interrupted (only a plain failure lets a `race` go on).
+    /// ran out of budget, failed the run or was interrupted (only a plain failure lets a
+    /// `race` go on).
     pub(crate) fn decisive(&self) -> bool {
         !self.failed()
     }
@@ -86,9 +94,9 @@ pub trait Scheduler: Send + Sync + 'static {
     /// Runs the branches of a `race`. Returns one entry per branch, as for `run_par`.
     ///
     /// Must stop as soon as one branch succeeds or is interrupted (cancelling the others).
-    /// Once a branch has run out of budget, branches after it may be cancelled, but branches
-    /// before it must still be awaited (one of them may yet win). Otherwise every branch runs
-    /// to its end.
+    /// Once a branch has run out of budget or failed the run ([`BranchOutcome::fails_run`]),
+    /// branches after it may be cancelled, but branches before it must still be awaited
+    /// (one of them may yet win). Otherwise every branch runs to its end.
     fn run_race<S: Send + 'static>(
         &self,
         branches: Vec<BranchFuture<S>>,

@@ -180,15 +180,17 @@ where
         model: String,
         prompt: Prompt,
     ) -> Result<Response, Unwind> {
-        let Some(provider) = self.rt.config.provider.clone() else {
+        let provider = self.rt.config.provider.clone();
+        // With a journal, only a call that runs live needs a provider.
+        if provider.is_none() && self.rt.journal.is_none() {
             return Err(self.fail(ErrorKind::NoProvider));
-        };
+        }
         let budgeted = self.stack.all_scopes().any(|s| s.budget.is_some());
         let reservation = if budgeted {
             // Worked out only under a budget: it serializes the prompt (into a counter).
             let worst = WorstCase {
                 tokens: prompt.max_total_tokens(),
-                cost: provider.max_cost(&model, &prompt),
+                cost: provider.as_ref().and_then(|p| p.max_cost(&model, &prompt)),
             };
             Box::pin(self.reserve(worst)).await?
         } else {
@@ -200,8 +202,14 @@ where
                 || Request::model_summary(&model, &prompt),
             )
             .await?;
+        if !answer.suffices(provider.is_some()) {
+            Box::pin(self.missing_handler(&mut answer, |_| Value::Null)).await?;
+            reservation.release();
+            return Err(self.fail(ErrorKind::NoProvider));
+        }
         let iteration = self.iteration;
-        let span = spans::chat(self.parent_span(), provider.name(), &model, self.seq);
+        let provider_name = provider.as_ref().map_or("unknown", |p| p.name());
+        let span = spans::chat(self.parent_span(), provider_name, &model, self.seq);
         if self.rt.config.record_content {
             spans::chat_input(&span, &prompt);
         }
@@ -224,7 +232,7 @@ where
                 .journal_decode::<Result<Response, ProviderError>>(std::mem::take(&mut **value))?)
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
-        } else if self.rt.stream {
+        } else if let Some(provider) = provider.as_ref().filter(|_| self.rt.stream) {
             let rt = self.rt.clone();
             let id = self.id.clone();
             let mut forward = move |delta: agent_op::Delta| {
@@ -238,9 +246,11 @@ where
                 .chat_stream(&model, &prompt, &mut forward)
                 .instrument(span.clone());
             self.guarded(call).await
-        } else {
+        } else if let Some(provider) = provider {
             self.guarded(provider.chat(&model, &prompt).instrument(span.clone()))
                 .await
+        } else {
+            return Err(self.fail(ErrorKind::NoProvider));
         };
         let result = match result {
             Ok(result) => result,
@@ -382,58 +392,34 @@ where
             spans::last_event(&span, self.last_seq());
             return Ok(self.stack.feed(&mut Some(result)));
         }
-        let Some(tool) = scoped.or_else(|| self.rt.config.tools.get(&name).cloned()) else {
-            let permitted = self.rt.config.tools.names().map(str::to_owned).collect();
-            spans::failed(&span, "unknown_tool");
-            let failure = self.fail(ErrorKind::UnknownTool { name, permitted });
-            spans::last_event(&span, self.last_seq());
-            return Err(failure);
-        };
+        let tool = scoped.or_else(|| self.rt.config.tools.get(&name).cloned());
+        // With a journal, only a call that runs live needs the tool.
+        if tool.is_none() && self.rt.journal.is_none() {
+            let permitted = self.permitted_tools();
+            return Err(self.unknown_tool(&span, name, permitted));
+        }
         let content = self.rt.config.record_content;
         let recorded_args = (content && !span.is_disabled()).then(|| args.clone());
         let mut answer = self.journal_answer(|| Request::tool(&name, &args)).await?;
+        if !answer.suffices(tool.is_some()) {
+            let permitted = |m: &Self| serde_json::json!(m.permitted_tools());
+            let recorded = Box::pin(self.missing_handler(&mut answer, permitted)).await?;
+            let permitted = self.journal_decode(recorded)?;
+            return Err(self.unknown_tool(&span, name, permitted));
+        }
         let context = CallContext::new(self.idempotency_key(self.effects - 1));
         let started = Instant::now();
         let result: Result<Value, ToolError> = if let Answer::Replayed(value) = &mut answer {
             self.journal_decode(std::mem::take(&mut **value))?
         } else if let Some(cut) = answer.interrupted() {
             return self.close_interrupted(&span, Err(cut));
-        } else if tool.is_blocking() {
-            // Blocking work runs on tokio's blocking pool so it cannot stall other branches.
-            // If the call is cancelled the thread finishes on its own; its result is dropped.
-            // The span is not entered there: an abandoned call would hold it open past its end.
-            let handle = tokio::runtime::Handle::current();
-            let task =
-                tokio::task::spawn_blocking(move || handle.block_on(tool.call_in(args, &context)));
-            let finished = self.guarded(task).await;
-            if let Err(unwind) = &finished {
-                self.journal_interrupted(&answer, unwind);
-            }
-            match self.close_interrupted(&span, finished)? {
-                Ok(result) => result,
-                Err(join_error) => Err(ToolError::panicked(match join_error.try_into_panic() {
-                    Ok(payload) => panic_message(payload.as_ref()),
-                    Err(e) => e.to_string(),
-                })),
-            }
         } else {
-            let call = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call_in(args, &context)));
-            match call {
-                Ok(fut) => {
-                    let running = AssertUnwindSafe(fut)
-                        .catch_unwind()
-                        .instrument(span.clone());
-                    let finished = self.guarded(running).await;
-                    if let Err(unwind) = &finished {
-                        self.journal_interrupted(&answer, unwind);
-                    }
-                    match self.close_interrupted(&span, finished)? {
-                        Ok(result) => result,
-                        Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
-                    }
-                }
-                Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
-            }
+            // A live call has its tool (`live_handler` saw to it).
+            let Some(tool) = tool else {
+                let permitted = self.permitted_tools();
+                return Err(self.unknown_tool(&span, name, permitted));
+            };
+            self.run_tool(tool, args, context, &answer, &span).await?
         };
         self.journal_commit(&mut answer, &result).await?;
         let output = match &result {
@@ -450,6 +436,73 @@ where
         spans::tool_ended(&span, recorded_args.as_ref(), &result, content);
         spans::last_event(&span, self.last_seq());
         Ok(self.stack.feed(&mut Some(result)))
+    }
+
+    /// Runs `tool` live (its answer from the journal, if any, was `Live` or `Off`): blocking
+    /// tools on tokio's blocking pool, a panic as a tool error.
+    async fn run_tool(
+        &mut self,
+        tool: Arc<dyn agent_op::Tool>,
+        args: Value,
+        context: CallContext,
+        answer: &Answer,
+        span: &tracing::Span,
+    ) -> Result<Result<Value, ToolError>, Unwind> {
+        if tool.is_blocking() {
+            // Blocking work runs on tokio's blocking pool so it cannot stall other branches.
+            // If the call is cancelled the thread finishes on its own; its result is dropped.
+            // The span is not entered there: an abandoned call would hold it open past its end.
+            let handle = tokio::runtime::Handle::current();
+            let task =
+                tokio::task::spawn_blocking(move || handle.block_on(tool.call_in(args, &context)));
+            let finished = self.guarded(task).await;
+            if let Err(unwind) = &finished {
+                self.journal_interrupted(answer, unwind);
+            }
+            return Ok(match self.close_interrupted(span, finished)? {
+                Ok(result) => result,
+                Err(join_error) => Err(ToolError::panicked(match join_error.try_into_panic() {
+                    Ok(payload) => panic_message(payload.as_ref()),
+                    Err(e) => e.to_string(),
+                })),
+            });
+        }
+        let call = std::panic::catch_unwind(AssertUnwindSafe(|| tool.call_in(args, &context)));
+        Ok(match call {
+            Ok(fut) => {
+                let running = AssertUnwindSafe(fut)
+                    .catch_unwind()
+                    .instrument(span.clone());
+                let finished = self.guarded(running).await;
+                if let Err(unwind) = &finished {
+                    self.journal_interrupted(answer, unwind);
+                }
+                match self.close_interrupted(span, finished)? {
+                    Ok(result) => result,
+                    Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
+                }
+            }
+            Err(payload) => Err(ToolError::panicked(panic_message(payload.as_ref()))),
+        })
+    }
+
+    /// The names of the tools the run's config permits.
+    fn permitted_tools(&self) -> Vec<String> {
+        self.rt.config.tools.names().map(str::to_owned).collect()
+    }
+
+    /// Fails the run: the program called `name`, which the run does not have (it permits
+    /// `permitted`).
+    fn unknown_tool(
+        &mut self,
+        span: &tracing::Span,
+        name: String,
+        permitted: Vec<String>,
+    ) -> Unwind {
+        spans::failed(span, "unknown_tool");
+        let failure = self.fail(ErrorKind::UnknownTool { name, permitted });
+        spans::last_event(span, self.last_seq());
+        failure
     }
 
     /// `op::wait_steering`: the next message, waiting at most `limit` (under `guarded`, so
@@ -560,26 +613,43 @@ where
         format!("{}/{n}", self.id)
     }
 
-    pub(super) fn memory(&mut self) -> Result<Arc<dyn MemoryBackend>, Unwind> {
-        match self.rt.config.memory.clone() {
-            Some(backend) => Ok(backend),
-            None => Err(self.fail(ErrorKind::NoMemoryBackend)),
+    /// The run's memory backend; `None` only when the run keeps a journal, which may answer
+    /// a memory operation without one (see [`check_memory`](Machine::check_memory)).
+    pub(super) fn memory(&mut self) -> Result<Option<Arc<dyn MemoryBackend>>, Unwind> {
+        let backend = self.rt.config.memory.clone();
+        if backend.is_none() && self.rt.journal.is_none() {
+            return Err(self.fail(ErrorKind::NoMemoryBackend));
         }
+        Ok(backend)
+    }
+
+    /// Fails the memory operation `answer` is for if it cannot go on with `backend` (see
+    /// [`Answer::suffices`]).
+    async fn check_memory(
+        &mut self,
+        backend: &Option<Arc<dyn MemoryBackend>>,
+        answer: &mut Answer,
+    ) -> Result<(), Unwind> {
+        if !answer.suffices(backend.is_some()) {
+            Box::pin(self.missing_handler(answer, |_| Value::Null)).await?;
+            return Err(self.fail(ErrorKind::NoMemoryBackend));
+        }
+        Ok(())
     }
 
     pub(super) async fn remember(&mut self, memory: NewMemory) -> Result<Node<S>, Unwind> {
-        let backend = self.memory()?;
         let content_preview = preview(&memory.content, PREVIEW_CHARS);
         let hash = content_hash(&memory.content);
         let tags = memory.tags.clone();
-        let mut answer = self
-            .journal_answer(|| {
-                Request::plain(
-                    EntryKind::Memory,
-                    serde_json::json!({"remember": &hash, "context": &memory.context, "tags": &tags}),
-                )
-            })
-            .await?;
+        let request = || {
+            Request::plain(
+                EntryKind::Memory,
+                serde_json::json!({"remember": &hash, "context": &memory.context, "tags": &tags}),
+            )
+        };
+        let backend = self.memory()?;
+        let mut answer = self.journal_answer(request).await?;
+        self.check_memory(&backend, &mut answer).await?;
         let span = spans::memory(self.parent_span(), "remember", self.seq);
         let finished = if let Answer::Replayed(value) = &mut answer {
             Ok(
@@ -590,6 +660,9 @@ where
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else {
+            let Some(backend) = backend else {
+                return Err(self.fail(ErrorKind::NoMemoryBackend));
+            };
             let stored = backend.store(memory).instrument(span.clone());
             self.guarded(stored).await
         };
@@ -619,12 +692,10 @@ where
     }
 
     pub(super) async fn forget(&mut self, id: agent_op::MemoryId) -> Result<Node<S>, Unwind> {
+        let request = || Request::plain(EntryKind::Memory, serde_json::json!({"forget": &id}));
         let backend = self.memory()?;
-        let mut answer = self
-            .journal_answer(|| {
-                Request::plain(EntryKind::Memory, serde_json::json!({"forget": &id}))
-            })
-            .await?;
+        let mut answer = self.journal_answer(request).await?;
+        self.check_memory(&backend, &mut answer).await?;
         let span = spans::memory(self.parent_span(), "forget", self.seq);
         let finished = if let Answer::Replayed(value) = &mut answer {
             Ok(
@@ -635,6 +706,9 @@ where
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else {
+            let Some(backend) = backend else {
+                return Err(self.fail(ErrorKind::NoMemoryBackend));
+            };
             self.guarded(backend.delete(&id).instrument(span.clone()))
                 .await
         };
@@ -659,15 +733,15 @@ where
     }
 
     pub(super) async fn recall(&mut self, query: String, limit: usize) -> Result<Node<S>, Unwind> {
+        let request = || {
+            Request::plain(
+                EntryKind::Recall,
+                serde_json::json!({"recall": &query, "limit": limit}),
+            )
+        };
         let backend = self.memory()?;
-        let mut answer = self
-            .journal_answer(|| {
-                Request::plain(
-                    EntryKind::Recall,
-                    serde_json::json!({"recall": &query, "limit": limit}),
-                )
-            })
-            .await?;
+        let mut answer = self.journal_answer(request).await?;
+        self.check_memory(&backend, &mut answer).await?;
         let span = spans::memory(self.parent_span(), "recall", self.seq);
         let finished = if let Answer::Replayed(value) = &mut answer {
             Ok(
@@ -678,6 +752,9 @@ where
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else {
+            let Some(backend) = backend else {
+                return Err(self.fail(ErrorKind::NoMemoryBackend));
+            };
             self.guarded(backend.search(&query, limit).instrument(span.clone()))
                 .await
                 .map(|found| found.map(|hits| hits.into_iter().map(|hit| hit.entry).collect()))

@@ -9,6 +9,7 @@ use agent_op::{BoxFuture, EventKind, TraceId};
 
 use super::{MAX_FORK_DEPTH, Machine, Stack, count};
 use crate::engine::branch_log::BranchLog;
+use crate::engine::journal::ForkRecord;
 use crate::engine::scheduler::{BranchFuture, BranchOutcome, Scheduler};
 use crate::engine::scope::ActiveScope;
 use crate::engine::{Unwind, spans};
@@ -68,8 +69,9 @@ where
                 max: MAX_FORK_DEPTH,
             }));
         }
-        let plan = self.fork_plan(kind);
+        let plan = self.fork_plan(kind, branches.len())?;
         let fork_seq = plan.seq;
+        let recorded_winner = plan.winner;
         let Started {
             ids,
             logs,
@@ -77,7 +79,6 @@ where
             fork_span,
             futures,
         } = self.start_branches(kind, branches, finish, &plan);
-        let branch_count = futures.len();
         let scheduled = self.schedule(kind, &plan, futures);
         let scheduled = self.guarded(scheduled).await;
         let outcomes = self.scheduled(
@@ -90,12 +91,7 @@ where
         )?;
         let joined = match par {
             Some((merge, collect)) => self.join_par(ids, &logs, outcomes, merge, collect),
-            None => self
-                .join_race(ids, &logs, outcomes, &fork_span)
-                .map(|(next, won)| {
-                    self.journal_race_won(fork_seq, branch_count, won);
-                    next
-                }),
+            None => self.join_race(ids, &logs, outcomes, &fork_span, fork_seq, recorded_winner),
         };
         for (log, span) in logs.iter().zip(&branch_spans) {
             if log.is_cancelled() {
@@ -175,9 +171,10 @@ where
     }
 
     /// The journal position of a fork about to start (its effect number), and what the
-    /// journal recorded about it: a race's winner, or where a deadline cut it off. Apart
-    /// from `fork_inner`, whose frame every level of a fork nest carries.
-    fn fork_plan(&mut self, kind: ForkKind) -> Box<ForkPlan> {
+    /// journal recorded about it: a race's winner, or where a deadline cut it off. A record
+    /// that does not fit fails the fork before any branch starts. Apart from `fork_inner`,
+    /// whose frame every level of a fork nest carries.
+    fn fork_plan(&mut self, kind: ForkKind, branches: usize) -> Result<Box<ForkPlan>, Unwind> {
         let seq = self.next_effect();
         let mut plan = Box::new(ForkPlan {
             seq,
@@ -186,21 +183,26 @@ where
             finished: Vec::new(),
         });
         let Some(journal) = self.rt.journal.clone() else {
-            return plan;
+            return Ok(plan);
         };
         let key = journal.key(&self.id, seq);
-        if kind == ForkKind::Race {
-            plan.winner = journal.race_winner(&key);
+        match journal.fork_record(&key, kind == ForkKind::Race, branches) {
+            Ok(ForkRecord::None) => {}
+            Ok(ForkRecord::Winner { winner, finished }) => {
+                plan.winner = Some(winner);
+                plan.finished = finished;
+            }
+            Ok(ForkRecord::Cut {
+                scope,
+                exit,
+                finished,
+            }) => {
+                plan.cut = Some(Box::new(self.recorded_exit(&key, scope, exit)?));
+                plan.finished = finished;
+            }
+            Err(failure) => return Err(self.fail(failure)),
         }
-        if let Some((scope, exit, finished)) = journal.fork_cut(&key) {
-            // A cut that does not parse fails the fork where the cut would be.
-            let exit = self
-                .recorded_exit(scope, exit)
-                .unwrap_or_else(|failure| failure);
-            plan.cut = Some(Box::new(exit));
-            plan.finished = finished;
-        }
-        plan
+        Ok(plan)
     }
 
     /// What the scheduler returned, or how the fork was cut off: from outside (abort, a
@@ -240,8 +242,8 @@ where
     /// The branches that lost a recorded race, or that a recorded cut caught unfinished:
     /// where their journal ends, they were cut off.
     fn doom_unless_decisive(&mut self, plan: &ForkPlan, index: usize) {
-        self.doomed |= plan.winner.is_some_and(|w| w != index)
-            || (plan.cut.is_some() && !plan.finished.contains(&index));
+        let decided = plan.winner.is_some() || plan.cut.is_some();
+        self.doomed |= decided && plan.winner != Some(index) && !plan.finished.contains(&index);
     }
 
     /// Hands the branches to the scheduler (a recorded race's winner, or a recorded cut,
@@ -299,6 +301,8 @@ where
                 unreachable!("`decided` indexes a finished branch");
             };
             return Err(match outcome.result {
+                // The run's failure, not the branch's: passed on as it is.
+                Err(Unwind::Fail(error)) if error.fails_run() => Unwind::Fail(error),
                 Err(Unwind::Fail(error)) => Unwind::Fail(ErrorKind::Branch {
                     id: ids[decided].clone(),
                     error: Box::new(error),
@@ -336,13 +340,19 @@ where
         Ok(collect(values, &mut self.stack))
     }
 
+    /// Decides a race from its branches' outcomes, and journals its winner (with the
+    /// branches before it that had finished, failing). `seq` is the race's effect number
+    /// and `recorded` the winner its journal recorded, if any.
     pub(super) fn join_race(
         &mut self,
         ids: Vec<TraceId>,
         logs: &[Arc<BranchLog>],
         outcomes: Vec<Option<BranchOutcome<S>>>,
         fork_span: &tracing::Span,
-    ) -> Result<(Node<S>, usize), Unwind> {
+        seq: u64,
+        recorded: Option<usize>,
+    ) -> Result<Node<S>, Unwind> {
+        let branches = outcomes.len();
         let decided = outcomes
             .iter()
             .position(|o| o.as_ref().is_some_and(BranchOutcome::interrupted))
@@ -354,11 +364,18 @@ where
         match decided {
             Some(decided) => {
                 Self::discard_after(logs, &outcomes, decided);
+                let failed_before: Vec<usize> = outcomes[..decided]
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, o)| o.is_some())
+                    .map(|(i, _)| i)
+                    .collect();
                 let Some(Some(outcome)) = outcomes.into_iter().nth(decided) else {
                     unreachable!("`decided` indexes a finished branch");
                 };
                 match outcome.result {
                     Ok(mut value) => {
+                        self.journal_race_won(seq, branches, decided, failed_before);
                         spans::winner(fork_span, decided);
                         self.state = outcome.state;
                         self.record(EventKind::Join(event::Join {
@@ -366,12 +383,23 @@ where
                             branch_ids: ids,
                             winner: Some(count(decided)),
                         }));
-                        Ok((self.stack.feed(&mut *value), decided))
+                        Ok(self.stack.feed(&mut *value))
                     }
                     Err(interrupt) => Err(interrupt),
                 }
             }
             None => {
+                if let Some(winner) = recorded {
+                    // Replayed from the same answers, the recorded winner failed: the journal
+                    // is not this program's.
+                    let why = format!("it says branch {winner} won this race, but it failed");
+                    return Err(
+                        match self.rt.journal.as_ref().map(|j| j.key(&self.id, seq)) {
+                            Some(key) => self.journal_misfit(&key, &why),
+                            None => Unwind::Fail(ErrorKind::Internal(why)),
+                        },
+                    );
+                }
                 // Every branch failed: report the first.
                 let first = outcomes.into_iter().next().flatten();
                 match first.map(|o| o.result) {

@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use super::Machine;
 use crate::engine::Unwind;
-use crate::engine::journal::Lookup;
+use crate::engine::journal::{Lookup, cut_off, fork_cut, race_won, unavailable};
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::ScopeExit;
 use crate::error::ErrorKind;
@@ -23,9 +23,23 @@ pub(super) enum Answer {
     Live(Box<Pending>),
     /// The recording was cut off here by a deadline: end the same way.
     Interrupted(Box<Unwind>),
+    /// The recording lacked what the effect needs and failed here: fail the same way (see
+    /// [`Machine::journal_unavailable`]).
+    Unavailable(Box<Value>),
 }
 
 impl Answer {
+    /// Whether the effect can go on with its handler (provider, tool, memory backend)
+    /// `present` or not: a recorded answer needs none, a live one needs it, and a recorded
+    /// failure for lack of it fails again (see [`Machine::missing_handler`]).
+    pub(super) fn suffices(&self, present: bool) -> bool {
+        match self {
+            Answer::Replayed(_) | Answer::Interrupted(_) => true,
+            Answer::Live(_) | Answer::Off => present,
+            Answer::Unavailable(_) => false,
+        }
+    }
+
     /// The recorded interruption, as the effect's await would have returned it.
     pub(super) fn interrupted(&self) -> Option<Unwind> {
         match self {
@@ -89,7 +103,7 @@ where
             return Ok(Answer::Off);
         };
         let key = journal.key(&self.id, n);
-        match journal.lookup(key, request, self.doomed, summarize) {
+        match journal.lookup(key.clone(), request, self.doomed, summarize) {
             Ok((Lookup::Replayed(value), copy)) => {
                 if let Some(entry) = copy {
                     self.journal_append(entry).await?;
@@ -103,8 +117,14 @@ where
                 if let Some(entry) = copy {
                     self.journal_append(entry).await?;
                 }
-                let unwind = self.recorded_exit(scope, exit)?;
+                let unwind = self.recorded_exit(&key, scope, exit)?;
                 Ok(Answer::Interrupted(Box::new(unwind)))
+            }
+            Ok((Lookup::Unavailable(recorded), copy)) => {
+                if let Some(entry) = copy {
+                    self.journal_append(entry).await?;
+                }
+                Ok(Answer::Unavailable(Box::new(recorded)))
             }
             Ok((Lookup::Park, _)) => {
                 // A race loser cut off here when the race was recorded: wait to be cancelled
@@ -114,8 +134,31 @@ where
                     "a parked race branch resumed".into(),
                 )))
             }
-            Err(divergence) => Err(self.fail(ErrorKind::Divergence(divergence))),
+            Err(failure) => Err(self.fail(failure)),
         }
+    }
+
+    /// The effect `answer` is for cannot go on: it would run live without the handler it
+    /// needs (a provider, a tool, a memory backend), or the recorded run failed here for lack
+    /// of it (see [`Answer::suffices`]). Returns what the failure reports: what the journal
+    /// recorded, or `details()` (the tools the run permits), committed first for a live
+    /// answer so a replay fails the same way with nothing configured.
+    pub(super) async fn missing_handler(
+        &mut self,
+        answer: &mut Answer,
+        details: impl FnOnce(&Self) -> Value,
+    ) -> Result<Value, Unwind> {
+        if let Answer::Unavailable(recorded) = answer {
+            return Ok(std::mem::take(&mut **recorded));
+        }
+        let details = details(self);
+        let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.sink().is_some());
+        if let (true, Answer::Live(pending)) = (has_sink, std::mem::replace(answer, Answer::Off)) {
+            let Pending { key, request } = *pending;
+            self.journal_append(unavailable(&request).entry(key, details.clone()))
+                .await?;
+        }
+        Ok(details)
     }
 
     /// Commits a live result (write-ahead: before the program sees it), if the run has a
@@ -181,7 +224,7 @@ where
         let kind = pending.request.kind;
         journal.queue(
             pending.key.clone(),
-            || Request::plain(EntryKind::Outcome, serde_json::json!({"cut_off": kind})),
+            || cut_off(kind),
             serde_json::json!({"interrupted": cut}),
         );
     }
@@ -202,26 +245,43 @@ where
         Some(serde_json::json!({"scope": index, "exit": exit}))
     }
 
-    /// The exit a journal recorded: `scope`'s position among the scopes in force, and how
-    /// it ended.
-    pub(super) fn recorded_exit(&mut self, scope: usize, exit: Value) -> Result<Unwind, Unwind> {
+    /// The exit the journal recorded at `key`: `scope`'s position among the scopes in force,
+    /// and how it ended. A record that does not parse, or names a scope that is not in force,
+    /// does not fit the program: a journal error.
+    pub(super) fn recorded_exit(
+        &mut self,
+        key: &Key,
+        scope: usize,
+        exit: Value,
+    ) -> Result<Unwind, Unwind> {
         let exit = match serde_json::from_value::<StoredExit>(exit) {
             Ok(StoredExit::TimedOut(t)) => ScopeExit::TimedOut(t),
             Ok(StoredExit::Exhausted(e)) => ScopeExit::Exhausted(e),
             Err(e) => {
-                return Err(self.fail(ErrorKind::Internal(format!(
-                    "a journaled interruption does not parse: {e}"
-                ))));
+                let why = format!("its record of how a scope ended does not parse: {e}");
+                return Err(self.journal_misfit(key, &why));
             }
         };
         let id = self.stack.all_scopes().nth(scope).map(|active| active.id);
         match id {
             Some(id) => Ok(Unwind::Exit { scope: id, exit }),
-            None => Err(self.fail(ErrorKind::Internal(format!(
-                "the journal says scope {scope} cut this off, but only {} are in force",
-                self.stack.all_scopes().count()
-            )))),
+            None => {
+                let why = format!(
+                    "it says scope {scope} cut this off, but only {} are in force here",
+                    self.stack.all_scopes().count()
+                );
+                Err(self.journal_misfit(key, &why))
+            }
         }
+    }
+
+    /// Fails the run: the journal's entry at `key` does not fit the program (`why`).
+    pub(super) fn journal_misfit(&mut self, key: &Key, why: &str) -> Unwind {
+        let failure = match &self.rt.journal {
+            Some(journal) => journal.misfit(key, why),
+            None => ErrorKind::Internal(format!("a journal entry without a journal: {why}")),
+        };
+        self.fail(failure)
     }
 
     /// Queues the record that the fork that is this branch's effect number `seq` was cut
@@ -233,26 +293,24 @@ where
         };
         journal.queue(
             journal.key(&self.id, seq),
-            || Request::plain(EntryKind::Outcome, serde_json::json!({"fork": "cut"})),
+            fork_cut,
             serde_json::json!({"interrupted": cut, "finished": finished}),
         );
     }
 
-    /// A replayed result as the effect's type.
+    /// A replayed result as the effect's type (the one numbered last in this branch): one
+    /// that is not of that type does not fit the program, a journal error.
     pub(super) fn journal_decode<T: DeserializeOwned>(
         &mut self,
         value: Value,
     ) -> Result<T, Unwind> {
         serde_json::from_value(value).map_err(|e| {
-            let journal = self
-                .rt
-                .journal
-                .as_ref()
-                .and_then(|j| j.sink().map(|s| s.describe()))
-                .unwrap_or_else(|| "being replayed".to_owned());
+            let journal = self.rt.journal.as_ref();
+            let at = journal.map(|j| j.key(&self.id, self.effects.saturating_sub(1)));
+            let journal = journal.map_or("being replayed", |j| j.name()).to_owned();
             self.fail(ErrorKind::Journal(Box::new(JournalError::Malformed {
                 journal,
-                at: format!("{} effect {}", self.id, self.effects.saturating_sub(1)),
+                at: at.map_or_else(String::new, |key| key.to_string()),
                 cause: agent_op::Cause::new(e),
             })))
         })
@@ -277,17 +335,24 @@ where
         );
     }
 
-    /// Queues which branch won the race that is this branch's effect number `seq`:
+    /// Queues which branch won the race that is this branch's effect number `seq`, and
+    /// which branches before it had `finished` (failing) by then (the others were cut off):
     /// committed with the next entry of the run (or at its end), so before anything that
     /// depends on the winner.
-    pub(super) fn journal_race_won(&mut self, seq: u64, branches: usize, winner: usize) {
+    pub(super) fn journal_race_won(
+        &mut self,
+        seq: u64,
+        branches: usize,
+        winner: usize,
+        finished: Vec<usize>,
+    ) {
         let Some(journal) = self.rt.journal.clone() else {
             return;
         };
         journal.queue(
             journal.key(&self.id, seq),
-            || Request::plain(EntryKind::Outcome, serde_json::json!({"race": branches})),
-            serde_json::json!({"winner": winner}),
+            || race_won(branches),
+            serde_json::json!({"winner": winner, "finished": finished}),
         );
     }
 }
