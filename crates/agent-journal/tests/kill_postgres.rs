@@ -179,10 +179,49 @@ fn a_second_postgres_writer_is_refused_and_other_versions_are_named() {
         other.close().await.unwrap();
         first.close().await.unwrap();
         let again = PostgresJournal::open(&pg, &name).await.unwrap();
-        again.close().await.unwrap();
+        let entry = |seq: u64| {
+            agent_op::journal::Request::tool("t", &serde_json::json!({"n": seq})).entry(
+                agent_op::journal::Key {
+                    branch: String::new(),
+                    seq,
+                },
+                serde_json::json!({"Ok": seq}),
+            )
+        };
+        again.append(vec![entry(0), entry(1)]).await.unwrap();
+        assert_eq!(again.entries().await.unwrap(), [entry(0), entry(1)]);
 
+        // Rows changed behind the journal's back are refused, naming the row.
         use sqlx::Connection;
         let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
+        sqlx::query(
+            "UPDATE effect_agents_journal_entries SET result = '{\"Ok\":7}' \
+             WHERE journal = $1 AND seq = 1",
+        )
+        .bind(&name)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let err = again.entries().await.unwrap_err();
+        assert!(
+            matches!(&err, agent_journal::JournalError::ChecksumMismatch { at, .. } if at.starts_with("row ")),
+            "{err:?}"
+        );
+        sqlx::query(
+            "UPDATE effect_agents_journal_entries SET checksum = NULL \
+             WHERE journal = $1 AND seq = 1",
+        )
+        .bind(&name)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let err = again.entries().await.unwrap_err();
+        assert!(
+            matches!(&err, agent_journal::JournalError::Malformed { .. }),
+            "{err:?}"
+        );
+        again.close().await.unwrap();
+
         sqlx::query("UPDATE effect_agents_journals SET format_version = 9 WHERE journal = $1")
             .bind(&name)
             .execute(&mut conn)
