@@ -55,12 +55,12 @@ impl std::fmt::Debug for SqliteJournal {
     }
 }
 
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS journal_meta (
+const SCHEMA: [&str; 2] = [
+    "CREATE TABLE IF NOT EXISTS journal_meta (
     key TEXT PRIMARY KEY NOT NULL,
     value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS journal_entries (
+)",
+    "CREATE TABLE IF NOT EXISTS journal_entries (
     position INTEGER PRIMARY KEY,
     branch TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -70,8 +70,8 @@ CREATE TABLE IF NOT EXISTS journal_entries (
     result TEXT NOT NULL,
     checksum INTEGER NOT NULL,
     UNIQUE (branch, seq)
-);
-";
+)",
+];
 
 impl SqliteJournal {
     /// Opens (creating if missing) the journal database at `path` with the default
@@ -159,7 +159,11 @@ async fn prepare(
     // Takes the exclusive lock now, so a second writer is refused at open, not at its first
     // append.
     let mut tx = conn.begin().await.map_err(db)?;
-    sqlx::raw_sql(SCHEMA).execute(&mut *tx).await.map_err(db)?;
+    // One `query` per statement: `raw_sql`'s future is not `Send` for every lifetime, so
+    // `open` could not be spawned (sqlx 0.8).
+    for statement in SCHEMA {
+        sqlx::query(statement).execute(&mut *tx).await.map_err(db)?;
+    }
     sqlx::query("INSERT OR IGNORE INTO journal_meta (key, value) VALUES ('format_version', ?)")
         .bind(JOURNAL_VERSION.to_string())
         .execute(&mut *tx)
