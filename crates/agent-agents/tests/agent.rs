@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_agents::{AgentError, Toolbox, agent, tool};
 use agent_interp_seq::Config;
@@ -10,6 +10,7 @@ use agent_op::op::{self, Op};
 use agent_op::{Budget, EventType, FnTool, Message, Response, ToolCall};
 use agent_provider::ScriptedProvider;
 use serde_json::{Value, json};
+use tokio::time::Instant;
 
 #[derive(Debug, PartialEq, serde::Deserialize, schemars::JsonSchema)]
 struct Advice {
@@ -47,7 +48,8 @@ fn calls(pairs: &[(&str, &str, Value)]) -> Response {
     reply
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// On a paused clock (virtual time): each weather call takes exactly 150 ms.
+#[tokio::test(start_paused = true)]
 async fn the_loop_runs_tools_feeds_results_back_in_order_and_returns_a_typed_answer() {
     for parallel in [false, true] {
         let runs = Arc::new(AtomicUsize::new(0));
@@ -84,14 +86,14 @@ async fn the_loop_runs_tools_feeds_results_back_in_order_and_returns_a_typed_ans
             Message::tool_result("c2", "rain in Bergen")
         );
         assert_eq!(provider.calls()[0].prompt.tools.len(), 1);
-        if parallel {
-            assert!(
-                elapsed < Duration::from_millis(290),
-                "tools ran one after the other: {elapsed:?}"
-            );
-        } else {
-            assert!(elapsed >= Duration::from_millis(300), "{elapsed:?}");
-        }
+        // Under the parallel interpreter the two calls overlap; under the sequential one they
+        // run one after the other.
+        let expected = if parallel { 150 } else { 300 };
+        assert_eq!(
+            elapsed,
+            Duration::from_millis(expected),
+            "parallel: {parallel}"
+        );
     }
 }
 
@@ -419,7 +421,9 @@ async fn a_sub_agent_runs_as_a_tool_nested_in_the_trace_under_its_own_budget() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+/// On a paused clock, so that the approver's answer at 100 ms always comes before the 300 ms
+/// approval timeout (in real time, a stalled machine could fire both at once).
+#[tokio::test(start_paused = true)]
 async fn a_tool_needing_approval_waits_for_it_on_the_steering_channel() {
     #[derive(serde::Deserialize, schemars::JsonSchema)]
     struct Mail {
