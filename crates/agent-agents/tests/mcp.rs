@@ -157,18 +157,17 @@ async fn the_tools_of_a_real_server_over_streamable_http_are_toolbox_entries() {
     assert!(sum.unwrap().to_string().contains("42"));
     assert!(echo.unwrap().to_string().contains("over HTTP"));
 
-    // Nothing listens there: a typed error, quickly.
+    // Nothing listens there: a typed error as soon as the connection is refused. Waiting
+    // instead until the handshake's timeout (30 s) ran out would be `McpError::Timeout`.
     let closed = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port();
-    let started = std::time::Instant::now();
     match McpServer::connect_http("nobody", format!("http://127.0.0.1:{closed}/mcp")).await {
         Err(McpError::Protocol { server, .. }) => assert_eq!(server, "nobody"),
         other => panic!("{other:?}"),
     }
-    assert!(started.elapsed() < std::time::Duration::from_secs(10));
 }
 
 #[tokio::test]
@@ -214,8 +213,8 @@ async fn a_toolbox_served_over_mcp_works_with_the_sdk_client() {
     drop(tools);
     drop(set);
     drop(remote);
-    // The client went away: the server stops.
-    tokio::time::timeout(std::time::Duration::from_secs(5), served)
+    // The client went away: the server stops (the minute only bounds a hang).
+    tokio::time::timeout(std::time::Duration::from_secs(60), served)
         .await
         .expect("the server stops when the client disconnects")
         .unwrap()
@@ -239,6 +238,9 @@ fn call(id: &str, name: &str, args: serde_json::Value) -> agent_op::Response {
 
 /// A server that dies in the middle of a tool call: the call is a tool error the model is
 /// shown, the run goes on, and later calls fail at once instead of hanging.
+///
+/// Its requests may take 10 minutes: a call waited on until then would say it "did not
+/// answer" (checked below), and the run would overrun the minute it is given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_crashes_mid_call_is_a_tool_error_and_the_run_goes_on() {
     let script = concat!(
@@ -246,7 +248,7 @@ async fn a_server_that_crashes_mid_call_is_a_tool_error_and_the_run_goes_on() {
         "/tests/fixtures/crashing_mcp_server.js"
     );
     let server = match McpServer::spawn("crashing", "node", &[script]).await {
-        Ok(server) => server.timeout(std::time::Duration::from_secs(20)),
+        Ok(server) => server.timeout(std::time::Duration::from_secs(600)),
         Err(McpError::Spawn { source, .. }) => {
             eprintln!("SKIPPED: the MCP crash test needs node ({source})");
             return;
@@ -263,13 +265,14 @@ async fn a_server_that_crashes_mid_call_is_a_tool_error_and_the_run_goes_on() {
         .shared_provider(provider.clone())
         .tools(toolbox.tool_set());
     let program = agent_agents::agent::<(), Verdict>("m", &toolbox, "Try the tool.").run();
-    let started = std::time::Instant::now();
-    let outcome = agent_interp_par::run(&config, (), program).await.unwrap();
+    let outcome = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        agent_interp_par::run(&config, (), program),
+    )
+    .await
+    .expect("a dead server must not be waited on until the timeout")
+    .unwrap();
     assert_eq!(outcome.value.unwrap(), Verdict { ok: false });
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(15),
-        "a dead server must not be waited on until the timeout"
-    );
     let results: Vec<_> = outcome
         .trace
         .events
@@ -290,6 +293,10 @@ async fn a_server_that_crashes_mid_call_is_a_tool_error_and_the_run_goes_on() {
         .collect();
     assert_eq!(shown.len(), 2, "{last:?}");
     assert!(shown.iter().all(|s| s.contains("crashing")), "{shown:?}");
+    assert!(
+        shown.iter().all(|s| !s.contains("did not answer")),
+        "the calls failed on the dead server, not by running out of time: {shown:?}"
+    );
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]
