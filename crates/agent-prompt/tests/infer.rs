@@ -2,6 +2,7 @@
 //! sent to a scripted model, and traced — under both interpreters.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use agent_interp_seq::{Config, ErrorKind};
@@ -468,17 +469,27 @@ async fn without_a_pipeline_infer_sends_the_observation_and_tools() {
     assert_eq!(context_of(&outcome.trace)[0].encoding, "approximate");
 }
 
-struct Slow(&'static str);
+/// A source that takes 150 ms, counting in `live` the sources hydrating at once and in `peak`
+/// the most there were.
+struct Slow {
+    name: &'static str,
+    live: Arc<AtomicUsize>,
+    peak: Arc<AtomicUsize>,
+}
 
 impl ContextSource for Slow {
     fn name(&self) -> &str {
-        self.0
+        self.name
     }
 
     fn hydrate(&self, _input: &ContextInput<'_>) -> SourceFuture {
-        let id = self.0;
+        let id = self.name;
+        let (live, peak) = (self.live.clone(), self.peak.clone());
         Box::pin(async move {
+            let now = live.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
             tokio::time::sleep(Duration::from_millis(150)).await;
+            live.fetch_sub(1, Ordering::SeqCst);
             Ok(Hydrated::new(vec![agent_prompt::Section::text(id, "", id)]))
         })
     }
@@ -486,17 +497,21 @@ impl ContextSource for Slow {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sources_run_concurrently_under_the_parallel_interpreter() {
-    let pipeline = || {
-        Pipeline::new()
-            .source(Slow("a"))
-            .source(Slow("b"))
-            .source(Slow("c"))
-    };
     let mut hydrate_ms = Vec::new();
     for parallel in [false, true] {
+        let (live, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let slow = |name| Slow {
+            name,
+            live: live.clone(),
+            peak: peak.clone(),
+        };
+        let pipeline = Pipeline::new()
+            .source(slow("a"))
+            .source(slow("b"))
+            .source(slow("c"));
         let config = Config::new()
             .provider(ScriptedProvider::new([Response::text("ok")]))
-            .context_pipeline(pipeline());
+            .context_pipeline(pipeline);
         let program = op::infer("m", ContextRequest::new("go"));
         let outcome = if parallel {
             agent_interp_par::run(&config, (), program).await
@@ -509,9 +524,16 @@ async fn sources_run_concurrently_under_the_parallel_interpreter() {
             assert!(source.elapsed_us >= 150_000, "{source:?}");
         }
         hydrate_ms.push(report.hydrate_us / 1000);
+        // All three at once under the parallel interpreter, one at a time otherwise.
+        let expected = if parallel { 3 } else { 1 };
+        assert_eq!(
+            peak.load(Ordering::SeqCst),
+            expected,
+            "parallel: {parallel}"
+        );
     }
+    // The report's times are real: the sequential run waited for each source in turn.
     assert!(hydrate_ms[0] >= 450, "sequential: {hydrate_ms:?}");
-    assert!(hydrate_ms[1] < 400, "parallel: {hydrate_ms:?}");
 }
 
 #[tokio::test]
