@@ -1,11 +1,12 @@
 //! The downstream crate's agents, run under both interpreters through the facade.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use downstream::{Findings, echo_model, research, search_tool, survey};
 use effect_agents::prelude::*;
 use effect_agents::provider::HttpError;
 use effect_agents::{ErrorKind, MicroUsd, ProviderError};
+use tokio::time::Instant;
 
 fn research_config() -> Config {
     let model = ScriptedProvider::new([
@@ -34,15 +35,22 @@ async fn the_readme_agent_runs_the_same_under_both_interpreters() {
     assert_eq!(seq.trace.events.len(), par.trace.events.len());
 }
 
-#[tokio::test]
+/// On a paused clock (virtual time), so the model's 60 ms are exact.
+#[tokio::test(start_paused = true)]
 async fn derived_merge_joins_branch_states_and_par_runs_branches_at_once() {
     let topics = ["otters", "rivers", "kelp"];
     let config = Config::new()
         .provider(echo_model(Duration::from_millis(60)))
         .trace_id("survey");
+    let started = Instant::now();
     let seq = run(&config, Findings::default(), survey(&topics))
         .await
         .expect("sequential run");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(180),
+        "three 60 ms calls one after the other"
+    );
     let started = Instant::now();
     let par = effect_agents::par::run(&config, Findings::default(), survey(&topics))
         .await
@@ -59,10 +67,7 @@ async fn derived_merge_joins_branch_states_and_par_runs_branches_at_once() {
         3,
         "one count per branch, none lost"
     );
-    assert!(
-        took < Duration::from_millis(170),
-        "three 60 ms calls in par took {took:?}"
-    );
+    assert_eq!(took, Duration::from_millis(60), "three 60 ms calls at once");
 }
 
 #[tokio::test]
