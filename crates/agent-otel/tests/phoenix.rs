@@ -140,10 +140,10 @@ impl Phoenix {
         }
     }
 
-    /// The spans of the default project named `root` and their descendants, waiting up to
-    /// 30 s for `count` of them (Phoenix ingests in the background).
+    /// The spans of the default project named `root` and their descendants, waiting up to a
+    /// minute for `count` of them (Phoenix ingests in the background).
     async fn spans(&self, client: &reqwest::Client, trace_of: &str, count: usize) -> Vec<Value> {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let body = client
                 .get(format!(
@@ -236,8 +236,9 @@ fn spans_reach_phoenix_over_http_and_grpc() {
         .enable_all()
         .build()
         .unwrap();
+    // Generous: a query of the span store is not retried (see `spans`).
     let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(10))
+        .timeout(Duration::from_secs(60))
         .build()
         .unwrap();
     let mut phoenix = Phoenix::start(&python);

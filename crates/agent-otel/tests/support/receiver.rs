@@ -56,9 +56,10 @@ impl Receiver {
         self.spans.lock().unwrap().len()
     }
 
-    /// The spans received so far, waiting up to 10 s for at least `count`.
+    /// The spans received so far, waiting up to a minute for at least `count` (a bound
+    /// against a hang only: it returns as soon as they are there).
     pub fn wait_for(&self, count: usize) -> Vec<Received> {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let spans = self.spans.lock().unwrap().clone();
             if spans.len() >= count || Instant::now() > deadline {
