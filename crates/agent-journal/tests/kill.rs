@@ -33,6 +33,23 @@ fn child(db: &Path, url: &str) -> std::process::Child {
     spawn_child("child_run", CHILD_DB, db, url)
 }
 
+/// Waits until the server has seen `requests` reach `at`, or `process` has exited (then
+/// returns true). Fails the test if neither happens within a minute.
+fn calls_reached(requests: &AtomicUsize, at: usize, process: &mut std::process::Child) -> bool {
+    let started = Instant::now();
+    while requests.load(Ordering::SeqCst) < at {
+        if process.try_wait().unwrap().is_some() {
+            return true;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the child made no progress for a minute"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
+}
+
 /// How many entries the journal at `db` holds (opened after the child is dead).
 async fn committed(db: &Path) -> usize {
     let journal = SqliteJournal::open(db).await.unwrap();
@@ -59,10 +76,10 @@ fn sigkill_at_random_points_then_resume_pays_at_most_once_per_kill() {
     // calling the model (it opened the journal before its first call), this process is
     // refused.
     let mut holder = child(&db, &url);
-    let started = Instant::now();
-    while requests.load(Ordering::SeqCst) == 0 && started.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    assert!(
+        !calls_reached(&requests, 1, &mut holder),
+        "the first child finished without calling the model"
+    );
     let refused = rt.block_on(SqliteJournal::open(&db));
     assert!(
         matches!(refused, Err(agent_journal::JournalError::Locked { .. })),
@@ -76,9 +93,15 @@ fn sigkill_at_random_points_then_resume_pays_at_most_once_per_kill() {
     let mut progress = Vec::new();
     let mut finished_early = false;
     while kills < KILLS {
+        // A random point of the run, counted in the child's model calls rather than in time
+        // since it started (on a loaded machine starting alone can take longer than any fixed
+        // delay, and every kill then landed before the first call): after 0 to 7 of its
+        // requests reached the server, then up to 10 ms more (a call takes 8 ms).
+        let at = requests.load(Ordering::SeqCst) + rng.usize(0..8);
         let mut process = child(&db, &url);
-        std::thread::sleep(Duration::from_millis(rng.u64(15..120)));
-        if process.try_wait().unwrap().is_some() {
+        let finished = calls_reached(&requests, at, &mut process);
+        std::thread::sleep(Duration::from_millis(rng.u64(0..10)));
+        if finished || process.try_wait().unwrap().is_some() {
             // It finished before the kill landed.
             finished_early = true;
             break;
