@@ -119,14 +119,14 @@ async fn server_everything_http(entry: &std::path::Path) -> HttpServer {
         child,
         url: format!("http://127.0.0.1:{port}/mcp"),
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     while tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .is_err()
     {
         assert!(
             std::time::Instant::now() < deadline,
-            "server-everything did not listen on 127.0.0.1:{port} within 30 s"
+            "server-everything did not listen on 127.0.0.1:{port} within 60 s"
         );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }

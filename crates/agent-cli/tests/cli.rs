@@ -300,11 +300,11 @@ fn ctrl_c_aborts_cleanly_and_still_writes_the_trace() {
         .spawn()
         .unwrap();
     // Wait until the model call is under way (its start is in the streamed trace).
-    let deadline = Instant::now() + Duration::from_secs(30);
+    let deadline = Instant::now() + Duration::from_secs(60);
     while !std::fs::read_to_string(&trace).is_ok_and(|t| t.contains("infer_start")) {
         assert!(
             Instant::now() < deadline,
-            "the run never started its model call"
+            "the run did not start its model call within a minute"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
