@@ -152,12 +152,9 @@ fn a_durable_run_replays_under_both_interpreters_with_no_calls() {
             let dir = tempfile::tempdir().unwrap();
             let journal = sqlite(&dir, "run.db").await;
             let live = Counts::default();
-            let recorded = if record_par {
-                agent_interp_par::run_durable(&config(&live), journal.clone(), St::default(), program("Oslo")).await
-            } else {
-                agent_interp_seq::run_durable(&config(&live), journal.clone(), St::default(), program("Oslo")).await
-            }
-            .unwrap();
+            let recorded = record_with(record_par, &config(&live), journal.clone(), program("Oslo"))
+                .await
+                .unwrap();
             assert_eq!((live.model(), live.tools()), (4, 3), "the recording ran live");
             let report = recorded.journal.clone().unwrap();
             assert_eq!(report.replayed, 0);
@@ -182,12 +179,9 @@ fn a_durable_run_replays_under_both_interpreters_with_no_calls() {
             for replay_par in [false, true] {
                 let replay = Counts::default();
                 let config = config(&replay);
-                let replayed = if replay_par {
-                    agent_interp_par::replay(&config, &*journal, St::default(), program("Oslo")).await
-                } else {
-                    agent_interp_seq::replay(&config, &*journal, St::default(), program("Oslo")).await
-                }
-                .unwrap();
+                let replayed = replay_with(replay_par, &config, &*journal, program("Oslo"))
+                    .await
+                    .unwrap();
                 assert_eq!((replay.model(), replay.tools()), (0, 0), "no calls at all");
                 assert_eq!(summary(&replayed), summary(&recorded), "recorded under par: {record_par}, replayed under par: {replay_par}");
                 assert_eq!(replayed.checkpoints.len(), 1);
@@ -223,23 +217,7 @@ fn a_changed_prompt_diverges_where_it_changed_and_says_how() {
         .unwrap();
         for par in [false, true] {
             let counts = Counts::default();
-            let result = if par {
-                agent_interp_par::replay(
-                    &config(&counts),
-                    &*journal,
-                    St::default(),
-                    program("Rome"),
-                )
-                .await
-            } else {
-                agent_interp_seq::replay(
-                    &config(&counts),
-                    &*journal,
-                    St::default(),
-                    program("Rome"),
-                )
-                .await
-            };
+            let result = replay_with(par, &config(&counts), &*journal, program("Rome")).await;
             let error = result.unwrap_err();
             // The failure is in the trace, like any other.
             assert!(
@@ -837,14 +815,9 @@ fn a_run_that_failed_on_memory_replays_to_the_same_failure() {
         assert_eq!(live.0.load(Ordering::SeqCst), 2);
         for par in [false, true] {
             let untouched = Broken::default();
-            let replayed = if par {
-                agent_interp_par::replay(&config(&untouched), &*journal, St::default(), program())
-                    .await
-            } else {
-                agent_interp_seq::replay(&config(&untouched), &*journal, St::default(), program())
-                    .await
-            }
-            .unwrap_err();
+            let replayed = replay_with(par, &config(&untouched), &*journal, program())
+                .await
+                .unwrap_err();
             assert_eq!(
                 replayed.kind, recorded.kind,
                 "the same error, its cause by message"
@@ -857,6 +830,21 @@ fn a_run_that_failed_on_memory_replays_to_the_same_failure() {
             );
         }
     });
+}
+
+/// Runs `program` durably into `journal` under the sequential (`par = false`) or the
+/// concurrent interpreter.
+async fn record_with(
+    par: bool,
+    config: &Config,
+    journal: Arc<dyn Journal>,
+    program: Op<St, String>,
+) -> Result<Outcome<St, String>, RunError> {
+    if par {
+        agent_interp_par::run_durable(config, journal, St::default(), program).await
+    } else {
+        agent_interp_seq::run_durable(config, journal, St::default(), program).await
+    }
 }
 
 /// Replays `journal` under the sequential (`par = false`) or the concurrent interpreter.
@@ -880,24 +868,9 @@ fn a_replay_needs_no_provider_tools_or_memory() {
             let dir = tempfile::tempdir().unwrap();
             let journal = sqlite(&dir, "run.db").await;
             let live = config(&Counts::default());
-            let recorded = if record_par {
-                agent_interp_par::run_durable(
-                    &live,
-                    journal.clone(),
-                    St::default(),
-                    program("Oslo"),
-                )
+            let recorded = record_with(record_par, &live, journal.clone(), program("Oslo"))
                 .await
-            } else {
-                agent_interp_seq::run_durable(
-                    &live,
-                    journal.clone(),
-                    St::default(),
-                    program("Oslo"),
-                )
-                .await
-            }
-            .unwrap();
+                .unwrap();
             for par in [false, true] {
                 // What a machine with no API key, no tools and no memory has.
                 let bare = Config::new().trace_id("calm-owl-1234");
@@ -963,10 +936,10 @@ fn a_divergence_in_any_branch_is_the_runs_error() {
         let recorded = |first: &'static str| -> Op<St, String> {
             op::par(vec![ask("same"), ask(first)]).map(|v| v.join(","))
         };
-        agent_interp_seq::run_durable(
+        record_with(
+            false,
             &config(&Counts::default()),
             journal.clone(),
-            St::default(),
             recorded("left"),
         )
         .await
@@ -1032,10 +1005,10 @@ fn entries_that_do_not_fit_the_program_are_journal_errors_naming_their_position(
                 .map(move |cut| format!("{won}|{cut:?}"))
             })
         };
-        agent_interp_par::run_durable(
+        record_with(
+            true,
             &config(&Counts::default()),
             journal.clone(),
-            St::default(),
             program(),
         )
         .await

@@ -194,27 +194,13 @@ fn a_second_postgres_writer_is_refused_and_other_versions_are_named() {
         // Rows changed behind the journal's back are refused, naming the row.
         use sqlx::Connection;
         let mut conn = sqlx::PgConnection::connect(&pg).await.unwrap();
-        sqlx::query(
-            "UPDATE effect_agents_journal_entries SET result = '{\"Ok\":7}' \
-             WHERE journal = $1 AND seq = 1",
-        )
-        .bind(&name)
-        .execute(&mut conn)
-        .await
-        .unwrap();
+        edit_second(&mut conn, &name, "result = '{\"Ok\":7}'").await;
         let err = again.entries().await.unwrap_err();
         assert!(
             matches!(&err, agent_journal::JournalError::ChecksumMismatch { at, .. } if at.starts_with("row ")),
             "{err:?}"
         );
-        sqlx::query(
-            "UPDATE effect_agents_journal_entries SET checksum = NULL \
-             WHERE journal = $1 AND seq = 1",
-        )
-        .bind(&name)
-        .execute(&mut conn)
-        .await
-        .unwrap();
+        edit_second(&mut conn, &name, "checksum = NULL").await;
         let err = again.entries().await.unwrap_err();
         assert!(
             matches!(&err, agent_journal::JournalError::Malformed { .. }),
@@ -235,4 +221,11 @@ fn a_second_postgres_writer_is_refused_and_other_versions_are_named() {
             "{newer}"
         );
     });
+}
+
+/// Sets `set` on the second entry of the journal `name`, behind its back.
+async fn edit_second(conn: &mut sqlx::PgConnection, name: &str, set: &str) {
+    let sql =
+        format!("UPDATE effect_agents_journal_entries SET {set} WHERE journal = $1 AND seq = 1");
+    sqlx::query(&sql).bind(name).execute(conn).await.unwrap();
 }
