@@ -198,6 +198,47 @@ impl State {
         merged
     }
 
+    /// The best `k` hits by cosine similarity among the entries `options` admits (no recall
+    /// recorded).
+    fn hits(&self, vector: &[f32], k: usize, options: &SearchOptions) -> Vec<Hit> {
+        if options.is_unrestricted() {
+            return self.index.search_where(vector, k, &|_| true, options.exact);
+        }
+        let filter = Filter::new(options);
+        let admit = |id: i64| self.entries.get(&id).is_some_and(|s| filter.admits(s));
+        self.index.search_where(vector, k, &admit, options.exact)
+    }
+
+    /// Records a recall at `now` of every hit still stored; returns them, in order.
+    fn recall(&mut self, hits: &[Hit], now: i64) -> Vec<ScoredMemory> {
+        hits.iter()
+            .filter_map(|hit| {
+                let stored = self.entries.get_mut(&hit.id)?;
+                stored.record_access(now);
+                Some(ScoredMemory {
+                    entry: stored.entry(hit.id),
+                    score: hit.score,
+                })
+            })
+            .collect()
+    }
+
+    /// The hits still stored, as candidates: the score is the cosine similarity.
+    fn candidates(&self, hits: &[Hit]) -> Vec<Candidate> {
+        hits.iter()
+            .filter_map(|hit| {
+                let stored = self.entries.get(&hit.id)?;
+                Some(Candidate {
+                    hit: ScoredMemory {
+                        entry: stored.entry(hit.id),
+                        score: hit.score,
+                    },
+                    similarity: Some(hit.score),
+                })
+            })
+            .collect()
+    }
+
     /// Every entry's id and creation time, oldest first (the order merge planning visits
     /// them in).
     fn merge_entries(&self) -> Vec<(i64, i64)> {
@@ -377,23 +418,6 @@ impl InMemoryBackend {
         Ok(format_id(id))
     }
 
-    /// The best `k` hits by cosine similarity among the entries `options` admits (no recall
-    /// recorded).
-    async fn rank(
-        &self,
-        query: &str,
-        k: usize,
-        options: &SearchOptions,
-    ) -> Result<Vec<Hit>, MemoryError> {
-        validate_query(query)?;
-        if k == 0 {
-            return Ok(Vec::new());
-        }
-        let vector =
-            embed_checked(self.shared.embedder.as_ref(), self.shared.dimensions, query).await?;
-        self.rank_vector(vector, k, options).await
-    }
-
     /// The `k` entries whose vectors are nearest `vector` (cosine similarity, best first)
     /// among those `options` admits, with their similarity — vector search alone, for a
     /// caller that already has the query's embedding: no embedding call, no recall recorded.
@@ -425,18 +449,18 @@ impl InMemoryBackend {
         let floats = self.read().index.search_cost(options.exact);
         let this = self.clone();
         let options = options.clone();
-        cpu(floats, move || {
-            let state = this.read();
-            if options.is_unrestricted() {
-                return state
-                    .index
-                    .search_where(&vector, k, &|_| true, options.exact);
-            }
-            let filter = Filter::new(&options);
-            let admit = |id: i64| state.entries.get(&id).is_some_and(|s| filter.admits(s));
-            state.index.search_where(&vector, k, &admit, options.exact)
-        })
-        .await
+        cpu(floats, move || this.read().hits(&vector, k, &options)).await
+    }
+
+    /// Runs `work` on the state under the write lock, off the executor when `floats` (the
+    /// vector data a search touches) is large.
+    async fn locked<T: Send + 'static>(
+        &self,
+        floats: usize,
+        work: impl FnOnce(&mut State) -> T + Send + 'static,
+    ) -> Result<T, MemoryError> {
+        let this = self.clone();
+        cpu(floats, move || work(&mut this.write())).await
     }
 
     async fn search_inner(
@@ -445,24 +469,33 @@ impl InMemoryBackend {
         k: usize,
         options: &SearchOptions,
     ) -> Result<Vec<ScoredMemory>, MemoryError> {
-        let hits = self.rank(query, k, options).await?;
+        validate_query(query)?;
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let vector =
+            embed_checked(self.shared.embedder.as_ref(), self.shared.dimensions, query).await?;
+        let hits = self.rank_vector(vector.clone(), k, options).await?;
         if hits.is_empty() {
             return Ok(Vec::new());
         }
         let now = now_micros(self.shared.clock.as_ref());
-        let mut state = self.write();
-        Ok(hits
-            .into_iter()
-            .filter_map(|hit| {
-                // Deleted between the scan and now: not a result any more.
-                let stored = state.entries.get_mut(&hit.id)?;
-                stored.record_access(now);
-                Some(ScoredMemory {
-                    entry: stored.entry(hit.id),
-                    score: hit.score,
-                })
-            })
-            .collect())
+        {
+            let mut state = self.write();
+            if hits.iter().all(|hit| state.entries.contains_key(&hit.id)) {
+                return Ok(state.recall(&hits, now));
+            }
+        }
+        // An entry among the hits was deleted between the scan and now: its place belongs
+        // to the next best entry. Ranked again and recorded under one write lock, so nothing
+        // can be deleted in between (rare: only a delete racing this search gets here).
+        let floats = self.read().index.search_cost(options.exact);
+        let options = options.clone();
+        self.locked(floats, move |state| {
+            let hits = state.hits(&vector, k, &options);
+            state.recall(&hits, now)
+        })
+        .await
     }
 
     async fn search_candidates_inner(
@@ -471,23 +504,29 @@ impl InMemoryBackend {
         k: usize,
         options: &SearchOptions,
     ) -> Result<Vec<Candidate>, MemoryError> {
-        let hits = self.rank(query, k, options).await?;
-        let state = self.read();
-        Ok(hits
-            .into_iter()
-            .filter_map(|hit| {
-                let stored = state.entries.get(&hit.id)?;
-                let scored = ScoredMemory {
-                    entry: stored.entry(hit.id),
-                    score: hit.score,
-                };
-                // The score is the cosine similarity.
-                Some(Candidate {
-                    hit: scored,
-                    similarity: Some(hit.score),
-                })
-            })
-            .collect())
+        validate_query(query)?;
+        if k == 0 {
+            return Ok(Vec::new());
+        }
+        let vector =
+            embed_checked(self.shared.embedder.as_ref(), self.shared.dimensions, query).await?;
+        let hits = self.rank_vector(vector.clone(), k, options).await?;
+        {
+            let state = self.read();
+            if hits.iter().all(|hit| state.entries.contains_key(&hit.id)) {
+                return Ok(state.candidates(&hits));
+            }
+        }
+        // As in `search_inner`: a hit deleted meanwhile gives way to the next best entry,
+        // ranked again and read under one lock.
+        let floats = self.read().index.search_cost(options.exact);
+        let this = self.clone();
+        let options = options.clone();
+        cpu(floats, move || {
+            let state = this.read();
+            state.candidates(&state.hits(&vector, k, &options))
+        })
+        .await
     }
 
     fn record_access_now(&self, ids: &[MemoryId]) -> Vec<MemoryEntry> {

@@ -26,6 +26,14 @@ pub(crate) fn candidates(k: usize) -> usize {
     k.saturating_mul(2).max(MIN_CANDIDATES)
 }
 
+/// How long a fused ranking is for a top-`k` search: `k` hits and `k` spares, which take
+/// the place of hits deleted between the ranking and the statement that reads (or records)
+/// them. Both rankings hold [`candidates`]`(k) ≥ 2k` entries, so fusing them gives that many.
+#[cfg_attr(not(any(feature = "sqlite", feature = "postgres")), allow(dead_code))]
+pub(crate) fn ranked_len(k: usize) -> usize {
+    k.saturating_mul(2)
+}
+
 /// The terms keyword search uses, rarest first, given each term's document count (counted
 /// up to [`MAX_KEYWORD_POSTINGS`] + 1) and the number of `entries` (needed only up to
 /// `2 × MAX_KEYWORD_POSTINGS`).

@@ -29,8 +29,9 @@
 //! semantics as documented on [`PrunePolicy`] and in `docs/MEMORY.md` (identical content
 //! merging at `merge_similarity = 1.0` included), the input rules of this crate
 //! ([`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES), empty content refused, bad vectors refused),
-//! concurrent writers all landing, and every operation being cancellation-safe (see
-//! [`cancellation`]).
+//! concurrent writers all landing, every operation being cancellation-safe (see
+//! [`cancellation`]), and searches returning `k` hits while entries are stored and deleted
+//! beside them (see [`churn`]).
 
 use std::any::Any;
 use std::future::Future;
@@ -46,8 +47,10 @@ use crate::clock::{Clock, ManualClock};
 use crate::embed::HashingEmbedder;
 
 pub mod cancellation;
+pub mod churn;
 
 pub use cancellation::cancelled_operations_leave_the_store_usable;
+pub use churn::{BiasedEmbedder, search_is_complete_under_churn};
 
 /// A backend under test, with anything that must live as long as it (a temporary
 /// directory, a server handle).
@@ -1091,6 +1094,7 @@ pub async fn run_all(factory: &impl Factory) {
     bad_vectors_are_refused(factory).await;
     concurrent_writers_all_land(factory).await;
     cancelled_operations_leave_the_store_usable(factory).await;
+    search_is_complete_under_churn(factory).await;
 }
 
 /// Generates one `#[tokio::test]` per conformance check for the backends `$factory` builds
@@ -1116,6 +1120,7 @@ macro_rules! memory_conformance_tests {
             bad_vectors_are_refused,
             concurrent_writers_all_land,
             cancelled_operations_leave_the_store_usable,
+            search_is_complete_under_churn,
         );
     };
     (@tests $factory:expr; $($check:ident),* $(,)?) => {

@@ -1,17 +1,17 @@
 //! Search: the vector ranking (HNSW or exact), fusion with the keyword ranking, and
 //! recording recalls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use agent_op::{Candidate, MemoryEntry, MemoryError, MemoryId, ScoredMemory, SearchOptions};
 use sqlx::PgConnection;
 
 use super::keywords::{Filter, keyword_ranking};
-use super::retry::{DbError, statement};
+use super::retry::{DbError, statement, transaction};
 use super::{ENTRY_COLUMNS, EntryRow, PostgresBackend, entry};
 use crate::clock::now_micros;
 use crate::common::{distinct_ids, embed_checked, validate_query};
-use crate::rank::{candidates, fuse};
+use crate::rank::{candidates, fuse, ranked_len};
 use crate::text::cased_terms;
 use crate::vector::unit;
 
@@ -32,8 +32,9 @@ enum Scan {
 }
 
 impl PostgresBackend {
-    /// The fused ranking for `query`: the best `k` entry ids with their scores, best first,
-    /// and the query's unit vector. Records nothing.
+    /// The fused ranking for `query`: the best [`ranked_len`]`(k)` entry ids with their
+    /// scores, best first (the first `k` are the hits, the rest stand in for hits deleted
+    /// before they are read), and the query's unit vector. Records nothing.
     pub(super) async fn rank(
         &self,
         query: &str,
@@ -75,9 +76,9 @@ impl PostgresBackend {
         let (vector_hits, keyword_hits) = tokio::join!(vector_ranking, keywords);
         let (vector_hits, keyword_hits) = (vector_hits?, keyword_hits?);
         let fused = if terms.is_empty() {
-            fuse(&[&vector_hits], k)
+            fuse(&[&vector_hits], ranked_len(k))
         } else {
-            fuse(&[&vector_hits, &keyword_hits], k)
+            fuse(&[&vector_hits, &keyword_hits], ranked_len(k))
         };
         Ok(Ranking { fused, query_unit })
     }
@@ -130,21 +131,77 @@ impl PostgresBackend {
         k: usize,
         options: &SearchOptions,
     ) -> Result<Vec<ScoredMemory>, MemoryError> {
-        let ranking = self.rank(query, k, options).await?;
-        if ranking.fused.is_empty() {
-            return Ok(Vec::new());
+        for attempt in 1..=RANK_ATTEMPTS {
+            let ranking = self.rank(query, k, options).await?;
+            if ranking.fused.is_empty() {
+                return Ok(Vec::new());
+            }
+            let last = attempt == RANK_ATTEMPTS;
+            if let Some(hits) = self.recall_ranked(&ranking.fused, k, last).await? {
+                return Ok(hits);
+            }
         }
-        let ids: Vec<i64> = ranking.fused.iter().map(|(id, _)| *id).collect();
-        let mut by_id = self.recall(&ids).await?;
-        Ok(ranking
-            .fused
-            .into_iter()
-            .filter_map(|(id, score)| {
-                // Deleted since it was ranked: not a result any more.
-                let entry = by_id.remove(&id)?;
-                Some(ScoredMemory { entry, score })
-            })
-            .collect())
+        Ok(Vec::new())
+    }
+
+    /// Records a recall of the first `k` entries of `ranked` still stored, locking every
+    /// ranked entry first (in id order, so concurrent recalls cannot deadlock) so none can be
+    /// deleted before the update; returns them in ranking order. `None`, recording nothing,
+    /// when entries were deleted and fewer than `k` are left, unless `last`.
+    async fn recall_ranked(
+        &self,
+        ranked: &[(i64, f32)],
+        k: usize,
+        last: bool,
+    ) -> Result<Option<Vec<ScoredMemory>>, MemoryError> {
+        let now = now_micros(self.inner.clock.as_ref());
+        let ids: Vec<i64> = ranked.iter().map(|(id, _)| *id).collect();
+        let sql = format!(
+            "UPDATE entries e SET accessed_at = greatest(e.accessed_at, $1), \
+                 access_count = e.access_count + 1 \
+             WHERE e.id = ANY($2) \
+             RETURNING {ENTRY_COLUMNS}"
+        );
+        let rows = transaction!(self, "recording a recall", |conn| {
+            let locked: Vec<(i64,)> =
+                sqlx::query_as("SELECT id FROM entries WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+                    .bind(&ids)
+                    .fetch_all(&mut *conn)
+                    .await?;
+            let stored: HashSet<i64> = locked.into_iter().map(|(id,)| id).collect();
+            let chosen: Vec<i64> = ids
+                .iter()
+                .filter(|id| stored.contains(id))
+                .take(k)
+                .copied()
+                .collect();
+            if chosen.len() < k && stored.len() < ids.len() && !last {
+                None
+            } else {
+                // `greatest`: `now` was read before waiting for the row locks, and other
+                // processes' clocks may be behind; an access time never moves back.
+                let rows: Vec<EntryRow> = sqlx::query_as(&sql)
+                    .bind(now)
+                    .bind(&chosen)
+                    .fetch_all(&mut *conn)
+                    .await?;
+                Some(rows)
+            }
+        })?;
+        let Some(rows) = rows else {
+            return Ok(None);
+        };
+        let mut by_id: HashMap<i64, MemoryEntry> =
+            rows.into_iter().map(|row| (row.0, entry(row))).collect();
+        Ok(Some(
+            ranked
+                .iter()
+                .filter_map(|&(id, score)| {
+                    let entry = by_id.remove(&id)?;
+                    Some(ScoredMemory { entry, score })
+                })
+                .collect(),
+        ))
     }
 
     pub(super) async fn search_candidates_inner(
@@ -153,10 +210,26 @@ impl PostgresBackend {
         k: usize,
         options: &SearchOptions,
     ) -> Result<Vec<Candidate>, MemoryError> {
-        let ranking = self.rank(query, k, options).await?;
-        if ranking.fused.is_empty() {
-            return Ok(Vec::new());
+        for attempt in 1..=RANK_ATTEMPTS {
+            let ranking = self.rank(query, k, options).await?;
+            if ranking.fused.is_empty() {
+                return Ok(Vec::new());
+            }
+            let (candidates, complete) = self.read_candidates(&ranking, k).await?;
+            if complete || attempt == RANK_ATTEMPTS {
+                return Ok(candidates);
+            }
         }
+        Ok(Vec::new())
+    }
+
+    /// The first `k` entries of `ranking` still stored, as candidates with their similarity
+    /// to the query, and whether they are complete: `k` of them, or nothing was deleted.
+    async fn read_candidates(
+        &self,
+        ranking: &Ranking,
+        k: usize,
+    ) -> Result<(Vec<Candidate>, bool), MemoryError> {
         let ids: Vec<i64> = ranking.fused.iter().map(|(id, _)| *id).collect();
         let sql = format!(
             "SELECT {ENTRY_COLUMNS}, (SELECT 1 - (v.embedding <=> $2::real[]::vector) \
@@ -172,6 +245,7 @@ impl PostgresBackend {
                 .await?;
             rows
         })?;
+        let found = rows.len();
         let mut by_id: HashMap<i64, (MemoryEntry, Option<f32>)> = rows
             .into_iter()
             .map(
@@ -181,17 +255,20 @@ impl PostgresBackend {
                 },
             )
             .collect();
-        Ok(ranking
+        let candidates: Vec<Candidate> = ranking
             .fused
-            .into_iter()
-            .filter_map(|(id, score)| {
+            .iter()
+            .filter_map(|&(id, score)| {
                 let (entry, similarity) = by_id.remove(&id)?;
                 Some(Candidate {
                     hit: ScoredMemory { entry, score },
                     similarity,
                 })
             })
-            .collect())
+            .take(k)
+            .collect();
+        let complete = candidates.len() == k || found == ids.len();
+        Ok((candidates, complete))
     }
 
     /// Records a recall of the entries `ids` (access time now — never moved back — and count
@@ -234,6 +311,10 @@ impl PostgresBackend {
         Ok(rows.iter().filter_map(|n| by_id.remove(n)).collect())
     }
 }
+
+/// Rankings a search makes at most when the entries it ranked keep being deleted before
+/// they are read: each ranking holds `k` spares, so one is almost always enough.
+const RANK_ATTEMPTS: usize = 5;
 
 /// An entry row with the similarity of its vector to the query.
 type CandidateRow = (i64, String, String, i64, i64, i64, Vec<String>, Option<f64>);

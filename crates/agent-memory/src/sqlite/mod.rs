@@ -351,6 +351,7 @@ pub(crate) fn storage(path: &Path, what: &str, e: DbError) -> MemoryError {
             location,
             found,
         },
+        DbError::Memory(e) => e,
     }
 }
 

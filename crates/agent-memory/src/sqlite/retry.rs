@@ -21,6 +21,14 @@ pub(crate) enum DbError {
     Encode(serde_json::Error),
     /// The handle was closed.
     Closed,
+    /// A failure outside SQL, already described (a vector scan whose thread died).
+    Memory(agent_op::MemoryError),
+}
+
+impl From<agent_op::MemoryError> for DbError {
+    fn from(e: agent_op::MemoryError) -> DbError {
+        DbError::Memory(e)
+    }
 }
 
 impl From<sqlx::Error> for DbError {
@@ -46,6 +54,7 @@ impl std::fmt::Display for DbError {
             DbError::Corrupt(m) => write!(f, "the database holds unexpected data: {m}"),
             DbError::Encode(e) => write!(f, "encoding a parameter: {e}"),
             DbError::Closed => f.write_str("the store is closed"),
+            DbError::Memory(e) => write!(f, "{e}"),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Search: the vector and keyword rankings, their fusion, and recording recalls.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use agent_op::{Candidate, MemoryEntry, MemoryError, MemoryId, ScoredMemory, SearchOptions};
 use sqlx::sqlite::SqliteConnection;
@@ -12,30 +12,43 @@ use super::retry::{DbError, read_tx, write_tx};
 use super::{EntryRow, MAX_KEYWORD_POSTINGS, SqliteBackend, cache, json_ids};
 use crate::clock::{ceil_micros, now_micros};
 use crate::common::{cpu, distinct_ids, embed_checked, format_id, parse_id, validate_query};
-use crate::rank::{candidates, fuse, keyword_terms};
+use crate::rank::{candidates, fuse, keyword_terms, ranked_len};
 use crate::text::{fts_match, fts_terms};
 use crate::vector::{Hit, cosine, unit};
 
 impl SqliteBackend {
-    /// The fused ranking for `query`: the best `k` entry ids with their scores, best first,
-    /// and the query's unit vector. Records nothing.
-    pub(super) async fn rank(
+    /// The query's vector and words, embedded and parsed once for every ranking of one
+    /// search; `None` for `k = 0`.
+    async fn prepare(
         &self,
         query: &str,
         k: usize,
         options: &SearchOptions,
-    ) -> Result<Ranking, MemoryError> {
+    ) -> Result<Option<Prepared>, MemoryError> {
         validate_query(query)?;
         if k == 0 {
-            return Ok(Ranking::default());
+            return Ok(None);
         }
         let vector =
             embed_checked(self.inner.embedder.as_ref(), self.inner.dimensions, query).await?;
-        let query_unit = unit(&vector);
+        Ok(Some(Prepared {
+            query_unit: unit(&vector),
+            vector,
+            terms: fts_terms(query),
+            filter: Filter::new(options),
+            exact: options.exact,
+            k,
+        }))
+    }
+
+    /// The fused ranking for a prepared query: the best [`ranked_len`] entry ids with their
+    /// scores, best first (the first `k` are the hits, the rest stand in for hits deleted
+    /// before they are read). Records nothing.
+    async fn rank(&self, prepared: &Prepared) -> Result<Vec<(i64, f32)>, MemoryError> {
         self.sync().await?;
-        let candidates = candidates(k);
-        let filter = Filter::new(options);
-        let terms = fts_terms(query);
+        let candidates = candidates(prepared.k);
+        let filter = prepared.filter.as_ref();
+        let terms = &prepared.terms;
         let keywords = async {
             if terms.is_empty() {
                 return Ok(Vec::new());
@@ -43,20 +56,31 @@ impl SqliteBackend {
             let entries = read_cache(&self.inner.cache).len() as u64;
             let limit = i64::try_from(candidates).unwrap_or(i64::MAX);
             read_tx!(self, "searching keywords", |conn| {
-                keyword_search(&mut *conn, &terms, entries, limit, filter.as_ref()).await?
+                keyword_search(&mut *conn, terms, entries, limit, filter).await?
             })
         };
-        let vector_scan = self.vector_ranking(vector, candidates, options, filter.as_ref());
-        let (vector_hits, keyword_hits) = tokio::join!(vector_scan, keywords);
-        let (vector_hits, keyword_hits) = (vector_hits?, keyword_hits?);
-        let vector_hits: Vec<i64> = vector_hits.into_iter().map(|hit| hit.id).collect();
-
-        let fused = if terms.is_empty() {
-            fuse(&[&vector_hits], k)
-        } else {
-            fuse(&[&vector_hits, &keyword_hits], k)
+        let vector_scan = async {
+            // The entries the restrictions admit, as of now; the vector scan checks each row
+            // that could make the top against this set, so the best admitted rows are found.
+            let admitted = match filter {
+                Some(filter) => Some(read_tx!(
+                    self,
+                    "listing the entries a search may return",
+                    |conn| filter.admitted(&mut *conn).await?
+                )?),
+                None => None,
+            };
+            vector_ranking(
+                &self.inner.cache,
+                prepared.vector.clone(),
+                candidates,
+                prepared.exact,
+                admitted,
+            )
+            .await
         };
-        Ok(Ranking { fused, query_unit })
+        let (vector_hits, keyword_hits) = tokio::join!(vector_scan, keywords);
+        Ok(prepared.fuse(&vector_hits?, &keyword_hits?))
     }
 
     /// The `k` entries whose vectors are nearest `vector` (cosine similarity, best first)
@@ -75,49 +99,26 @@ impl SqliteBackend {
             return Ok(Vec::new());
         }
         self.sync().await?;
-        let filter = Filter::new(options);
-        let hits = self
-            .vector_ranking(vector.to_vec(), k, options, filter.as_ref())
-            .await?;
+        let admitted = match Filter::new(options) {
+            Some(filter) => Some(read_tx!(
+                self,
+                "listing the entries a search may return",
+                |conn| filter.admitted(&mut *conn).await?
+            )?),
+            None => None,
+        };
+        let hits = vector_ranking(
+            &self.inner.cache,
+            vector.to_vec(),
+            k,
+            options.exact,
+            admitted,
+        )
+        .await?;
         Ok(hits
             .into_iter()
             .map(|h| (format_id(h.id), h.score))
             .collect())
-    }
-
-    /// The vector ranking of [`rank`](SqliteBackend::rank): the handle's copy must be
-    /// synced. Runs off the executor when large.
-    async fn vector_ranking(
-        &self,
-        vector: Vec<f32>,
-        count: usize,
-        options: &SearchOptions,
-        filter: Option<&Filter>,
-    ) -> Result<Vec<Hit>, MemoryError> {
-        // The entries the restrictions admit, as of now; the vector scan checks each row
-        // that could make the top against this set, so the best admitted rows are found.
-        let admitted: Option<HashSet<i64>> = match filter {
-            Some(filter) => {
-                let listed = read_tx!(self, "listing the entries a search may return", |conn| {
-                    filter.admitted(&mut *conn).await?
-                });
-                Some(listed?)
-            }
-            None => None,
-        };
-        let exact = options.exact;
-        let cost = read_cache(&self.inner.cache).search_cost(exact);
-        let cache = self.inner.cache.clone();
-        cpu(cost, move || {
-            let copy = read_cache(&cache);
-            match &admitted {
-                Some(admitted) => {
-                    copy.search_where(&vector, count, &|id| admitted.contains(&id), exact)
-                }
-                None => copy.search_where(&vector, count, &|_| true, exact),
-            }
-        })
-        .await
     }
 
     pub(super) async fn search_inner(
@@ -126,21 +127,34 @@ impl SqliteBackend {
         k: usize,
         options: &SearchOptions,
     ) -> Result<Vec<ScoredMemory>, MemoryError> {
-        let ranking = self.rank(query, k, options).await?;
-        if ranking.fused.is_empty() {
+        let Some(prepared) = self.prepare(query, k, options).await? else {
+            return Ok(Vec::new());
+        };
+        let ranked = self.rank(&prepared).await?;
+        if ranked.is_empty() {
             return Ok(Vec::new());
         }
-        let ids: Vec<i64> = ranking.fused.iter().map(|(id, _)| *id).collect();
-        let mut by_id = self.recall(&ids).await?;
-        Ok(ranking
-            .fused
-            .into_iter()
-            .filter_map(|(id, score)| {
-                // Deleted since it was ranked: not a result any more.
-                let entry = by_id.remove(&id)?;
-                Some(ScoredMemory { entry, score })
-            })
-            .collect())
+        let now = now_micros(self.inner.clock.as_ref());
+        let cache = &self.inner.cache;
+        let prepared = &prepared;
+        let hits = write_tx!(self, "recording a recall", |conn| {
+            // Under the write lock nothing can be deleted: the hits still stored now are
+            // the ones returned and recorded.
+            let chosen = match still_stored(&mut *conn, &ranked, k).await? {
+                Some(chosen) => chosen,
+                None => rank_locked(&mut *conn, cache, prepared).await?,
+            };
+            let ids: Vec<i64> = chosen.iter().map(|(id, _)| *id).collect();
+            let mut by_id = recall_in(&mut *conn, &ids, now).await?;
+            chosen
+                .into_iter()
+                .filter_map(|(id, score)| {
+                    let entry = by_id.remove(&id)?;
+                    Some(ScoredMemory { entry, score })
+                })
+                .collect::<Vec<_>>()
+        })?;
+        Ok(hits)
     }
 
     pub(super) async fn search_candidates_inner(
@@ -149,39 +163,33 @@ impl SqliteBackend {
         k: usize,
         options: &SearchOptions,
     ) -> Result<Vec<Candidate>, MemoryError> {
-        let ranking = self.rank(query, k, options).await?;
-        if ranking.fused.is_empty() {
+        let Some(prepared) = self.prepare(query, k, options).await? else {
+            return Ok(Vec::new());
+        };
+        let ranked = self.rank(&prepared).await?;
+        if ranked.is_empty() {
             return Ok(Vec::new());
         }
-        let ids_json = json_ids(&ranking.fused.iter().map(|(id, _)| *id).collect::<Vec<_>>());
         let (cache, dimensions) = (&self.inner.cache, self.inner.dimensions);
-        let query_unit = &ranking.query_unit;
-        let (found, mut similarities) = read_tx!(self, "reading search candidates", |conn| {
-            let rows: Vec<EntryRow> = sqlx::query_as(
-                "SELECT id, content, context, created_at, accessed_at, access_count \
-                 FROM entries WHERE id IN (SELECT value FROM json_each(?1))",
-            )
-            .bind(&ids_json)
-            .fetch_all(&mut *conn)
-            .await?;
-            let ids: Vec<i64> = rows.iter().map(|row| row.0).collect();
-            let similarities =
-                candidate_similarities(&mut *conn, cache, dimensions, query_unit, &ids).await?;
-            (with_tags(&mut *conn, rows).await?, similarities)
+        let prepared = &prepared;
+        let read = read_tx!(self, "reading search candidates", |conn| {
+            match still_stored(&mut *conn, &ranked, k).await? {
+                Some(chosen) => {
+                    Some(read_candidates(&mut *conn, cache, dimensions, prepared, chosen).await?)
+                }
+                None => None,
+            }
         })?;
-        let mut by_id: HashMap<MemoryId, MemoryEntry> =
-            found.into_iter().map(|e| (e.id.clone(), e)).collect();
-        Ok(ranking
-            .fused
-            .into_iter()
-            .filter_map(|(id, score)| {
-                let entry = by_id.remove(&format_id(id))?;
-                Some(Candidate {
-                    hit: ScoredMemory { entry, score },
-                    similarity: similarities.remove(&id),
-                })
-            })
-            .collect())
+        if let Some(candidates) = read {
+            return Ok(candidates);
+        }
+        // A hit was deleted (or stored after this snapshot: the copy synced past it) and the
+        // spare hits ran out: ranked again where nothing can change meanwhile, under the
+        // write lock (rare: only a delete racing this search gets here).
+        write_tx!(self, "reading search candidates", |conn| {
+            let chosen = rank_locked(&mut *conn, cache, prepared).await?;
+            read_candidates(&mut *conn, cache, dimensions, prepared, chosen).await?
+        })
     }
 
     /// Records a recall of the entries `ids` (access time now — never moved back — and count
@@ -190,27 +198,10 @@ impl SqliteBackend {
         &self,
         ids: &[i64],
     ) -> Result<HashMap<i64, MemoryEntry>, MemoryError> {
-        let ids_json = json_ids(ids);
         let now = now_micros(self.inner.clock.as_ref());
-        let recalled = write_tx!(self, "recording a recall", |conn| {
-            // `max`: `now` was read before waiting for the lock, and other processes' clocks
-            // may be behind; an access time never moves back.
-            let rows: Vec<EntryRow> = sqlx::query_as(
-                "UPDATE entries SET accessed_at = max(accessed_at, ?1), \
-                     access_count = access_count + 1 \
-                 WHERE id IN (SELECT value FROM json_each(?2)) \
-                 RETURNING id, content, context, created_at, accessed_at, access_count",
-            )
-            .bind(now)
-            .bind(&ids_json)
-            .fetch_all(&mut *conn)
-            .await?;
-            with_tags(&mut *conn, rows).await?
-        })?;
-        Ok(recalled
-            .into_iter()
-            .filter_map(|e| Some((parse_id(&e.id)?, e)))
-            .collect())
+        write_tx!(self, "recording a recall", |conn| {
+            recall_in(&mut *conn, ids, now).await?
+        })
     }
 
     pub(super) async fn record_access_inner(
@@ -226,11 +217,173 @@ impl SqliteBackend {
     }
 }
 
-/// A fused search ranking: entry ids with scores, best first, and the query's unit vector.
-#[derive(Default)]
-pub(super) struct Ranking {
-    fused: Vec<(i64, f32)>,
+/// A search's query, embedded and parsed: what every ranking of it needs.
+struct Prepared {
+    vector: Vec<f32>,
     query_unit: Vec<f32>,
+    terms: Vec<String>,
+    filter: Option<Filter>,
+    exact: bool,
+    k: usize,
+}
+
+impl Prepared {
+    /// The vector and keyword rankings fused, [`ranked_len`] long.
+    fn fuse(&self, vector_hits: &[Hit], keyword_hits: &[i64]) -> Vec<(i64, f32)> {
+        let vector_hits: Vec<i64> = vector_hits.iter().map(|hit| hit.id).collect();
+        let limit = ranked_len(self.k);
+        if self.terms.is_empty() {
+            fuse(&[&vector_hits], limit)
+        } else {
+            fuse(&[&vector_hits, keyword_hits], limit)
+        }
+    }
+}
+
+/// The first `k` entries of `ranked` still stored (as of `conn`'s transaction), in order;
+/// `None` when some were gone and fewer than `k` are left: the caller ranks again.
+async fn still_stored(
+    conn: &mut SqliteConnection,
+    ranked: &[(i64, f32)],
+    k: usize,
+) -> Result<Option<Vec<(i64, f32)>>, DbError> {
+    let ids: Vec<i64> = ranked.iter().map(|(id, _)| *id).collect();
+    let rows: Vec<(i64,)> =
+        sqlx::query_as("SELECT id FROM entries WHERE id IN (SELECT value FROM json_each(?1))")
+            .bind(json_ids(&ids))
+            .fetch_all(&mut *conn)
+            .await?;
+    let stored: HashSet<i64> = rows.into_iter().map(|(id,)| id).collect();
+    let chosen: Vec<(i64, f32)> = ranked
+        .iter()
+        .filter(|(id, _)| stored.contains(id))
+        .take(k)
+        .copied()
+        .collect();
+    let complete = chosen.len() == k || stored.len() == ranked.len();
+    Ok(complete.then_some(chosen))
+}
+
+/// The best `k` hits of `prepared` ranked entirely inside `conn`'s write transaction: the
+/// vector copy synced to it, the filter and the keywords read in it. Nothing can change
+/// meanwhile, so every hit is stored.
+async fn rank_locked(
+    conn: &mut SqliteConnection,
+    cache: &Arc<RwLock<VectorCache>>,
+    prepared: &Prepared,
+) -> Result<Vec<(i64, f32)>, DbError> {
+    cache::sync(&mut *conn, cache).await?;
+    let candidates = candidates(prepared.k);
+    let filter = prepared.filter.as_ref();
+    let admitted = match filter {
+        Some(filter) => Some(filter.admitted(&mut *conn).await?),
+        None => None,
+    };
+    let keyword_hits = if prepared.terms.is_empty() {
+        Vec::new()
+    } else {
+        let entries = read_cache(cache).len() as u64;
+        let limit = i64::try_from(candidates).unwrap_or(i64::MAX);
+        keyword_search(&mut *conn, &prepared.terms, entries, limit, filter).await?
+    };
+    let vector_hits = vector_ranking(
+        cache,
+        prepared.vector.clone(),
+        candidates,
+        prepared.exact,
+        admitted,
+    )
+    .await?;
+    let mut fused = prepared.fuse(&vector_hits, &keyword_hits);
+    fused.truncate(prepared.k);
+    Ok(fused)
+}
+
+/// The vector ranking: the best `count` rows of the copy (`cache`, which must be synced)
+/// among `admitted` (all rows when `None`). Runs off the executor when large.
+async fn vector_ranking(
+    cache: &Arc<RwLock<VectorCache>>,
+    vector: Vec<f32>,
+    count: usize,
+    exact: bool,
+    admitted: Option<HashSet<i64>>,
+) -> Result<Vec<Hit>, MemoryError> {
+    let cost = read_cache(cache).search_cost(exact);
+    let cache = cache.clone();
+    cpu(cost, move || {
+        let copy = read_cache(&cache);
+        match &admitted {
+            Some(admitted) => {
+                copy.search_where(&vector, count, &|id| admitted.contains(&id), exact)
+            }
+            None => copy.search_where(&vector, count, &|_| true, exact),
+        }
+    })
+    .await
+}
+
+/// Records a recall of the entries `ids` at `now` (the access time never moves back, count
+/// + 1) in `conn`'s write transaction; returns the updated entries that exist.
+async fn recall_in(
+    conn: &mut SqliteConnection,
+    ids: &[i64],
+    now: i64,
+) -> Result<HashMap<i64, MemoryEntry>, DbError> {
+    // `max`: `now` was read before waiting for the lock, and other processes' clocks may be
+    // behind; an access time never moves back.
+    let rows: Vec<EntryRow> = sqlx::query_as(
+        "UPDATE entries SET accessed_at = max(accessed_at, ?1), \
+             access_count = access_count + 1 \
+         WHERE id IN (SELECT value FROM json_each(?2)) \
+         RETURNING id, content, context, created_at, accessed_at, access_count",
+    )
+    .bind(now)
+    .bind(json_ids(ids))
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(with_tags(&mut *conn, rows)
+        .await?
+        .into_iter()
+        .filter_map(|e| Some((parse_id(&e.id)?, e)))
+        .collect())
+}
+
+/// The entries of `chosen` (ranked ids with their fused scores) as candidates, in order,
+/// with their cosine similarity to the query; entries gone from `conn`'s snapshot are left
+/// out.
+async fn read_candidates(
+    conn: &mut SqliteConnection,
+    cache: &RwLock<VectorCache>,
+    dimensions: usize,
+    prepared: &Prepared,
+    chosen: Vec<(i64, f32)>,
+) -> Result<Vec<Candidate>, DbError> {
+    let ids: Vec<i64> = chosen.iter().map(|(id, _)| *id).collect();
+    let rows: Vec<EntryRow> = sqlx::query_as(
+        "SELECT id, content, context, created_at, accessed_at, access_count \
+         FROM entries WHERE id IN (SELECT value FROM json_each(?1))",
+    )
+    .bind(json_ids(&ids))
+    .fetch_all(&mut *conn)
+    .await?;
+    let found: Vec<i64> = rows.iter().map(|row| row.0).collect();
+    let mut similarities =
+        candidate_similarities(&mut *conn, cache, dimensions, &prepared.query_unit, &found).await?;
+    let mut by_id: HashMap<MemoryId, MemoryEntry> = with_tags(&mut *conn, rows)
+        .await?
+        .into_iter()
+        .map(|e| (e.id.clone(), e))
+        .collect();
+    Ok(chosen
+        .into_iter()
+        .filter_map(|(id, score)| {
+            let entry = by_id.remove(&format_id(id))?;
+            Some(Candidate {
+                hit: ScoredMemory { entry, score },
+                similarity: similarities.remove(&id),
+            })
+        })
+        .collect())
 }
 
 /// The keyword ranking: entry ids best first by BM25 (content weight 1, context 0.5), at
