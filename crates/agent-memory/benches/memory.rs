@@ -321,6 +321,9 @@ fn hydrate_latencies(
 /// A backend's `nearest(vector, 10, exact)`.
 type Nearest<'a> = dyn Fn(&[f32], bool) -> Vec<(MemoryId, f32)> + 'a;
 
+/// `nearest(vector, 10, options)` on the store under test.
+type NearestWith<'a> = dyn Fn(&[f32], &SearchOptions) -> Vec<(MemoryId, f32)> + 'a;
+
 /// Approximate vector search against exact search on the same store, in blocks of queries:
 /// `{prefix}.ann_search_{size}` (p50 ms; baseline: exact search's p50), its p99 row, the
 /// `_after_scan` row (the first query after an exact scan), and
@@ -414,6 +417,70 @@ fn ann_figures(
     bench_kit::report(
         &format!("{prefix}.ann_recall_{size}"),
         recall / queries.len() as f64,
+        "recall@10",
+        1.0,
+    );
+}
+
+/// Filtered approximate search (`{prefix}.ann_filtered_search_{size}`, `_p99`,
+/// `ann_filtered_recall_{size}`, `_min`): `nearest(v, 10)` restricted to one tag (each query
+/// its own of the 20, so each admits 5 % of the entries), against the same search with
+/// `SearchOptions::exact`, in blocks as in [`ann_figures`]. Recall is of the exact filtered
+/// top 10; `_min` is the worst query's.
+fn ann_filtered_figures(prefix: &str, size: &str, data: &Data, nearest: &NearestWith<'_>) {
+    let queries: Vec<(&Vec<f32>, SearchOptions)> = data
+        .queries
+        .iter()
+        .enumerate()
+        .map(|(i, q)| {
+            let vector = data.embedder.vectors.get(q).expect("query vector");
+            (vector, SearchOptions::new().tag(format!("t{}", i % 20)))
+        })
+        .collect();
+    for (v, options) in queries.iter().take(10) {
+        black_box(nearest(v, options));
+        black_box(nearest(v, &options.clone().exact(true)));
+    }
+    const BLOCK: usize = 20;
+    let (mut ann, mut exact, mut recalls) = (Vec::new(), Vec::new(), Vec::new());
+    let ids = |hits: Vec<(MemoryId, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
+    for block in queries.chunks(BLOCK) {
+        let mut got = Vec::with_capacity(block.len());
+        for (v, options) in block {
+            let start = Instant::now();
+            got.push(nearest(v, options));
+            ann.push(bench_kit::ms(start.elapsed()));
+        }
+        for ((v, options), got) in block.iter().zip(got) {
+            let exact_options = options.clone().exact(true);
+            let start = Instant::now();
+            let truth = nearest(v, &exact_options);
+            exact.push(bench_kit::ms(start.elapsed()));
+            recalls.push(bench_kit::recall_at(&ids(truth), &ids(got)));
+        }
+    }
+    let (a, e) = (bench_kit::stats(&ann), bench_kit::stats(&exact));
+    bench_kit::report(
+        &format!("{prefix}.ann_filtered_search_{size}"),
+        a.median,
+        "ms",
+        e.median,
+    );
+    bench_kit::report(
+        &format!("{prefix}.ann_filtered_search_{size}_p99"),
+        a.p99,
+        "ms",
+        e.p99,
+    );
+    bench_kit::report(
+        &format!("{prefix}.ann_filtered_recall_{size}"),
+        recalls.iter().sum::<f64>() / recalls.len() as f64,
+        "recall@10",
+        1.0,
+    );
+    bench_kit::report(
+        &format!("{prefix}.ann_filtered_recall_{size}_min"),
+        recalls.iter().copied().fold(1.0, f64::min),
         "recall@10",
         1.0,
     );
@@ -550,6 +617,10 @@ fn main() {
                         .expect("nearest")
                 },
             );
+            ann_filtered_figures("memory.sqlite", "100k", &large, &|v, options| {
+                rt.block_on(backend.nearest(v, 10, options))
+                    .expect("nearest")
+            });
         }
         if on("memory.sqlite.search_100k") {
             let (s, b) = search_latencies(&rt, &backend, &large);
@@ -619,6 +690,10 @@ fn main() {
                         .expect("nearest")
                 },
             );
+            ann_filtered_figures("memory.inmem", "100k", data, &|v, options| {
+                rt.block_on(backend.nearest(v, 10, options))
+                    .expect("nearest")
+            });
         }
         if on(name) {
             let (s, b) = search_latencies(&rt, &backend, data);

@@ -252,6 +252,15 @@ impl Ann {
         self.shared.size.load(Ordering::Acquire)
     }
 
+    /// Candidates an unrestricted search for the top `k` takes from the graph and re-scores:
+    /// `max(k, rescore)`, the rescore count growing with the square root of the graph's size
+    /// beyond 100,000 (larger graphs need a wider walk for the same recall — measured: 32
+    /// candidates give recall@10 0.99 at 100,000 vectors but 0.67 at 1,000,000).
+    pub(crate) fn wanted(&self, k: usize) -> usize {
+        let scale = (self.size() as f64 / 100_000.0).sqrt().max(1.0);
+        k.max((self.shared.config.rescore as f64 * scale).ceil() as usize)
+    }
+
     /// Up to `count` keys near the unit vector `query` among those `admit` accepts, best
     /// first by the graph's (quantized) distance; `None` if the graph failed or is being
     /// changed right now (the caller then scans exactly rather than wait for the change).
@@ -269,13 +278,10 @@ impl Ann {
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
-        // Larger graphs need a wider walk for the same recall (measured: 32 candidates give
-        // recall@10 0.99 at 100,000 vectors but 0.67 at 1,000,000): the candidate count grows
-        // with the square root of the size beyond 100,000.
-        let scale = (graph.size() as f64 / 100_000.0).sqrt().max(1.0);
-        let count = count.max((self.shared.config.rescore as f64 * scale).ceil() as usize);
         let matches = graph
-            .filtered_search(query, count, |key: u64| i64::try_from(key).is_ok_and(admit))
+            .filtered_search(query, count.max(1), |key: u64| {
+                i64::try_from(key).is_ok_and(admit)
+            })
             .ok()?;
         Some(
             matches
@@ -415,7 +421,7 @@ mod tests {
     use bench_kit::{clustered_vectors, recall_at};
 
     use super::AnnConfig;
-    use crate::vector::VectorIndex;
+    use crate::vector::{Restriction, VectorIndex};
 
     const D: usize = 64;
 
@@ -467,8 +473,8 @@ mod tests {
         let (index, queries) = built(6_000);
         let mut recall = 0.0;
         for q in &queries {
-            let exact = index.search_where(q, 10, &|_| true, true);
-            let approximate = index.search_where(q, 10, &|_| true, false);
+            let exact = index.search_where(q, 10, &Restriction::all(), true);
+            let approximate = index.search_where(q, 10, &Restriction::all(), false);
             assert_eq!(approximate.len(), 10);
             for hit in &approximate {
                 if let Some(same) = exact.iter().find(|e| e.id == hit.id) {
@@ -487,10 +493,10 @@ mod tests {
         for (i, q) in queries.iter().take(20).enumerate() {
             let id = 100_000 + i as i64;
             index.upsert(id, q);
-            let hits = index.search_where(q, 5, &|_| true, false);
+            let hits = index.search_where(q, 5, &Restriction::all(), false);
             assert_eq!(hits[0].id, id, "a row stored a moment ago is found first");
             index.remove(id);
-            let hits = index.search_where(q, 5, &|_| true, false);
+            let hits = index.search_where(q, 5, &Restriction::all(), false);
             assert!(
                 hits.iter().all(|h| h.id != id),
                 "a removed row is never returned"
@@ -505,8 +511,8 @@ mod tests {
         let admit = |id: i64| id % 20 == 0;
         let mut recall = 0.0;
         for q in &queries {
-            let exact = index.search_where(q, 10, &admit, true);
-            let filtered = index.search_where(q, 10, &admit, false);
+            let exact = index.search_where(q, 10, &Restriction::admitted_by(&admit), true);
+            let filtered = index.search_where(q, 10, &Restriction::admitted_by(&admit), false);
             assert_eq!(
                 filtered.len(),
                 10,
@@ -519,7 +525,7 @@ mod tests {
         assert!(recall >= 0.9, "filtered recall@10 {recall}");
         // A filter admitting almost nothing still finds what it admits (exact fallback).
         let one = |id: i64| id == 4_321;
-        let hits = index.search_where(&queries[0], 10, &one, false);
+        let hits = index.search_where(&queries[0], 10, &Restriction::admitted_by(&one), false);
         assert_eq!(ids(&hits), vec![4_321]);
     }
 }

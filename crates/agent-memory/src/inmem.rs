@@ -2,6 +2,7 @@
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt;
+use std::ops::Bound;
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use agent_op::{
@@ -17,7 +18,7 @@ use crate::common::{
 };
 use crate::embed::HashingEmbedder;
 use crate::prune::{COPY_CHUNK, MergeGroup, MergeSet, plan_work, validate};
-use crate::vector::{Hit, VectorIndex};
+use crate::vector::{Hit, Restriction, VectorIndex};
 
 /// Memories held in the process's memory; gone when the last clone is dropped.
 ///
@@ -71,8 +72,11 @@ struct Shared {
 struct State {
     next_id: i64,
     entries: HashMap<i64, Stored>,
-    /// (created_at, id) of every entry, for newest-first listings.
+    /// (created_at, id) of every entry, for newest-first listings and time-restricted
+    /// searches.
     by_time: BTreeSet<(i64, i64)>,
+    /// The entries carrying each tag, for tag-restricted searches.
+    tagged: HashMap<Tag, HashSet<i64>>,
     index: VectorIndex,
 }
 
@@ -104,6 +108,19 @@ impl Stored {
             access_count: self.access_count,
         }
     }
+}
+
+/// Entries of the rarest tag checked against the whole filter to estimate how many pass.
+const ADMIT_SAMPLE: usize = 256;
+
+/// What the in-memory indexes tell about the entries a filter admits.
+enum Admitted {
+    /// All of them.
+    Listed(Vec<i64>),
+    /// About this many.
+    About(usize),
+    /// Nothing.
+    Unknown,
 }
 
 /// No restrictions: what `search` and `search_candidates` use.
@@ -139,12 +156,16 @@ impl State {
         self.next_id += 1;
         self.index.upsert(id, vector);
         self.by_time.insert((now, id));
+        let tags = normalize_tags(memory.tags);
+        for tag in &tags {
+            self.tagged.entry(tag.clone()).or_default().insert(id);
+        }
         self.entries.insert(
             id,
             Stored {
                 content: memory.content,
                 context: memory.context,
-                tags: normalize_tags(memory.tags),
+                tags,
                 created_at: now,
                 accessed_at: now,
                 access_count: 0,
@@ -157,6 +178,14 @@ impl State {
         match self.entries.remove(&id) {
             Some(stored) => {
                 self.by_time.remove(&(stored.created_at, id));
+                for tag in &stored.tags {
+                    if let Some(ids) = self.tagged.get_mut(tag) {
+                        ids.remove(&id);
+                        if ids.is_empty() {
+                            self.tagged.remove(tag);
+                        }
+                    }
+                }
                 self.index.remove(id);
                 true
             }
@@ -191,6 +220,12 @@ impl State {
             if let Some(keeper) = self.entries.get_mut(&group.keeper) {
                 tags.append(&mut keeper.tags);
                 keeper.tags = normalize_tags(tags);
+                for tag in &keeper.tags {
+                    self.tagged
+                        .entry(tag.clone())
+                        .or_default()
+                        .insert(group.keeper);
+                }
                 keeper.access_count = keeper.access_count.saturating_add(count);
                 keeper.accessed_at = keeper.accessed_at.max(accessed);
             }
@@ -202,11 +237,93 @@ impl State {
     /// recorded).
     fn hits(&self, vector: &[f32], k: usize, options: &SearchOptions) -> Vec<Hit> {
         if options.is_unrestricted() {
-            return self.index.search_where(vector, k, &|_| true, options.exact);
+            return self
+                .index
+                .search_where(vector, k, &Restriction::all(), options.exact);
         }
         let filter = Filter::new(options);
         let admit = |id: i64| self.entries.get(&id).is_some_and(|s| filter.admits(s));
-        self.index.search_where(vector, k, &admit, options.exact)
+        match self.admitted(&filter, &admit) {
+            Admitted::Listed(ids) => self.index.search_where(
+                vector,
+                k,
+                &Restriction::listed(&admit, &ids),
+                options.exact,
+            ),
+            Admitted::About(n) => self.index.search_where(
+                vector,
+                k,
+                &Restriction::estimated(&admit, n),
+                options.exact,
+            ),
+            Admitted::Unknown => {
+                self.index
+                    .search_where(vector, k, &Restriction::admitted_by(&admit), options.exact)
+            }
+        }
+    }
+
+    /// What the tag and time indexes tell about the entries `filter` admits: the list of
+    /// them when it is short enough to be worth scoring one by one
+    /// ([`VectorIndex::list_limit`]), else an estimate when the filter has tags (from
+    /// the rarest tag's entries and a sample of them), else nothing (the vector index then
+    /// samples).
+    fn admitted(&self, filter: &Filter<'_>, admit: &dyn Fn(i64) -> bool) -> Admitted {
+        if !filter.tags.is_empty() {
+            let mut rarest: Option<&HashSet<i64>> = None;
+            for tag in filter.tags {
+                let Some(ids) = self.tagged.get(tag) else {
+                    // A tag no entry carries admits nothing.
+                    return Admitted::Listed(Vec::new());
+                };
+                if rarest.is_none_or(|r| ids.len() < r.len()) {
+                    rarest = Some(ids);
+                }
+            }
+            let rarest = rarest.map_or(0, HashSet::len);
+            let ids = filter
+                .tags
+                .iter()
+                .filter_map(|tag| self.tagged.get(tag))
+                .find(|ids| ids.len() == rarest)
+                .into_iter()
+                .flatten();
+            if rarest <= self.index.list_limit() {
+                let whole =
+                    filter.tags.len() == 1 && filter.after.is_none() && filter.before.is_none();
+                return Admitted::Listed(if whole {
+                    // The tag's entries are exactly what the filter admits.
+                    ids.copied().collect()
+                } else {
+                    ids.copied().filter(|id| admit(*id)).collect()
+                });
+            }
+            // The hash set's order is unrelated to the entries' vectors and times.
+            let sampled = rarest.min(ADMIT_SAMPLE);
+            let passed = ids.take(sampled).filter(|id| admit(**id)).count();
+            return Admitted::About(passed * rarest / sampled.max(1));
+        }
+        if filter.after.is_none() && filter.before.is_none() {
+            return Admitted::Unknown;
+        }
+        let from = Bound::Included((filter.after.unwrap_or(i64::MIN), i64::MIN));
+        let to = match filter.before {
+            Some(before) => Bound::Excluded((before, i64::MIN)),
+            None => Bound::Unbounded,
+        };
+        // Listed only if it is short: counting a long range would cost what it saves.
+        let limit = self.index.list_limit();
+        let ids: Vec<i64> = self
+            .by_time
+            .range((from, to))
+            .take(limit + 1)
+            .map(|(_, id)| *id)
+            .collect();
+        if ids.len() <= limit {
+            Admitted::Listed(ids)
+        } else {
+            Admitted::Unknown
+        }
     }
 
     /// Records a recall at `now` of every hit still stored; returns them, in order.
@@ -313,6 +430,7 @@ impl InMemoryBackend {
                     next_id: 1,
                     entries: HashMap::new(),
                     by_time: BTreeSet::new(),
+                    tagged: HashMap::new(),
                     index: VectorIndex::with_ann(dimensions, ann),
                 }),
             }),

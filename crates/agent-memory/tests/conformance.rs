@@ -1,6 +1,27 @@
 //! The shared conformance suite, instantiated for every backend of this crate (PostgreSQL
 //! with the `postgres` feature).
 
+use std::time::Duration;
+
+use agent_memory::{InMemoryBackend, SqliteBackend};
+use agent_op::MemoryError;
+
+/// Until the in-memory backend's graph holds every entry.
+async fn indexed(backend: InMemoryBackend) -> Result<(), MemoryError> {
+    while backend.index_status().pending > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
+/// Until the SQLite handle's graph holds every entry.
+async fn sqlite_indexed(backend: SqliteBackend) -> Result<(), MemoryError> {
+    while backend.index_status().await?.pending > 0 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
+}
+
 mod in_memory {
     use agent_memory::InMemoryBackend;
     use agent_memory::conformance::Fixture;
@@ -11,7 +32,14 @@ mod in_memory {
             .clock(clock)
             .build()?;
         // A clone shares the store: the in-memory backend's "second handle".
-        Ok(Fixture::new(backend.clone()).with_second_handle(backend))
+        let bulk = backend.clone();
+        Ok(Fixture::new(backend.clone())
+            .with_second_handle(backend.clone())
+            .with_bulk_store(move |memories| {
+                let bulk = bulk.clone();
+                async move { bulk.store_batch(memories).await }
+            })
+            .with_settle(move || super::indexed(backend.clone())))
     });
 }
 
@@ -39,8 +67,14 @@ mod sqlite {
                 .open()
                 .await?;
             let checked = backend.clone();
+            let (settled, bulk) = (backend.clone(), backend.clone());
             Ok(Fixture::new(backend)
                 .with_second_handle(second)
+                .with_settle(move || super::sqlite_indexed(settled.clone()))
+                .with_bulk_store(move |memories| {
+                    let bulk = bulk.clone();
+                    async move { bulk.store_batch(memories).await }
+                })
                 .with_integrity_check(move || {
                     let checked = checked.clone();
                     async move {
@@ -65,7 +99,14 @@ mod in_memory_with_graph {
             .clock(clock)
             .ann(AnnConfig::new().min_entries(1))
             .build()?;
-        Ok(Fixture::new(backend.clone()).with_second_handle(backend))
+        let bulk = backend.clone();
+        Ok(Fixture::new(backend.clone())
+            .with_second_handle(backend.clone())
+            .with_bulk_store(move |memories| {
+                let bulk = bulk.clone();
+                async move { bulk.store_batch(memories).await }
+            })
+            .with_settle(move || super::indexed(backend.clone())))
     });
 }
 
@@ -90,8 +131,14 @@ mod sqlite_with_graph {
             };
             let backend = open(embedder.clone(), clock.clone()).await?;
             let second = open(embedder, clock).await?;
+            let (settled, bulk) = (backend.clone(), backend.clone());
             Ok(Fixture::new(backend)
                 .with_second_handle(second)
+                .with_settle(move || super::sqlite_indexed(settled.clone()))
+                .with_bulk_store(move |memories| {
+                    let bulk = bulk.clone();
+                    async move { bulk.store_batch(memories).await }
+                })
                 .with_guard(dir))
         }
     );

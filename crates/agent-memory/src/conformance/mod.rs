@@ -30,8 +30,9 @@
 //! merging at `merge_similarity = 1.0` included), the input rules of this crate
 //! ([`MAX_TEXT_BYTES`](crate::MAX_TEXT_BYTES), empty content refused, bad vectors refused),
 //! concurrent writers all landing, every operation being cancellation-safe (see
-//! [`cancellation`]), and searches returning `k` hits while entries are stored and deleted
-//! beside them (see [`churn`]).
+//! [`cancellation`]), searches returning `k` hits while entries are stored and deleted
+//! beside them (see [`churn`]), and filtered searches finding what exact ones do (see
+//! [`recall`]).
 
 use std::any::Any;
 use std::future::Future;
@@ -48,9 +49,11 @@ use crate::embed::HashingEmbedder;
 
 pub mod cancellation;
 pub mod churn;
+pub mod recall;
 
 pub use cancellation::cancelled_operations_leave_the_store_usable;
 pub use churn::{BiasedEmbedder, search_is_complete_under_churn};
+pub use recall::{ClusteredEmbedder, filtered_search_keeps_its_recall};
 
 /// A backend under test, with anything that must live as long as it (a temporary
 /// directory, a server handle).
@@ -58,8 +61,18 @@ pub struct Fixture {
     backend: Arc<dyn MemoryBackend>,
     second: Option<Arc<dyn MemoryBackend>>,
     integrity: Option<IntegrityCheck>,
+    settle: Option<Settle>,
+    bulk: Option<BulkStore>,
     _guard: Option<Box<dyn Any + Send + Sync>>,
 }
+
+/// Stores many memories at once (see [`Fixture::with_bulk_store`]).
+type BulkStore = Box<
+    dyn Fn(Vec<NewMemory>) -> BoxFuture<'static, Result<Vec<MemoryId>, MemoryError>> + Send + Sync,
+>;
+
+/// Waits for a backend's background work (see [`Fixture::with_settle`]).
+type Settle = Box<dyn Fn() -> BoxFuture<'static, Result<(), MemoryError>> + Send + Sync>;
 
 /// A backend's own check of its storage: the problems it found, none when sound.
 type IntegrityCheck =
@@ -72,6 +85,8 @@ impl Fixture {
             backend: Arc::new(backend),
             second: None,
             integrity: None,
+            settle: None,
+            bulk: None,
             _guard: None,
         }
     }
@@ -101,6 +116,56 @@ impl Fixture {
     {
         self.integrity = Some(Box::new(move || Box::pin(check())));
         self
+    }
+
+    /// How to wait until the backend's background work is done — an approximate index
+    /// taking in what was stored (for the in-memory and SQLite backends, until
+    /// `index_status()` reports nothing pending) — for the checks that measure search
+    /// quality rather than searches during indexing. Without it they measure at once.
+    pub fn with_settle<F, Fut>(mut self, settle: F) -> Fixture
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<(), MemoryError>> + Send + 'static,
+    {
+        self.settle = Some(Box::new(move || Box::pin(settle())));
+        self
+    }
+
+    /// How to store many memories at once (for SQLite, `store_batch`), for the checks that
+    /// need a large store: with it they store tens of thousands of entries, without it a
+    /// few thousand one at a time.
+    pub fn with_bulk_store<F, Fut>(mut self, store: F) -> Fixture
+    where
+        F: Fn(Vec<NewMemory>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Vec<MemoryId>, MemoryError>> + Send + 'static,
+    {
+        self.bulk = Some(Box::new(move |memories| Box::pin(store(memories))));
+        self
+    }
+
+    /// Stores `memories` with the fixture's bulk store; `None` when it has none.
+    pub async fn bulk_store(
+        &self,
+        memories: Vec<NewMemory>,
+    ) -> Option<Result<Vec<MemoryId>, MemoryError>> {
+        match &self.bulk {
+            Some(store) => Some(store(memories).await),
+            None => None,
+        }
+    }
+
+    /// Whether the fixture can store many memories at once.
+    pub fn has_bulk_store(&self) -> bool {
+        self.bulk.is_some()
+    }
+
+    /// Waits until the backend's background work is done (at once without
+    /// [`with_settle`](Fixture::with_settle)).
+    pub async fn settle(&self) -> Result<(), MemoryError> {
+        match &self.settle {
+            Some(settle) => settle().await,
+            None => Ok(()),
+        }
     }
 
     /// The backend.
@@ -1095,6 +1160,7 @@ pub async fn run_all(factory: &impl Factory) {
     concurrent_writers_all_land(factory).await;
     cancelled_operations_leave_the_store_usable(factory).await;
     search_is_complete_under_churn(factory).await;
+    filtered_search_keeps_its_recall(factory).await;
 }
 
 /// Generates one `#[tokio::test]` per conformance check for the backends `$factory` builds
@@ -1121,6 +1187,7 @@ macro_rules! memory_conformance_tests {
             concurrent_writers_all_land,
             cancelled_operations_leave_the_store_usable,
             search_is_complete_under_churn,
+            filtered_search_keeps_its_recall,
         );
     };
     (@tests $factory:expr; $($check:ident),* $(,)?) => {

@@ -21,7 +21,7 @@ use super::open::META_CHANGES_FLOOR;
 use super::retry::DbError;
 use crate::ann::{AnnConfig, IndexStatus};
 use crate::prune::{COPY_CHUNK, MergeSet};
-use crate::vector::{Admit, Hit, VectorIndex, cosine, from_blob};
+use crate::vector::{Hit, Restriction, VectorIndex, cosine, from_blob};
 
 /// Unit vectors of every entry, as of change-log position `cursor`.
 pub(crate) struct VectorCache {
@@ -101,10 +101,10 @@ impl VectorCache {
         &self,
         query: &[f32],
         k: usize,
-        admit: &Admit<'_>,
+        restriction: &Restriction<'_>,
         exact: bool,
     ) -> Vec<Hit> {
-        self.index.search_where(query, k, admit, exact)
+        self.index.search_where(query, k, restriction, exact)
     }
 
     /// The cosine similarity of the unit vector `query` and `id`'s vector; `None` if the

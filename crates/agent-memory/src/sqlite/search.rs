@@ -1,6 +1,7 @@
 //! Search: the vector and keyword rankings, their fusion, and recording recalls.
 
 use std::collections::{HashMap, HashSet};
+use std::hash::BuildHasherDefault;
 use std::sync::{Arc, RwLock};
 
 use agent_op::{Candidate, MemoryEntry, MemoryError, MemoryId, ScoredMemory, SearchOptions};
@@ -14,7 +15,7 @@ use crate::clock::{ceil_micros, now_micros};
 use crate::common::{cpu, distinct_ids, embed_checked, format_id, parse_id, validate_query};
 use crate::rank::{candidates, fuse, keyword_terms, ranked_len};
 use crate::text::{fts_match, fts_terms};
-use crate::vector::{Hit, cosine, unit};
+use crate::vector::{Hit, IdHasher, Restriction, cosine, unit};
 
 impl SqliteBackend {
     /// The query's vector and words, embedded and parsed once for every ranking of one
@@ -306,17 +307,20 @@ async fn vector_ranking(
     vector: Vec<f32>,
     count: usize,
     exact: bool,
-    admitted: Option<HashSet<i64>>,
+    admitted: Option<Vec<i64>>,
 ) -> Result<Vec<Hit>, MemoryError> {
     let cost = read_cache(cache).search_cost(exact);
     let cache = cache.clone();
     cpu(cost, move || {
         let copy = read_cache(&cache);
         match &admitted {
-            Some(admitted) => {
-                copy.search_where(&vector, count, &|id| admitted.contains(&id), exact)
+            Some(listed) => {
+                let set: HashSet<i64, BuildHasherDefault<IdHasher>> =
+                    listed.iter().copied().collect();
+                let admit = |id: i64| set.contains(&id);
+                copy.search_where(&vector, count, &Restriction::listed(&admit, listed), exact)
             }
-            None => copy.search_where(&vector, count, &|_| true, exact),
+            None => copy.search_where(&vector, count, &Restriction::all(), exact),
         }
     })
     .await
@@ -497,17 +501,49 @@ impl Filter {
             .bind(&self.tags)
     }
 
-    /// Every entry the filter admits.
-    async fn admitted(&self, conn: &mut SqliteConnection) -> Result<HashSet<i64>, DbError> {
-        // Parameters 1 and 2 are unused here; bound so the numbering matches `CONDITION`.
-        let sql = format!(
-            "SELECT e.id FROM entries e WHERE ?1 IS NULL AND ?2 IS NULL AND {}",
-            Filter::CONDITION
+    /// Every entry the filter admits, ascending. Read through the indexes: with tags, the
+    /// entries of each tag (`entry_tags_by_tag`), joined to `entries` only for a time range;
+    /// with a time range alone, the range of `entries_by_created`. The cost follows the
+    /// entries the tags or the range hold, not the store's size.
+    async fn admitted(&self, conn: &mut SqliteConnection) -> Result<Vec<i64>, DbError> {
+        let timed = self.after.is_some() || self.before.is_some();
+        let (after, before) = (
+            self.after.unwrap_or(i64::MIN),
+            self.before.unwrap_or(i64::MAX),
         );
-        let rows: Vec<(i64,)> = self
-            .bind(sqlx::query_as(&sql).bind(None::<i64>).bind(None::<i64>))
+        let rows: Vec<(i64,)> = if self.tag_count > 0 && timed {
+            sqlx::query_as(
+                "SELECT t.entry_id FROM entry_tags t JOIN entries e ON e.id = t.entry_id \
+                 WHERE t.tag IN (SELECT value FROM json_each(?1)) \
+                 AND e.created_at >= ?3 AND e.created_at < ?4 \
+                 GROUP BY t.entry_id HAVING count(*) = ?2",
+            )
+            .bind(&self.tags)
+            .bind(self.tag_count)
+            .bind(after)
+            .bind(before)
             .fetch_all(&mut *conn)
-            .await?;
+            .await?
+        } else if self.tag_count > 0 {
+            sqlx::query_as(
+                "SELECT entry_id FROM entry_tags \
+                 WHERE tag IN (SELECT value FROM json_each(?1)) \
+                 GROUP BY entry_id HAVING count(*) = ?2",
+            )
+            .bind(&self.tags)
+            .bind(self.tag_count)
+            .fetch_all(&mut *conn)
+            .await?
+        } else {
+            // Stored times are below i64::MAX (the latest representable time is 8.3 × 10¹⁸ µs).
+            sqlx::query_as(
+                "SELECT id FROM entries WHERE created_at >= ?1 AND created_at < ?2 ORDER BY id",
+            )
+            .bind(after)
+            .bind(before)
+            .fetch_all(&mut *conn)
+            .await?
+        };
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 }
