@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use agent_memory::{HashingEmbedder, InMemoryBackend, SqliteBackend};
 use agent_op::{EmbeddingProvider, MemoryBackend, MemoryError, NewMemory, PrunePolicy};
@@ -39,33 +39,28 @@ fn embedder() -> Arc<dyn EmbeddingProvider> {
 
 const MERGE: PrunePolicy = PrunePolicy::new().merge_similarity(0.98);
 
-/// Runs `prune` while calling `probe` every 5 ms; returns how long the prune took and the
-/// slowest probe that started while it ran.
-async fn probe_during(
+/// Runs `prune` while calling `probe` over and over; returns how many probes completed
+/// while the prune was still running, and how many ran in all. A prune holding the lock the probes need for all of
+/// its planning lets at most one through (the one waiting when it lets go); these tests
+/// count probes, never compare durations.
+async fn probes_during(
     prune: impl std::future::Future<Output = Result<agent_op::PruneReport, MemoryError>>
     + Send
     + 'static,
     mut probe: impl FnMut(usize) -> agent_op::BoxFuture<'static, Result<(), MemoryError>>,
-) -> (Duration, Duration, usize) {
-    let started = Instant::now();
-    let task = tokio::spawn(async move {
-        let report = prune.await;
-        (report, started.elapsed())
-    });
-    let mut worst = Duration::ZERO;
-    let mut probes = 0;
+) -> (usize, usize) {
+    let task = tokio::spawn(prune);
+    let (mut during, mut calls) = (0, 0);
     while !task.is_finished() {
-        let t = Instant::now();
-        probe(probes)
-            .await
-            .expect("a probe failed during the prune");
-        worst = worst.max(t.elapsed());
-        probes += 1;
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        probe(calls).await.expect("a probe failed during the prune");
+        calls += 1;
+        if !task.is_finished() {
+            during += 1;
+        }
+        tokio::task::yield_now().await;
     }
-    let (report, took) = task.await.expect("prune task");
-    report.expect("prune");
-    (took, worst, probes)
+    task.await.expect("prune task").expect("prune");
+    (during, calls)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -90,7 +85,7 @@ async fn sqlite_merge_planning_does_not_hold_the_write_lock() {
         let pruner = pruner.clone();
         async move { pruner.prune(&MERGE).await }
     };
-    let (took, worst, probes) = probe_during(prune, |i| {
+    let (probes, calls) = probes_during(prune, |i| {
         let other = other.clone();
         Box::pin(async move {
             other
@@ -103,15 +98,14 @@ async fn sqlite_merge_planning_does_not_hold_the_write_lock() {
     })
     .await;
     // Before, the write lock was held for the whole prune: the first store waited for all
-    // of it (4.7 s for 15,000 entries).
-    assert!(probes >= 3, "only {probes} stores during a {took:?} prune");
+    // of it (4.7 s for 15,000 entries), so at most one store finished during a prune.
     assert!(
-        worst < took / 3,
-        "a store on another handle took {worst:?} during a {took:?} prune"
+        probes >= 3,
+        "only {probes} stores finished during the prune"
     );
     assert_eq!(
         pruner.count().await.expect("count"),
-        (ENTRIES + probes) as u64
+        (ENTRIES + calls) as u64
     );
     assert!(
         pruner
@@ -129,27 +123,30 @@ async fn in_memory_merge_planning_does_not_block_the_store_or_the_executor() {
         .build()
         .expect("backend");
     backend.store_batch(facts()).await.expect("store batch");
-    // A ticker on the executor, until the prune is over: its worst gap shows whether
-    // worker threads were blocked.
+    // A ticker on the executor, until the prune is over: how often it ticked shows whether
+    // worker threads were free meanwhile.
     let done = Arc::new(AtomicBool::new(false));
     let ticker = tokio::spawn({
         let done = done.clone();
         async move {
-            let mut worst = Duration::ZERO;
-            let mut last = Instant::now();
+            let mut ticks = 0usize;
             while !done.load(Ordering::Relaxed) {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                worst = worst.max(last.elapsed());
-                last = Instant::now();
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                ticks += 1;
             }
-            worst
+            ticks
         }
     });
     let prune = {
         let backend = backend.clone();
-        async move { backend.prune(&MERGE).await }
+        let done = done.clone();
+        async move {
+            let report = backend.prune(&MERGE).await;
+            done.store(true, Ordering::Relaxed);
+            report
+        }
     };
-    let (took, worst, probes) = probe_during(prune, |i| {
+    let (probes, _) = probes_during(prune, |i| {
         let backend = backend.clone();
         Box::pin(async move {
             backend.count().await?;
@@ -162,17 +159,15 @@ async fn in_memory_merge_planning_does_not_block_the_store_or_the_executor() {
         })
     })
     .await;
-    done.store(true, Ordering::Relaxed);
-    let gap = ticker.await.expect("ticker");
+    let ticks = ticker.await.expect("ticker");
     // Before, prune held the store's lock on an executor thread for all of it: count()
     // waited 4.3 s for 15,000 entries and a 50 ms ticker stalled as long.
-    assert!(probes >= 3, "only {probes} probes during a {took:?} prune");
     assert!(
-        worst < took / 3,
-        "count/store took {worst:?} during a {took:?} prune"
+        probes >= 3,
+        "only {probes} count/store probes finished during the prune"
     );
     assert!(
-        gap < took / 2,
-        "the executor stalled for {gap:?} during a {took:?} prune"
+        ticks >= 3,
+        "the executor ticked only {ticks} times during the prune"
     );
 }

@@ -26,7 +26,7 @@ const TINY_BUSY_TIMEOUT: Duration = Duration::from_millis(1);
 
 /// The longest wait for one line of a child's output before the test fails (instead of
 /// hanging CI on a stalled child).
-const LINE_TIMEOUT: Duration = Duration::from_secs(30);
+const LINE_TIMEOUT: Duration = Duration::from_secs(60);
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

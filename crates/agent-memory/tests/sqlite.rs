@@ -772,7 +772,8 @@ async fn record_access_takes_long_id_lists_in_linear_time() {
         [(&b, 1), (&a, 1)],
         "in the order of the list, each once"
     );
-    assert!(took < std::time::Duration::from_secs(20), "took {took:?}");
+    // Only catches the quadratic deduplication (minutes), not a slow machine.
+    assert!(took < std::time::Duration::from_secs(60), "took {took:?}");
 }
 
 /// `store_batch`, which only this backend has, put through the conformance suite's
@@ -784,6 +785,8 @@ async fn a_dropped_store_batch_leaves_the_store_usable() {
     use agent_memory::conformance::cancellation::{poll_spaced_then_drop, poll_then_drop};
     use std::time::Duration;
 
+    // How long the checks after a drop may take: only catches a hang (a lock left held).
+    const HANG: Duration = Duration::from_secs(60);
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("m.db");
     let backend = SqliteBackend::open(&path).await.expect("open");
@@ -827,7 +830,7 @@ async fn a_dropped_store_batch_leaves_the_store_usable() {
         round += 1;
         let done = poll_then_drop(backend.store_batch(batch(round)), polls).await;
         let check = check(round, format!("dropped after {polls} polls"));
-        tokio::time::timeout(Duration::from_secs(10), check)
+        tokio::time::timeout(HANG, check)
             .await
             .expect("the store answers");
         if let Some(result) = done {
@@ -845,7 +848,7 @@ async fn a_dropped_store_batch_leaves_the_store_usable() {
                 result.expect("store_batch");
             }
             let check = check(round, format!("dropped after {polls} polls {gap:?} apart"));
-            tokio::time::timeout(Duration::from_secs(10), check)
+            tokio::time::timeout(HANG, check)
                 .await
                 .expect("the store answers");
         }
