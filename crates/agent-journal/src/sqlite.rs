@@ -550,4 +550,27 @@ mod tests {
             "{err:?}"
         );
     }
+
+    /// A schema damaged into bytes that are not UTF-8: SQLite's message quotes them, and
+    /// sqlx takes that message as UTF-8 unchecked. Opening fails with an error that shows.
+    #[tokio::test]
+    async fn a_schema_damaged_into_invalid_text_is_an_error_that_can_be_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("damaged.db");
+        let journal = SqliteJournal::open(&path).await.unwrap();
+        journal.append(vec![entry(0)]).await.unwrap();
+        journal.close().await.unwrap();
+        let mut bytes = std::fs::read(&path).unwrap();
+        let statement = b"CREATE TABLE journal_entries";
+        let at = bytes
+            .windows(statement.len())
+            .position(|w| w == statement)
+            .expect("the schema is in the file");
+        bytes[at + statement.len() + 1] = 0xff;
+        std::fs::write(&path, &bytes).unwrap();
+        let err = SqliteJournal::open(&path).await.unwrap_err();
+        let shown = err.to_string();
+        assert!(shown.contains('\u{fffd}'), "{shown}");
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "left as it was");
+    }
 }

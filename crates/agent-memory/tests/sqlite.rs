@@ -854,3 +854,28 @@ async fn a_dropped_store_batch_leaves_the_store_usable() {
         }
     }
 }
+
+/// A schema damaged into bytes that are not UTF-8: SQLite's message quotes them, and sqlx
+/// takes that message as UTF-8 unchecked. Opening fails with an error that can be shown.
+#[tokio::test]
+async fn a_schema_damaged_into_invalid_text_is_an_error_that_can_be_shown() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("damaged.db");
+    let store = SqliteBackend::open(&path).await.expect("open");
+    store.store(memory("kept", &[])).await.expect("store");
+    store.close().await;
+    let mut bytes = std::fs::read(&path).unwrap();
+    let statement = b"CREATE TABLE entries";
+    let at = bytes
+        .windows(statement.len())
+        .position(|w| w == statement)
+        .expect("the schema is in the file");
+    // `CREATE TABLE entries (` → `CREATE TABLE entries \xff`: a token SQLite cannot read.
+    bytes[at + statement.len() + 1] = 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    let error = SqliteBackend::open(&path)
+        .await
+        .expect_err("a damaged schema");
+    let shown = error.to_string();
+    assert!(shown.contains('\u{fffd}'), "{shown}");
+}

@@ -33,6 +33,17 @@ impl From<agent_op::MemoryError> for DbError {
 
 impl From<sqlx::Error> for DbError {
     fn from(e: sqlx::Error) -> DbError {
+        // sqlx takes SQLite's message as UTF-8 unchecked, and a damaged file's message can
+        // quote bytes that are not: showing such an error panics. Kept as lossy text.
+        if let sqlx::Error::Database(db) = &e
+            && std::str::from_utf8(db.message().as_bytes()).is_err()
+        {
+            return DbError::Corrupt(format!(
+                "SQLite error {}: {}",
+                db.code().unwrap_or_default(),
+                String::from_utf8_lossy(db.message().as_bytes())
+            ));
+        }
         DbError::Sql(e)
     }
 }
@@ -40,7 +51,7 @@ impl From<sqlx::Error> for DbError {
 impl From<MigrateError> for DbError {
     fn from(e: MigrateError) -> DbError {
         match e {
-            MigrateError::Execute(e) => DbError::Sql(e),
+            MigrateError::Execute(e) => e.into(),
             other => DbError::Migrate(other),
         }
     }
