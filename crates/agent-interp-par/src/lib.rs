@@ -8,7 +8,7 @@
 //! check exactly that).
 //!
 //! - [`run`] runs a program;
-//! - [`Concurrent`] is the scheduler, for use with `agent_interp_seq::Engine`;
+//! - [`Concurrent`] is the scheduler, for use with `agent_engine::Engine`;
 //! - a budget around concurrent branches is shared by all of them: see
 //!   [`agent_op::op::limit`] for the exact guarantee (a budget of N calls never admits more
 //!   than N calls, however many branches race for it).
@@ -16,7 +16,7 @@
 //! ```
 //! use std::time::Duration;
 //! use agent_interp_par::run;
-//! use agent_interp_seq::Config;
+//! use agent_interp_par::Config;
 //! use agent_op::op::{self, Op};
 //! use agent_op::{Prompt, Response};
 //! use agent_provider::ScriptedProvider;
@@ -37,12 +37,12 @@
 
 mod scheduler;
 
-pub use agent_interp_seq::{Config, JournalReport, Outcome, RunError};
+pub use agent_engine::{Config, JournalReport, Outcome, RunError};
 pub use scheduler::Concurrent;
 
 use std::sync::Arc;
 
-use agent_interp_seq::Engine;
+use agent_engine::Engine;
 use agent_op::journal::Journal;
 use agent_op::{Checkpoint, Op};
 
@@ -66,7 +66,7 @@ where
 
 /// Replays the run recorded in `journal` (with concurrent branches): see [`Engine::replay`]. No provider
 /// call, no tool execution; a changed or missing request is an
-/// [`ErrorKind::Divergence`](agent_interp_seq::ErrorKind::Divergence).
+/// [`ErrorKind::Divergence`](agent_engine::ErrorKind::Divergence).
 pub async fn replay<S, A>(
     config: &Config,
     journal: &dyn Journal,

@@ -6,7 +6,7 @@ use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use agent_interp_seq::{BranchFuture, BranchOutcome, Scheduler};
+use agent_engine::{BranchFuture, BranchOutcome, Scheduler};
 use agent_op::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::task::coop::{consume_budget, unconstrained};

@@ -1,9 +1,9 @@
 //! # agent-interp-seq: the sequential interpreter
 //!
 //! Runs [`Op`] programs one operation at a time. Its behaviour is the reference
-//! semantics of the DSL: the parallel interpreter (`agent-interp-par`) shares this crate's
-//! [`Engine`] and only swaps the branch [`Scheduler`], so both give the same result, state and
-//! trace for the same program.
+//! semantics of the DSL: every interpreter runs the same engine (`agent-engine`) and only
+//! swaps the branch [`Scheduler`], so all give the same result, state and trace for the same
+//! program. This crate is that engine with the [`Sequential`] scheduler.
 //!
 //! - [`run`] runs a program; [`Config`] says what it may use; [`run_agent`] runs an agent
 //!   program in one call;
@@ -13,21 +13,19 @@
 //! - [`Outcome`] is what a finished run returns, [`RunError`] what a failed one returns (with
 //!   its trace and checkpoints: nothing recorded is lost);
 //! - [`Subscriber`] observes events live; [`JsonlSubscriber`] streams them to a file;
-//! - [`engine`] holds the machinery shared with other interpreters.
+//! - [`Engine`], [`Scheduler`] and the rest of `agent-engine` are re-exported for other
+//!   interpreters and for code that names them through this crate.
 
 mod agent;
-mod config;
-pub mod engine;
-mod error;
-mod subscriber;
+mod sequential;
 
 pub use agent::run_agent;
-pub use config::{Config, SteeringQueue};
-pub use engine::scheduler::{BranchFuture, BranchOutcome, Scheduler, Sequential};
-pub use engine::{Engine, JournalReport, MAX_FORK_DEPTH, Outcome};
-pub use error::{ErrorKind, RunError, ScopeWidening};
-pub use subscriber::{JsonlSubscriber, Subscriber};
-pub use tokio_util::sync::CancellationToken;
+pub use agent_engine::{
+    BranchFuture, BranchOutcome, CancellationToken, Config, Engine, ErrorKind, JournalReport,
+    JsonlSubscriber, MAX_FORK_DEPTH, Outcome, RunError, Scheduler, ScopeWidening, SteeringQueue,
+    Subscriber, spans,
+};
+pub use sequential::Sequential;
 
 use std::sync::Arc;
 

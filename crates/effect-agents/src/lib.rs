@@ -8,7 +8,8 @@
 //! This crate is the front door: it re-exports the workspace's crates under short paths,
 //! each backend behind a cargo feature. Services that want fewer dependencies can depend on
 //! the underlying crates one by one instead (`agent-op`, `agent-interp-seq`,
-//! `agent-interp-par`, `agent-provider`, `agent-memory`); the types are the same.
+//! `agent-interp-par`, `agent-engine`, `agent-provider`, `agent-memory`); the types are the
+//! same.
 //!
 //! ```
 //! use effect_agents::prelude::*;
@@ -32,7 +33,7 @@
 //! - Running: [`run`] (the sequential interpreter, the reference semantics), [`Config`],
 //!   [`Outcome`], [`RunError`]; [`par::run`] runs the same programs with `par` branches at
 //!   once and `race` really racing (feature `par`). [`seq`] and [`par`] hold the rest of each
-//!   interpreter (the engine, schedulers, subscribers).
+//!   interpreter; [`engine`] the engine they share (schedulers, subscribers, spans).
 //! - Traces: [`Trace`] and the [`trace`] module (events, ids, checkpoints, JSONL).
 //! - Plug-in points, as traits: [`Provider`], [`Tool`], [`MemoryBackend`],
 //!   [`EmbeddingProvider`].
@@ -82,8 +83,14 @@ pub mod memory;
 pub mod prelude;
 pub mod provider;
 
-/// The sequential interpreter (`agent-interp-seq`): the reference semantics, and the engine
-/// every interpreter shares. Its `run` is re-exported as [`run`].
+/// The engine every interpreter shares (`agent-engine`): [`Engine`](engine::Engine) runs a
+/// program with a branch [`Scheduler`](engine::Scheduler), which is all an interpreter adds.
+pub mod engine {
+    pub use agent_engine::*;
+}
+
+/// The sequential interpreter (`agent-interp-seq`): the reference semantics. Its `run` is
+/// re-exported as [`run`].
 pub mod seq {
     pub use agent_interp_seq::*;
 }

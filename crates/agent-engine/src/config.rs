@@ -14,7 +14,7 @@ use crate::subscriber::Subscriber;
 /// subscribers, the steering queue and the abort token. Cloning is cheap (everything is shared).
 ///
 /// ```
-/// use agent_interp_seq::Config;
+/// use agent_engine::Config;
 /// use agent_provider::ScriptedProvider;
 /// use agent_op::Response;
 ///

@@ -591,7 +591,28 @@ fn panic_message(payload: &(dyn Any + Send)) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use agent_op::Prompt;
+    use crate::{BranchFuture, BranchOutcome};
+    use agent_op::{BoxFuture, Prompt};
+
+    /// A scheduler for machines that never fork.
+    #[derive(Clone)]
+    struct NoForks;
+
+    impl Scheduler for NoForks {
+        fn run_par<S: Send + 'static>(
+            &self,
+            _: Vec<BranchFuture<S>>,
+        ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>> {
+            unreachable!("the machine under test never forks")
+        }
+
+        fn run_race<S: Send + 'static>(
+            &self,
+            _: Vec<BranchFuture<S>>,
+        ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>> {
+            unreachable!("the machine under test never forks")
+        }
+    }
 
     /// Every branch of a fork allocates a machine's future, and every model call its infer
     /// future: letting them grow (an unboxed timer, a prompt moved in) costs fan-out speed.
@@ -599,7 +620,7 @@ mod tests {
     fn the_futures_every_branch_allocates_stay_small() {
         let rt = Arc::new(Runtime {
             config: crate::Config::new(),
-            scheduler: crate::Sequential,
+            scheduler: NoForks,
             stream: false,
             checkpoints: std::sync::Mutex::new(Vec::new()),
             next_scope: std::sync::atomic::AtomicU64::new(0),
@@ -607,7 +628,7 @@ mod tests {
             context_clock: None,
         });
         let log = BranchLog::new(TraceId::from("x"), None);
-        let mut m: Machine<(), crate::Sequential> = Machine::root(
+        let mut m: Machine<(), NoForks> = Machine::root(
             rt,
             log,
             (),

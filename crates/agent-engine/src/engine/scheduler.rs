@@ -1,10 +1,10 @@
 //! Branch schedulers: how the branches of a `par` or `race` are run.
 //!
 //! The engine is the same for every interpreter; only this decides whether branches run one
-//! after another ([`Sequential`], the reference semantics) or concurrently (the parallel
-//! interpreter's scheduler in `agent-interp-par`). The engine, not the scheduler, decides the
-//! outcome from what the scheduler returns, so both interpreters report the same result,
-//! error, state and trace for the same program.
+//! after another (`agent-interp-seq`'s `Sequential`, the reference semantics) or
+//! concurrently (`agent-interp-par`'s `Concurrent`). The engine, not the scheduler, decides
+//! the outcome from what the scheduler returns, so every interpreter reports the same
+//! result, error, state and trace for the same program.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -101,45 +101,4 @@ pub trait Scheduler: Send + Sync + 'static {
         &self,
         branches: Vec<BranchFuture<S>>,
     ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>>;
-}
-
-/// Runs branches one after another in declaration order: the reference semantics.
-///
-/// A `par` stops at its first failing branch; a `race` at its first successful one. Branches
-/// after that are never started.
-#[derive(Copy, Clone, Debug, Default)]
-pub struct Sequential;
-
-impl Scheduler for Sequential {
-    fn run_par<S: Send + 'static>(
-        &self,
-        branches: Vec<BranchFuture<S>>,
-    ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>> {
-        Box::pin(run_in_order(branches, |o| !o.succeeded()))
-    }
-
-    fn run_race<S: Send + 'static>(
-        &self,
-        branches: Vec<BranchFuture<S>>,
-    ) -> BoxFuture<'static, Vec<Option<BranchOutcome<S>>>> {
-        Box::pin(run_in_order(branches, |o| !o.failed()))
-    }
-}
-
-async fn run_in_order<S>(
-    branches: Vec<BranchFuture<S>>,
-    stop_after: impl Fn(&BranchOutcome<S>) -> bool,
-) -> Vec<Option<BranchOutcome<S>>> {
-    let mut out = Vec::with_capacity(branches.len());
-    let mut stopped = false;
-    for branch in branches {
-        if stopped {
-            out.push(None);
-            continue;
-        }
-        let outcome = branch.await;
-        stopped = stop_after(&outcome);
-        out.push(Some(outcome));
-    }
-    out
 }
