@@ -3,12 +3,16 @@
 //! Bench targets behind an optional feature are skipped by cargo unless it is on, so the
 //! features of such targets are switched on here: `agent-memory/local-embed` for
 //! `embed.local_minilm` (which fetches its model into `target/models/` on first use).
+//!
+//! The Temporal development server (`temporal.rs`) is started before the benchmarks when
+//! they may include Temporal's (no filter, or one containing `temporal`, which Temporal's
+//! benchmarks are to be named after) and stopped after them.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{ExitCode, Stdio};
 
-use crate::{cargo, display, exit_code};
+use crate::{cargo, display, exit_code, temporal};
 
 /// Set for `--large`: bench targets then also run their slow figures.
 const LARGE_VAR: &str = "EFFECT_AGENTS_BENCH_LARGE";
@@ -22,7 +26,16 @@ const LARGE_VAR: &str = "EFFECT_AGENTS_BENCH_LARGE";
 /// server itself (`xtask/src/pg.rs`, or uses `DATABASE_URL`), stops it when done, and says
 /// `SKIPPED:` on stderr when no server can be had. `local-embed` builds the local embedding
 /// model's benchmark (the model is fetched into `target/models/` on first use).
+///
+/// With no filter or one containing `temporal`, the Temporal development server is started
+/// first (its address in `AGENT_TEMPORAL_ADDRESS`, or the reason there is none in
+/// `AGENT_TEMPORAL_UNAVAILABLE`) and stopped when the benchmarks are done, however they end.
 pub fn run(root: &Path, filter: Option<String>, large: bool) -> Result<ExitCode, String> {
+    let temporal = if filter.as_deref().is_none_or(|f| f.contains("temporal")) {
+        Temporal::start(root)?
+    } else {
+        Temporal::default()
+    };
     let mut args = vec![
         "bench",
         "--workspace",
@@ -40,6 +53,7 @@ pub fn run(root: &Path, filter: Option<String>, large: bool) -> Result<ExitCode,
         // Read by the bench targets (`bench_kit::large`).
         command.env(LARGE_VAR, "1");
     }
+    command.envs(temporal.env.iter().map(|(k, v)| (*k, v.as_str())));
     let mut child = command
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -62,6 +76,67 @@ pub fn run(root: &Path, filter: Option<String>, large: bool) -> Result<ExitCode,
         eprintln!("==> FAILED: {shown} ({status})");
     }
     Ok(exit_code(status))
+}
+
+/// The Temporal development server of a benchmark run: the variables the benchmarks get,
+/// and the server this run started (stopped when this is dropped).
+#[derive(Default)]
+struct Temporal {
+    env: Vec<(&'static str, String)>,
+    started: Option<temporal::Server>,
+}
+
+impl Temporal {
+    /// Starts the server unless `AGENT_TEMPORAL_ADDRESS` names one already. No server to be
+    /// had is not an error (the benchmarks say `SKIPPED:`); one that fails to start is.
+    fn start(root: &Path) -> Result<Temporal, String> {
+        let mut this = Temporal::default();
+        if std::env::var_os(temporal::ADDRESS_ENV).is_some_and(|a| !a.is_empty()) {
+            eprintln!(
+                "==> {} is set; the benchmarks use that Temporal server",
+                temporal::ADDRESS_ENV
+            );
+            return Ok(this);
+        }
+        let server = temporal::Server::new(&temporal::target_dir(root));
+        match server.start() {
+            Ok(started) => {
+                eprintln!(
+                    "==> Temporal development server ({}) at {}{}",
+                    temporal::PACKAGE,
+                    started.address,
+                    if started.already_running {
+                        " (already running: left running)"
+                    } else {
+                        ""
+                    }
+                );
+                this.env.push((temporal::ADDRESS_ENV, started.address));
+                if !started.already_running {
+                    this.started = Some(server);
+                }
+            }
+            Err(temporal::TemporalError::Unavailable(why)) => {
+                eprintln!("==> no Temporal development server, its benchmarks are skipped: {why}");
+                this.env.push((temporal::UNAVAILABLE_ENV, why));
+            }
+            Err(temporal::TemporalError::Failed(why)) => {
+                return Err(format!("starting the Temporal development server: {why}"));
+            }
+        }
+        Ok(this)
+    }
+}
+
+impl Drop for Temporal {
+    fn drop(&mut self) {
+        if let Some(server) = self.started.take() {
+            match server.stop() {
+                Ok(_) => eprintln!("==> stopped the Temporal development server"),
+                Err(e) => eprintln!("==> stopping the Temporal development server failed: {e}"),
+            }
+        }
+    }
 }
 
 /// Copies `input` line by line: result lines to stdout, other lines to stderr. Each line is

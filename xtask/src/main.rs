@@ -10,6 +10,8 @@
 //!   (llama-cpp-python and the LiteLLM proxy, installed under `target/interop/`).
 //! * `cargo xtask pg start|stop|status` manages the PostgreSQL + pgvector server the
 //!   PostgreSQL memory backend's tests and benchmarks use (see `pg.rs`).
+//! * `cargo xtask temporal start|stop|status` manages the Temporal development server for
+//!   tests and benchmarks that run workflows on a real Temporal (see `temporal.rs`).
 //!
 //! Every child process is the `cargo` that invoked xtask and runs from the workspace root,
 //! whatever the current directory.
@@ -20,6 +22,9 @@ mod interop;
 mod model;
 #[allow(dead_code)]
 mod pg;
+// Also meant for tests and benchmarks (`#[path]`), which use what xtask does not.
+#[allow(dead_code)]
+mod temporal;
 mod test_all;
 
 use std::ffi::OsString;
@@ -44,6 +49,9 @@ Commands:
   pg start|stop|status
                   the PostgreSQL + pgvector test server under target/pg/ (start prints its
                   URL; status exits 3 when it is not running)
+  temporal start|stop|status
+                  the Temporal development server under target/temporal/ (start prints
+                  its address, 127.0.0.1:PORT; status exits 3 when it is not running)
   help            print this message";
 
 /// Exit code for command-line usage errors.
@@ -64,12 +72,14 @@ enum Task {
     /// Fetch the local embedding model.
     ModelFetch,
     /// Manage the PostgreSQL test server.
-    Pg(PgAction),
+    Pg(ServerAction),
+    /// Manage the Temporal development server.
+    Temporal(ServerAction),
 }
 
-/// What `cargo xtask pg` does.
+/// What `cargo xtask pg` and `cargo xtask temporal` do to their server.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum PgAction {
+enum ServerAction {
     Start,
     Stop,
     Status,
@@ -95,6 +105,7 @@ fn main() -> ExitCode {
         }
         Task::Interop => workspace_root().and_then(|root| interop::run(&root)),
         Task::Pg(action) => workspace_root().and_then(|root| pg_command(&root, action)),
+        Task::Temporal(action) => workspace_root().and_then(|root| temporal_command(&root, action)),
         Task::ModelFetch => workspace_root().and_then(|root| model_fetch(&root)),
     };
     result.unwrap_or_else(|message| {
@@ -128,22 +139,29 @@ fn parse(args: &[String]) -> Result<Task, String> {
         Some("model") if rest == ["fetch"] => Ok(Task::ModelFetch),
         Some("model") => Err("usage: cargo xtask model fetch".to_owned()),
         Some("interop") if rest.is_empty() => Ok(Task::Interop),
-        Some("pg") => match rest {
-            [action] if action == "start" => Ok(Task::Pg(PgAction::Start)),
-            [action] if action == "stop" => Ok(Task::Pg(PgAction::Stop)),
-            [action] if action == "status" => Ok(Task::Pg(PgAction::Status)),
-            _ => Err("`pg` takes one of `start`, `stop`, `status`".to_owned()),
-        },
+        Some(cmd @ ("pg" | "temporal")) => {
+            let action = match rest {
+                [action] if action == "start" => ServerAction::Start,
+                [action] if action == "stop" => ServerAction::Stop,
+                [action] if action == "status" => ServerAction::Status,
+                _ => return Err(format!("`{cmd}` takes one of `start`, `stop`, `status`")),
+            };
+            Ok(if cmd == "pg" {
+                Task::Pg(action)
+            } else {
+                Task::Temporal(action)
+            })
+        }
         Some(cmd @ ("test-all" | "interop")) => Err(format!("too many arguments for `{cmd}`")),
         Some(other) => Err(format!("unknown command `{other}`")),
     }
 }
 
 /// `cargo xtask pg start|stop|status`: the URL goes to stdout, everything else to stderr.
-fn pg_command(root: &Path, action: PgAction) -> Result<ExitCode, String> {
+fn pg_command(root: &Path, action: ServerAction) -> Result<ExitCode, String> {
     let cluster = pg::Cluster::main(&pg::target_dir(root));
     match action {
-        PgAction::Start => {
+        ServerAction::Start => {
             let started = cluster.start().map_err(|e| e.to_string())?;
             if started.already_running {
                 eprintln!("the PostgreSQL test server was already running");
@@ -156,7 +174,7 @@ fn pg_command(root: &Path, action: PgAction) -> Result<ExitCode, String> {
             println!("{}", started.url);
             Ok(ExitCode::SUCCESS)
         }
-        PgAction::Stop => {
+        ServerAction::Stop => {
             let stopped = cluster.stop().map_err(|e| e.to_string())?;
             eprintln!(
                 "{}",
@@ -168,13 +186,57 @@ fn pg_command(root: &Path, action: PgAction) -> Result<ExitCode, String> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        PgAction::Status => match cluster.status().map_err(|e| e.to_string())? {
+        ServerAction::Status => match cluster.status().map_err(|e| e.to_string())? {
             Some(url) => {
                 println!("{url}");
                 Ok(ExitCode::SUCCESS)
             }
             None => {
                 eprintln!("the PostgreSQL test server is not running");
+                Ok(ExitCode::from(3))
+            }
+        },
+    }
+}
+
+/// `cargo xtask temporal start|stop|status`: the address goes to stdout, everything else to
+/// stderr; `status` exits 3 when the server is not running, as `pg status` does.
+fn temporal_command(root: &Path, action: ServerAction) -> Result<ExitCode, String> {
+    let server = temporal::Server::new(&temporal::target_dir(root));
+    match action {
+        ServerAction::Start => {
+            let started = server.start().map_err(|e| e.to_string())?;
+            if started.already_running {
+                eprintln!("the Temporal development server was already running");
+            } else {
+                eprintln!(
+                    "started the Temporal development server ({}); stop it with \
+                     `cargo xtask temporal stop`",
+                    temporal::PACKAGE
+                );
+            }
+            println!("{}", started.address);
+            Ok(ExitCode::SUCCESS)
+        }
+        ServerAction::Stop => {
+            let stopped = server.stop().map_err(|e| e.to_string())?;
+            eprintln!(
+                "{}",
+                if stopped {
+                    "stopped the Temporal development server"
+                } else {
+                    "the Temporal development server was not running"
+                }
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        ServerAction::Status => match server.status().map_err(|e| e.to_string())? {
+            Some(address) => {
+                println!("{address}");
+                Ok(ExitCode::SUCCESS)
+            }
+            None => {
+                eprintln!("the Temporal development server is not running");
                 Ok(ExitCode::from(3))
             }
         },
@@ -271,11 +333,23 @@ mod tests {
         assert!(parse(&args(&["bench", "--huge"])).is_err());
         assert_eq!(
             parse(&args(&["pg", "start"])),
-            Ok(Task::Pg(PgAction::Start))
+            Ok(Task::Pg(ServerAction::Start))
         );
         assert_eq!(
             parse(&args(&["pg", "status"])),
-            Ok(Task::Pg(PgAction::Status))
+            Ok(Task::Pg(ServerAction::Status))
+        );
+        assert_eq!(
+            parse(&args(&["temporal", "start"])),
+            Ok(Task::Temporal(ServerAction::Start))
+        );
+        assert_eq!(
+            parse(&args(&["temporal", "stop"])),
+            Ok(Task::Temporal(ServerAction::Stop))
+        );
+        assert_eq!(
+            parse(&args(&["temporal", "status"])),
+            Ok(Task::Temporal(ServerAction::Status))
         );
         assert_eq!(parse(&args(&["model", "fetch"])), Ok(Task::ModelFetch));
         assert_eq!(
@@ -297,6 +371,9 @@ mod tests {
         assert!(parse(&args(&["bench", "a", "b"])).is_err());
         assert!(parse(&args(&["pg"])).is_err());
         assert!(parse(&args(&["pg", "restart"])).is_err());
+        assert!(parse(&args(&["temporal"])).is_err());
+        assert!(parse(&args(&["temporal", "start", "x"])).is_err());
+        assert!(parse(&args(&["temporal", "restart"])).is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
-use crate::{cargo, display, format_duration, pg};
+use crate::{cargo, display, format_duration, pg, temporal};
 
 /// One step of the run.
 enum Step {
@@ -14,6 +14,11 @@ enum Step {
     /// which get its URL as `DATABASE_URL`; it is stopped when the run ends, however it ends.
     /// With `DATABASE_URL` already set, that server is used instead.
     StartPostgres,
+    /// Starts the Temporal development server (`cargo xtask temporal start`) for the steps
+    /// after it, which get its address as `AGENT_TEMPORAL_ADDRESS`; it is stopped when the
+    /// run ends, however it ends. With `AGENT_TEMPORAL_ADDRESS` already set, that server is
+    /// used instead.
+    StartTemporal,
 }
 
 /// The steps, in order: mostly `cargo` invocations.
@@ -68,6 +73,7 @@ const STEPS: &[Step] = &[
         "warnings",
     ]),
     Step::StartPostgres,
+    Step::StartTemporal,
     Step::Cargo(&[
         "test",
         "--workspace",
@@ -98,15 +104,17 @@ const STEPS: &[Step] = &[
 ];
 
 /// Runs every step from the workspace `root`. Returns failure after the first failed step.
-/// A PostgreSQL server the run started is stopped before this returns, whatever happened.
+/// The PostgreSQL and Temporal servers the run started are stopped before this returns,
+/// whatever happened.
 pub fn run(root: &Path) -> Result<ExitCode, String> {
     let start = Instant::now();
-    let mut database = Database::default();
+    let mut servers = Servers::default();
     for (i, step) in STEPS.iter().enumerate() {
         let n = i + 1;
         let ok = match step {
-            Step::Cargo(args) => run_step(root, args, n, &database.env)?,
-            Step::StartPostgres => database.start(root, n),
+            Step::Cargo(args) => run_step(root, args, n, &servers.env)?,
+            Step::StartPostgres => servers.start_postgres(root, n),
+            Step::StartTemporal => servers.start_temporal(root, n),
         };
         if !ok {
             eprintln!(
@@ -131,22 +139,25 @@ impl Step {
         match self {
             Step::Cargo(args) => display(args),
             Step::StartPostgres => "cargo xtask pg start".to_owned(),
+            Step::StartTemporal => "cargo xtask temporal start".to_owned(),
         }
     }
 }
 
-/// The PostgreSQL server of the steps after [`Step::StartPostgres`]: the variables they
-/// get, and the server this run started (stopped when this is dropped).
+/// The servers of the steps after [`Step::StartPostgres`] and [`Step::StartTemporal`]: the
+/// variables those steps get, and the servers this run started (stopped when this is
+/// dropped).
 #[derive(Default)]
-struct Database {
+struct Servers {
     env: Vec<(&'static str, String)>,
-    started: Option<pg::Cluster>,
+    postgres: Option<pg::Cluster>,
+    temporal: Option<temporal::Server>,
 }
 
-impl Database {
-    /// Starts the server (step `n`); `false` if that failed. No server to be had is not a
-    /// failure: the tests then say `SKIPPED:` and the rest runs.
-    fn start(&mut self, root: &Path, n: usize) -> bool {
+impl Servers {
+    /// Starts the PostgreSQL server (step `n`); `false` if that failed. No server to be had
+    /// is not a failure: the tests then say `SKIPPED:` and the rest runs.
+    fn start_postgres(&mut self, root: &Path, n: usize) -> bool {
         eprintln!("==> [{n}/{}] cargo xtask pg start", STEPS.len());
         if std::env::var_os("DATABASE_URL").is_some_and(|url| !url.is_empty()) {
             eprintln!("==> ok: DATABASE_URL is set; the tests use that server");
@@ -167,7 +178,7 @@ impl Database {
                 );
                 self.env.push(("DATABASE_URL", started.url));
                 if !started.already_running {
-                    self.started = Some(cluster);
+                    self.postgres = Some(cluster);
                 }
                 true
             }
@@ -182,11 +193,63 @@ impl Database {
             }
         }
     }
+
+    /// Starts the Temporal development server (step `n`); `false` if that failed. No server
+    /// to be had is not a failure: the tests then say `SKIPPED:` and the rest runs.
+    fn start_temporal(&mut self, root: &Path, n: usize) -> bool {
+        eprintln!("==> [{n}/{}] cargo xtask temporal start", STEPS.len());
+        if std::env::var_os(temporal::ADDRESS_ENV).is_some_and(|a| !a.is_empty()) {
+            eprintln!(
+                "==> ok: {} is set; the tests use that server",
+                temporal::ADDRESS_ENV
+            );
+            return true;
+        }
+        let server = temporal::Server::new(&temporal::target_dir(root));
+        let start = Instant::now();
+        match server.start() {
+            Ok(started) => {
+                eprintln!(
+                    "==> ok: Temporal development server ({}) at {}{} ({})",
+                    temporal::PACKAGE,
+                    started.address,
+                    if started.already_running {
+                        " (already running: left running)"
+                    } else {
+                        ""
+                    },
+                    format_duration(start.elapsed())
+                );
+                self.env.push((temporal::ADDRESS_ENV, started.address));
+                if !started.already_running {
+                    self.temporal = Some(server);
+                }
+                true
+            }
+            Err(temporal::TemporalError::Unavailable(why)) => {
+                eprintln!(
+                    "==> ok: no Temporal development server, its tests will be skipped: {why}"
+                );
+                self.env.push((temporal::UNAVAILABLE_ENV, why));
+                true
+            }
+            Err(temporal::TemporalError::Failed(why)) => {
+                eprintln!("==> FAILED: starting the Temporal development server: {why}");
+                false
+            }
+        }
+    }
 }
 
-impl Drop for Database {
+impl Drop for Servers {
     fn drop(&mut self) {
-        if let Some(cluster) = self.started.take() {
+        if let Some(server) = self.temporal.take() {
+            match server.stop() {
+                Ok(_) => eprintln!("==> stopped the Temporal development server"),
+                Err(e) => eprintln!("==> stopping the Temporal development server failed: {e}"),
+            }
+        }
+        if let Some(cluster) = self.postgres.take() {
             match cluster.stop() {
                 Ok(_) => eprintln!("==> stopped the PostgreSQL test server"),
                 Err(e) => eprintln!("==> stopping the PostgreSQL test server failed: {e}"),
