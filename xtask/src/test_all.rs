@@ -61,6 +61,8 @@ const STEPS: &[Step] = &[
         "-p",
         "agent-provider",
         "-p",
+        "agent-engine",
+        "-p",
         "agent-interp-seq",
         "-p",
         "effect-agents",

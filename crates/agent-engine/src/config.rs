@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use agent_op::{ContextPipeline, MemoryBackend, Provider, Steering, Tool, ToolSet, TraceId};
 use tokio_util::sync::CancellationToken;
 
+use crate::clock::Clock;
 use crate::subscriber::Subscriber;
 
 /// What a run may use: the model provider, the permitted tools, the memory backend, event
@@ -35,6 +36,8 @@ pub struct Config {
     pub(crate) max_concurrency: Option<NonZeroUsize>,
     pub(crate) name: Option<Arc<str>>,
     pub(crate) record_content: bool,
+    pub(crate) clock: Option<Arc<dyn Clock>>,
+    pub(crate) random_seed: Option<u64>,
 }
 
 impl Config {
@@ -135,6 +138,21 @@ impl Config {
         self
     }
 
+    /// Reads time from `clock` instead of tokio's: deadlines, waits, `op::now`, checkpoint
+    /// times (see [`Clock`]).
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Config {
+        self.clock = Some(clock);
+        self
+    }
+
+    /// Draws `op::random`'s numbers from a generator seeded with `seed`, one sequence per
+    /// run, instead of from the thread's generator: the same program draws the same numbers
+    /// in the same order (a Temporal workflow seeds it from the workflow's own seed).
+    pub fn random_seed(mut self, seed: u64) -> Config {
+        self.random_seed = Some(seed);
+        self
+    }
+
     /// Fixes the run's trace id (otherwise each run gets a fresh random one).
     pub fn trace_id(mut self, id: impl Into<TraceId>) -> Config {
         self.trace_id = Some(id.into());
@@ -184,6 +202,8 @@ impl fmt::Debug for Config {
             .field("max_concurrency", &self.max_concurrency)
             .field("name", &self.name)
             .field("record_content", &self.record_content)
+            .field("clock", &self.clock.is_some())
+            .field("random_seed", &self.random_seed)
             .finish()
     }
 }

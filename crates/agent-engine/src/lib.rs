@@ -9,6 +9,7 @@
 //! - [`Engine`] runs programs with a given scheduler; [`Outcome`] is what a finished run
 //!   returns, [`RunError`] what a failed one returns (with its trace and checkpoints);
 //! - [`Config`] says what a run may use (provider, tools, memory, subscribers, steering);
+//!   [`Clock`] is where it reads time and waits (tokio's unless the config brings one);
 //! - [`Scheduler`], [`BranchFuture`] and [`BranchOutcome`] are the contract with interpreters;
 //! - [`Subscriber`] observes events live; [`JsonlSubscriber`] streams them to a file;
 //! - [`spans`] maps runs onto `tracing` spans.
@@ -16,11 +17,13 @@
 //! Programs are usually run through an interpreter: `agent-interp-seq` (one branch after
 //! another, the reference semantics) or `agent-interp-par` (branches polled together).
 
+mod clock;
 mod config;
 mod engine;
 mod error;
 mod subscriber;
 
+pub use clock::{Clock, TokioClock};
 pub use config::{Config, SteeringQueue};
 pub use engine::scheduler::{BranchFuture, BranchOutcome, Scheduler};
 pub use engine::spans;

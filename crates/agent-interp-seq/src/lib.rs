@@ -21,9 +21,9 @@ mod sequential;
 
 pub use agent::run_agent;
 pub use agent_engine::{
-    BranchFuture, BranchOutcome, CancellationToken, Config, Engine, ErrorKind, JournalReport,
-    JsonlSubscriber, MAX_FORK_DEPTH, Outcome, RunError, Scheduler, ScopeWidening, SteeringQueue,
-    Subscriber, spans,
+    BranchFuture, BranchOutcome, CancellationToken, Clock, Config, Engine, ErrorKind,
+    JournalReport, JsonlSubscriber, MAX_FORK_DEPTH, Outcome, RunError, Scheduler, ScopeWidening,
+    SteeringQueue, Subscriber, TokioClock, spans,
 };
 pub use sequential::Sequential;
 

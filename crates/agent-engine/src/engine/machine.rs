@@ -18,7 +18,7 @@ use agent_op::trace::event::{LimitStart, TimeoutStart};
 use agent_op::{Event, EventKind, Exhausted, PREVIEW_CHARS, TimedOut, TraceId, preview};
 use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::time::{Instant, sleep_until};
+use tokio::time::Instant;
 
 use crate::engine::branch_log::BranchLog;
 use crate::engine::scheduler::Scheduler;
@@ -312,7 +312,7 @@ where
             return Err(Unwind::Aborted);
         }
         if self.stack.next_deadline.is_some() {
-            if let Some(unwind) = self.stack.expired(Instant::now()) {
+            if let Some(unwind) = self.stack.expired(self.rt.clock.now()) {
                 return Err(unwind);
             }
         }
@@ -320,9 +320,11 @@ where
         // budget makes the machine yield when its task has done enough; a concurrent
         // scheduler may poll branches outside that budget (agent-interp-par's does), so a machine
         // also yields on its own every `YIELD_EVERY` nodes.
-        tokio::task::coop::consume_budget().await;
-        if self.ticks % YIELD_EVERY == 0 {
-            tokio::task::yield_now().await;
+        if Sch::YIELDS {
+            tokio::task::coop::consume_budget().await;
+            if self.ticks % YIELD_EVERY == 0 {
+                tokio::task::yield_now().await;
+            }
         }
         Ok(())
     }
@@ -341,20 +343,18 @@ where
             },
             (false, Some(deadline)) => tokio::select! {
                 biased;
-                () = Box::pin(sleep_until(deadline)) => {}
+                () = self.rt.clock.sleep_until(deadline) => {}
                 out = fut => return Ok(out),
             },
-            // Boxed: most awaits have no deadline, and a timer is large to carry in every
-            // effect's future.
             (true, Some(deadline)) => tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(Unwind::Aborted),
-                () = Box::pin(sleep_until(deadline)) => {}
+                () = self.rt.clock.sleep_until(deadline) => {}
                 out = fut => return Ok(out),
             },
         }
         // A deadline passed: unwind to the outermost scope whose deadline it was.
-        Err(self.stack.expired(Instant::now()).unwrap_or_else(|| {
+        Err(self.stack.expired(self.rt.clock.now()).unwrap_or_else(|| {
             Unwind::Fail(ErrorKind::Internal(
                 "a deadline fired but no scope had expired".into(),
             ))
@@ -367,7 +367,7 @@ where
 
     fn enter_scope(&mut self, scope: Scope<S>) -> Result<Node<S>, Unwind> {
         let id = self.rt.next_scope_id();
-        let now = Instant::now();
+        let now = self.rt.clock.now();
         let (active, body, ok, early) = match scope {
             Scope::Limit {
                 budget,
@@ -626,6 +626,8 @@ mod tests {
             next_scope: std::sync::atomic::AtomicU64::new(0),
             journal: None,
             context_clock: None,
+            clock: crate::clock::RunClock::default(),
+            rng: None,
         });
         let log = BranchLog::new(TraceId::from("x"), None);
         let mut m: Machine<(), NoForks> = Machine::root(

@@ -19,6 +19,7 @@ use agent_op::journal::{Entry, EntryKind, Journal, JournalError, Key};
 use agent_op::{Checkpoint, Op, Trace, TraceId};
 use chrono::{DateTime, Utc};
 
+use crate::clock::RunClock;
 use crate::config::Config;
 use crate::error::{ErrorKind, RunError};
 use branch_log::BranchLog;
@@ -94,9 +95,21 @@ pub(crate) struct Runtime<Sch> {
     /// In a journaled run, the clock `infer`'s context pipeline reads: the run's recorded
     /// start, so a replay compiles the same prompt.
     pub(crate) context_clock: Option<DateTime<Utc>>,
+    /// Where the run reads time and waits.
+    pub(crate) clock: RunClock,
+    /// `op::random`'s generator, when the config seeds one.
+    pub(crate) rng: Option<Mutex<fastrand::Rng>>,
 }
 
 impl<Sch> Runtime<Sch> {
+    /// A random `u64` for `op::random`: from the seeded generator if the config has one.
+    pub(crate) fn random(&self) -> u64 {
+        match &self.rng {
+            None => fastrand::u64(..),
+            Some(rng) => rng.lock().unwrap_or_else(|e| e.into_inner()).u64(..),
+        }
+    }
+
     pub(crate) fn next_scope_id(&self) -> ScopeId {
         self.next_scope.fetch_add(1, Ordering::Relaxed)
     }
@@ -436,6 +449,10 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
             next_scope: AtomicU64::new(0),
             journal,
             context_clock,
+            clock: RunClock::new(config.clock.clone()),
+            rng: config
+                .random_seed
+                .map(|seed| Mutex::new(fastrand::Rng::with_seed(seed))),
         });
         let span = spans::run(&id, config.name.as_deref());
         let root = BranchLog::new(id, None);
@@ -517,7 +534,7 @@ fn run_entry(
     let Some(entry) = entries.iter().find(|e| e.kind == EntryKind::Run) else {
         return Ok((
             config.trace_id.clone().unwrap_or_else(TraceId::random),
-            Utc::now(),
+            RunClock::new(config.clock.clone()).wall(),
         ));
     };
     let id = entry

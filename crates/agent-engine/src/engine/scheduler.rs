@@ -72,6 +72,12 @@ impl<S> BranchOutcome<S> {
 /// Runs the branches of forks. Implementations decide only *when* branches run; see each
 /// method for what they must guarantee.
 pub trait Scheduler: Send + Sync + 'static {
+    /// Whether machines yield to tokio now and then (tokio's cooperative budget, and a
+    /// `yield_now` every few thousand nodes of a long pure loop), so that they do not starve
+    /// other tasks. An executor that is not tokio's, where a machine waking itself is not
+    /// allowed (a Temporal workflow), turns it off.
+    const YIELDS: bool = true;
+
     /// Whether this scheduler runs branches concurrently. Context sources of `op::infer`
     /// then run concurrently too (the result does not depend on it).
     fn is_concurrent(&self) -> bool {

@@ -15,7 +15,6 @@ use agent_op::{
 use chrono::Utc;
 use futures_util::FutureExt;
 use serde_json::Value;
-use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::journaled::Answer;
@@ -139,7 +138,9 @@ where
                 &model,
                 &request,
                 &self.state,
-                self.rt.context_clock.unwrap_or_else(Utc::now),
+                self.rt
+                    .context_clock
+                    .unwrap_or_else(|| self.rt.clock.wall()),
             )
             .with_memory(self.rt.config.memory.as_ref())
             .with_tools(&tools)
@@ -225,7 +226,7 @@ where
             iteration,
         }));
         self.iteration = self.iteration.saturating_add(1);
-        let started = Instant::now();
+        let started = self.rt.clock.now();
         // If this is interrupted, dropping `reservation` counts the call with unknown usage.
         let result = if let Answer::Replayed(value) = &mut answer {
             Ok(self
@@ -282,7 +283,7 @@ where
             input_tokens: response.usage.input_tokens,
             output_tokens: response.usage.output_tokens,
             cost: response.cost,
-            duration_us: micros(started.elapsed()),
+            duration_us: micros(self.rt.clock.now().saturating_duration_since(started)),
             iteration,
         }));
         spans::chat_ended(&span, &response, self.rt.config.record_content);
@@ -408,7 +409,7 @@ where
             return Err(self.unknown_tool(&span, name, permitted));
         }
         let context = CallContext::new(self.idempotency_key(self.effects - 1));
-        let started = Instant::now();
+        let started = self.rt.clock.now();
         let result: Result<Value, ToolError> = if let Answer::Replayed(value) = &mut answer {
             self.journal_decode(std::mem::take(&mut **value))?
         } else if let Some(cut) = answer.interrupted() {
@@ -430,7 +431,7 @@ where
             name,
             success: result.is_ok(),
             output_preview: output,
-            duration_us: micros(started.elapsed()),
+            duration_us: micros(self.rt.clock.now().saturating_duration_since(started)),
             iteration,
         }));
         spans::tool_ended(&span, recorded_args.as_ref(), &result, content);
@@ -524,16 +525,19 @@ where
             return Ok(self.took_steering(steering));
         }
         let queue = self.rt.config.steering.clone();
+        let clock = self.rt.clock.clone();
         let wait = async move {
-            let deadline = tokio::time::Instant::now() + limit;
+            let mut timer = clock.sleep_until(clock.now() + limit);
             loop {
                 // Register before looking, so a push in between is not missed.
                 let arrival = queue.arrival();
                 if let Some(message) = queue.pop() {
                     return Some(message);
                 }
-                if tokio::time::timeout_at(deadline, arrival).await.is_err() {
-                    return queue.pop();
+                tokio::select! {
+                    biased;
+                    () = arrival => {}
+                    () = &mut timer => return queue.pop(),
                 }
             }
         };
@@ -585,7 +589,7 @@ where
             .await?;
         let now: chrono::DateTime<Utc> = match &mut answer {
             Answer::Replayed(value) => self.journal_decode(std::mem::take(&mut **value))?,
-            _ => Utc::now(),
+            _ => self.rt.clock.wall(),
         };
         self.journal_commit(&mut answer, &now).await?;
         Ok(self.stack.feed(&mut Some(now)))
@@ -600,7 +604,7 @@ where
             .await?;
         let n: u64 = match &mut answer {
             Answer::Replayed(value) => self.journal_decode(std::mem::take(&mut **value))?,
-            _ => fastrand::u64(..),
+            _ => self.rt.random(),
         };
         self.journal_commit(&mut answer, &n).await?;
         Ok(self.stack.feed(&mut Some(n)))
@@ -801,7 +805,7 @@ where
             }
         };
         // One clock read for the event and the checkpoint: they are the same moment.
-        let at = Utc::now();
+        let at = self.rt.clock.wall();
         let _span = spans::checkpoint(self.parent_span(), &name, self.seq);
         let n = self.next_effect();
         let reached = CheckpointReached { name: name.clone() };
