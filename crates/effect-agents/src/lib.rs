@@ -70,6 +70,7 @@
 //! | `postgres` | no | `effect_agents::memory::postgres`, the PostgreSQL + pgvector memory backend (pulls in sqlx's Postgres driver and rustls) |
 //! | `local-embed` | no | `memory::LocalEmbedder`: a sentence-transformers BERT model (all-MiniLM-L6-v2, say) run on the CPU in pure Rust (pulls in candle and tokenizers) |
 //! | `journal` | yes | [`journal`], the journals of durable runs and replays: JSON Lines, SQLite (with `sqlite`), PostgreSQL (with `postgres`) |
+//! | `temporal` | no | `effect_agents::temporal`: programs as durable Temporal workflows, effects as activities on many machines (pulls in the Temporal SDK; needs Rust 1.92) |
 //! | `prompt` | yes | [`prompt`], the Prompt IR, token counting (pulls in bpe-openai) and the default context pipeline of `op::infer` |
 //!
 //! `#[derive(Merge)]` and [`op!`] work through this crate alone: a crate depending only on
@@ -101,6 +102,15 @@ pub mod seq {
 #[cfg_attr(docsrs, doc(cfg(feature = "par")))]
 pub mod par {
     pub use agent_interp_par::*;
+}
+
+/// The Temporal interpreter (`agent-interp-temporal`): the same programs as durable Temporal
+/// workflows, with model, tool and memory calls as activities on workers across machines
+/// (see `docs/DISTRIBUTED.md`).
+#[cfg(feature = "temporal")]
+#[cfg_attr(docsrs, doc(cfg(feature = "temporal")))]
+pub mod temporal {
+    pub use agent_interp_temporal::*;
 }
 
 /// The Prompt IR (`agent-prompt`): context sources and the [`Pipeline`](agent_prompt::Pipeline)

@@ -1,0 +1,350 @@
+//! Starting programs and talking to them: [`connect`], [`start`], [`RunHandle`].
+
+use std::time::Duration;
+
+use agent_engine::Outcome;
+use agent_op::{Checkpoint, Steering, Trace};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use temporalio_client::errors::WorkflowGetResultError;
+use temporalio_client::{
+    Client, ClientOptions, Connection, ConnectionOptions, UntypedQuery, UntypedSignal,
+    UntypedWorkflow, Url, WorkflowFetchHistoryOptions, WorkflowGetResultOptions, WorkflowHandle,
+    WorkflowQueryOptions, WorkflowSignalOptions, WorkflowStartOptions, WorkflowTerminateOptions,
+};
+use temporalio_common::data_converters::{PayloadConverter, RawValue};
+use temporalio_common::protos::temporal::api::history::v1::history_event::Attributes;
+
+use crate::error::TemporalError;
+use crate::wire::{ProgramInput, ProgramOutput, Progress};
+use crate::workflow::{CHECKPOINTS, STEER, TRACE};
+
+/// How long [`connect`] waits for the server.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a query or signal may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Connects to the Temporal server at `address` (`host:port` or a URL), namespace
+/// `default`, waiting at most [`CONNECT_TIMEOUT`].
+pub async fn connect(address: &str) -> Result<Client, TemporalError> {
+    connect_to(address, "default", CONNECT_TIMEOUT).await
+}
+
+/// Connects to the Temporal server at `address`, in `namespace`, waiting at most `timeout`.
+pub async fn connect_to(
+    address: &str,
+    namespace: &str,
+    timeout: Duration,
+) -> Result<Client, TemporalError> {
+    let url = if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    };
+    let failed = |message: String| TemporalError::Connect {
+        address: address.to_owned(),
+        message,
+    };
+    let url = Url::parse(&url).map_err(|e| failed(e.to_string()))?;
+    let options = ConnectionOptions::new(url)
+        .identity(format!("effect-agents@{}", std::process::id()))
+        .build();
+    let connection = tokio::time::timeout(timeout, Connection::connect(options))
+        .await
+        .map_err(|_| TemporalError::Unreachable {
+            address: address.to_owned(),
+            after: timeout,
+        })?
+        .map_err(|e| failed(e.to_string()))?;
+    Client::new(connection, ClientOptions::new(namespace).build())
+        .map_err(|e| failed(e.to_string()))
+}
+
+/// How to start a program.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct StartOptions {
+    /// The task queue whose workers run the program.
+    pub task_queue: String,
+    /// The workflow id (a fresh random one if `None`). Starting a second run with the id of a
+    /// running one fails.
+    pub workflow_id: Option<String>,
+    /// How long the whole run may take, retries and all (no limit if `None`).
+    pub execution_timeout: Option<Duration>,
+}
+
+impl StartOptions {
+    /// Runs on `task_queue`, with a random workflow id and no time limit.
+    pub fn new(task_queue: impl Into<String>) -> StartOptions {
+        StartOptions {
+            task_queue: task_queue.into(),
+            workflow_id: None,
+            execution_timeout: None,
+        }
+    }
+
+    /// Sets the workflow id.
+    pub fn workflow_id(mut self, id: impl Into<String>) -> StartOptions {
+        self.workflow_id = Some(id.into());
+        self
+    }
+
+    /// Limits the whole run to `timeout`.
+    pub fn execution_timeout(mut self, timeout: Duration) -> StartOptions {
+        self.execution_timeout = Some(timeout);
+        self
+    }
+}
+
+/// Starts the program registered as `program` on the workers of `options.task_queue`, with
+/// `input`, and returns a handle on the run.
+pub async fn start<In: Serialize>(
+    client: &Client,
+    program: &str,
+    input: In,
+    options: StartOptions,
+) -> Result<RunHandle, TemporalError> {
+    let input = serde_json::to_value(ProgramInput {
+        input: serde_json::to_value(input).map_err(|source| TemporalError::Codec {
+            what: "the program's input",
+            source,
+        })?,
+    })
+    .map_err(|source| TemporalError::Codec {
+        what: "the program's input",
+        source,
+    })?;
+    let workflow_id = options
+        .workflow_id
+        .clone()
+        .unwrap_or_else(|| format!("{program}-{:016x}", fastrand::u64(..)));
+    let converter = PayloadConverter::serde_json();
+    let start_options = WorkflowStartOptions::new(options.task_queue.clone(), workflow_id.clone())
+        .maybe_execution_timeout(options.execution_timeout)
+        .build();
+    let handle = tokio::time::timeout(
+        CALL_TIMEOUT,
+        client.start_workflow(
+            UntypedWorkflow::new(program),
+            RawValue::from_value(&input, &converter),
+            start_options,
+        ),
+    )
+    .await
+    .map_err(|_| TemporalError::Server {
+        operation: "starting a workflow",
+        message: format!("no answer within {CALL_TIMEOUT:?}"),
+    })?
+    .map_err(|e| TemporalError::Server {
+        operation: "starting a workflow",
+        message: e.to_string(),
+    })?;
+    Ok(RunHandle {
+        handle,
+        program: program.to_owned(),
+        task_queue: options.task_queue,
+        workflow_id,
+    })
+}
+
+/// A program running (or finished) on Temporal.
+pub struct RunHandle {
+    handle: WorkflowHandle<Client, UntypedWorkflow>,
+    program: String,
+    task_queue: String,
+    workflow_id: String,
+}
+
+impl RunHandle {
+    /// The run's workflow id.
+    pub fn workflow_id(&self) -> &str {
+        &self.workflow_id
+    }
+
+    /// Waits for the run's end and returns its value, final state, trace and checkpoints.
+    ///
+    /// A program no worker of the task queue knows is reported as
+    /// [`TemporalError::UnknownProgram`] (and the workflow terminated) as soon as a worker
+    /// has refused it, instead of waiting forever.
+    pub async fn result<S: DeserializeOwned, A: DeserializeOwned>(
+        &self,
+    ) -> Result<Outcome<S, A>, TemporalError> {
+        let converter = PayloadConverter::serde_json();
+        let result = self.handle.get_result(WorkflowGetResultOptions::default());
+        let refused = self.refused();
+        let raw = tokio::select! {
+            raw = result => raw,
+            message = refused => {
+                // No worker will ever run it: end it rather than leave it waiting.
+                let _ = self
+                    .handle
+                    .terminate(
+                        WorkflowTerminateOptions::builder()
+                            .reason(format!("no program `{}` on this task queue", self.program))
+                            .build(),
+                    )
+                    .await;
+                return Err(TemporalError::UnknownProgram {
+                    program: self.program.clone(),
+                    task_queue: self.task_queue.clone(),
+                    message,
+                });
+            }
+        };
+        let raw: RawValue = raw.map_err(|e| self.failure(e))?;
+        let output: ProgramOutput =
+            serde_json::from_value(raw.to_value(&converter)).map_err(|source| {
+                TemporalError::Codec {
+                    what: "the program's result",
+                    source,
+                }
+            })?;
+        let codec = |source| TemporalError::Codec {
+            what: "the program's result",
+            source,
+        };
+        Ok(Outcome {
+            value: serde_json::from_value(output.value).map_err(codec)?,
+            state: serde_json::from_value(output.state).map_err(codec)?,
+            trace: output.trace,
+            checkpoints: output.checkpoints,
+            journal: None,
+        })
+    }
+
+    /// Resolves, with the worker's message, once a worker has refused the workflow's type
+    /// (no program of that name). Pending forever otherwise.
+    async fn refused(&self) -> String {
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let Ok(events) = self
+                .handle
+                .fetch_history(WorkflowFetchHistoryOptions::default())
+                .into_events()
+                .await
+            else {
+                continue;
+            };
+            let refusal = events.iter().find_map(|event| match &event.attributes {
+                Some(Attributes::WorkflowTaskFailedEventAttributes(failed)) => failed
+                    .failure
+                    .as_ref()
+                    .map(|f| f.message.clone())
+                    .filter(|m| m.contains("not found")),
+                _ => None,
+            });
+            if let Some(message) = refusal {
+                return message;
+            }
+        }
+    }
+
+    fn failure(&self, error: WorkflowGetResultError) -> TemporalError {
+        use temporalio_common::error::IncomingError;
+        let program = self.program.clone();
+        match error {
+            WorkflowGetResultError::Failed(failure) => match *failure {
+                IncomingError::Application(failure) => {
+                    let message = failure.source_error().to_string();
+                    match failure.type_name() {
+                        Some("bad_input") => TemporalError::BadInput { program, message },
+                        _ if message.contains("[TMPRL1100]") => TemporalError::Divergence {
+                            program,
+                            workflow_id: self.workflow_id.clone(),
+                            message,
+                        },
+                        kind => TemporalError::Run {
+                            program,
+                            kind: kind.unwrap_or("failed").to_owned(),
+                            message,
+                        },
+                    }
+                }
+                other => TemporalError::Stopped {
+                    program,
+                    message: other.to_string(),
+                },
+            },
+            other => TemporalError::Stopped {
+                program,
+                message: other.to_string(),
+            },
+        }
+    }
+
+    /// Sends `steering` to the run: the program's next `op::next_steering` or waiting
+    /// `op::wait_steering` takes it.
+    pub async fn steer(&self, steering: Steering) -> Result<(), TemporalError> {
+        let converter = PayloadConverter::serde_json();
+        let value = serde_json::to_value(&steering).map_err(|source| TemporalError::Codec {
+            what: "a steering message",
+            source,
+        })?;
+        let signal = self.handle.signal(
+            UntypedSignal::new(STEER),
+            RawValue::from_value(&value, &converter),
+            WorkflowSignalOptions::default(),
+        );
+        tokio::time::timeout(CALL_TIMEOUT, signal)
+            .await
+            .map_err(|_| TemporalError::Server {
+                operation: "steering",
+                message: format!("no answer within {CALL_TIMEOUT:?}"),
+            })?
+            .map_err(|e| TemporalError::Server {
+                operation: "steering",
+                message: e.to_string(),
+            })
+    }
+
+    async fn query(&self, name: &'static str) -> Result<Value, TemporalError> {
+        let converter = PayloadConverter::serde_json();
+        let query = self.handle.query(
+            UntypedQuery::new(name),
+            RawValue::from_value(&Value::Null, &converter),
+            WorkflowQueryOptions::default(),
+        );
+        let raw: RawValue = tokio::time::timeout(CALL_TIMEOUT, query)
+            .await
+            .map_err(|_| TemporalError::Server {
+                operation: "a query",
+                message: format!("no answer within {CALL_TIMEOUT:?}"),
+            })?
+            .map_err(|e| TemporalError::Server {
+                operation: "a query",
+                message: e.to_string(),
+            })?;
+        Ok(raw.to_value(&converter))
+    }
+
+    /// The run's trace: its events so far while it runs, the whole trace once it has ended.
+    pub async fn trace(&self) -> Result<Trace, TemporalError> {
+        let progress: Progress =
+            serde_json::from_value(self.query(TRACE).await?).map_err(|source| {
+                TemporalError::Codec {
+                    what: "the trace query's answer",
+                    source,
+                }
+            })?;
+        Ok(match progress.trace {
+            Some(trace) => trace,
+            None => {
+                let mut trace = Trace::new(agent_op::TraceId::from(self.workflow_id.as_str()));
+                trace.events = progress.events;
+                trace
+            }
+        })
+    }
+
+    /// The checkpoints the run has taken so far.
+    pub async fn checkpoints(&self) -> Result<Vec<Checkpoint>, TemporalError> {
+        serde_json::from_value(self.query(CHECKPOINTS).await?).map_err(|source| {
+            TemporalError::Codec {
+                what: "the checkpoints query's answer",
+                source,
+            }
+        })
+    }
+}

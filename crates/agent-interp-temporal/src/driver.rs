@@ -1,0 +1,64 @@
+//! [`Driven`]: polls the engine inside a workflow without ever waking the workflow itself.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// The engine's future, polled with a waker of its own.
+///
+/// The SDK fails a workflow task when the workflow's waker is woken by anything but the SDK
+/// (`[TMPRL1100] Nondeterministic future detected`), and after an activation it polls the
+/// workflow again only if an SDK command resolved. The engine wakes itself in ways that are
+/// deterministic but not the SDK's: a budget settling wakes the branches waiting on it, a
+/// steering message pushed by a signal wakes the program waiting for it. So the engine never
+/// sees the workflow's waker: its wakes only raise a flag, and this future polls it again,
+/// in the same poll, for as long as the flag is raised. The SDK futures inside the engine
+/// (activities, timers) raise the same flag when they resolve, and the SDK polls the
+/// workflow after each activation that resolved one.
+pub(crate) struct Driven<F> {
+    engine: Pin<Box<F>>,
+    flag: Arc<Flag>,
+    waker: Waker,
+}
+
+struct Flag(AtomicBool);
+
+impl Wake for Flag {
+    fn wake(self: Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.store(true, Ordering::Release);
+    }
+}
+
+impl<F: Future> Driven<F> {
+    pub(crate) fn new(engine: F) -> Driven<F> {
+        let flag = Arc::new(Flag(AtomicBool::new(true)));
+        Driven {
+            engine: Box::pin(engine),
+            waker: Waker::from(flag.clone()),
+            flag,
+        }
+    }
+}
+
+impl<F: Future> Future for Driven<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        // Poll at least once per activation: a resolved SDK future has raised the flag, but
+        // polling without it costs one pass and never misses one.
+        this.flag.0.store(true, Ordering::Release);
+        while this.flag.0.swap(false, Ordering::AcqRel) {
+            let mut cx = Context::from_waker(&this.waker);
+            if let Poll::Ready(out) = this.engine.as_mut().poll(&mut cx) {
+                return Poll::Ready(out);
+            }
+        }
+        Poll::Pending
+    }
+}

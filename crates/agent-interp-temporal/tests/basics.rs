@@ -1,0 +1,199 @@
+//! Programs run as Temporal workflows give what they give under the sequential interpreter.
+
+mod support;
+
+use std::time::Duration;
+
+use agent_interp_temporal::{StartOptions, TemporalError, Worker, connect, start};
+use agent_op::crdt::GSet;
+use agent_op::{Op, Prompt, Response, Steering, op};
+use agent_provider::ScriptedProvider;
+
+fn echo() -> ScriptedProvider {
+    ScriptedProvider::from_fn(|_, p| {
+        let last = p
+            .messages
+            .last()
+            .map(|m| m.content().to_owned())
+            .unwrap_or_default();
+        Ok(Response::text(format!("echo: {last}")).with_usage(3, 4))
+    })
+}
+
+/// The answers seen, merged across branches.
+type Seen = GSet<String>;
+
+fn ask(text: String) -> Op<Seen, String> {
+    op::infer_raw("m", Prompt::new().user(text)).and_then(|r| {
+        let content = r.content.clone();
+        op::modify(move |seen: &mut Seen| {
+            seen.insert(content);
+        })
+        .map(move |_| r.content)
+    })
+}
+
+/// Three calls in a `par`, then a race of two calls.
+fn fan_out(topic: String) -> Op<Seen, Vec<String>> {
+    let par = op::par(vec![
+        ask(format!("{topic} a")),
+        ask(format!("{topic} b")),
+        ask(format!("{topic} c")),
+    ]);
+    par.and_then(|mut answers: Vec<String>| {
+        op::race(vec![ask("first".into()), ask("second".into())]).map(move |won| {
+            answers.push(won);
+            answers
+        })
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_gives_the_same_value_state_and_trace_as_under_seq() {
+    let Some(address) =
+        support::address("a_program_gives_the_same_value_state_and_trace_as_under_seq")
+    else {
+        return;
+    };
+    let client = connect(&address).await.unwrap();
+    let queue = support::task_queue("same");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = Worker::new(client.clone(), queue.clone())
+        .provider(echo())
+        .program("fan_out", fan_out)
+        .run(async move {
+            let _ = stopped.await;
+        });
+    let test = async {
+        let handle = start(
+            &client,
+            "fan_out",
+            "topic",
+            StartOptions::new(queue.clone()),
+        )
+        .await
+        .unwrap();
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(120),
+            handle.result::<Seen, Vec<String>>(),
+        )
+        .await
+        .expect("the run ends")
+        .unwrap();
+        let local = agent_interp_seq::run(
+            &agent_interp_seq::Config::new()
+                .provider(echo())
+                .trace_id(handle.workflow_id()),
+            Seen::default(),
+            fan_out("topic".into()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.value, local.value);
+        assert_eq!(outcome.state, local.state);
+        assert_eq!(outcome.trace.canonical(), local.trace.canonical());
+        let queried = handle.trace().await.unwrap();
+        assert_eq!(queried.canonical(), outcome.trace.canonical());
+        let _ = stop.send(());
+    };
+    let (ran, ()) = tokio::join!(worker, test);
+    ran.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steering_arrives_as_a_signal_and_bad_input_is_a_typed_error() {
+    let Some(address) = support::address("steering_arrives_as_a_signal") else {
+        return;
+    };
+    let client = connect(&address).await.unwrap();
+    let queue = support::task_queue("steer");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = Worker::new(client.clone(), queue.clone())
+        .provider(echo())
+        .program("listen", |limit_s: u64| -> Op<(), Option<String>> {
+            op::wait_steering(Duration::from_secs(limit_s)).map(|s| s.map(|s| s.message))
+        })
+        .run(async move {
+            let _ = stopped.await;
+        });
+    let test = async {
+        let handle = start(&client, "listen", 300u64, StartOptions::new(queue.clone()))
+            .await
+            .unwrap();
+        handle.steer(Steering::new("turn left")).await.unwrap();
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(60),
+            handle.result::<(), Option<String>>(),
+        )
+        .await
+        .expect("the steering message ends the wait")
+        .unwrap();
+        assert_eq!(outcome.value.as_deref(), Some("turn left"));
+
+        let bad = start(
+            &client,
+            "listen",
+            "not a number",
+            StartOptions::new(queue.clone()),
+        )
+        .await
+        .unwrap();
+        let error =
+            tokio::time::timeout(Duration::from_secs(60), bad.result::<(), Option<String>>())
+                .await
+                .expect("bad input fails at once")
+                .unwrap_err();
+        assert!(
+            matches!(error, TemporalError::BadInput { ref program, .. } if program == "listen"),
+            "{error}"
+        );
+
+        let unknown = start(
+            &client,
+            "nobody_runs_this",
+            1u64,
+            StartOptions::new(queue.clone()),
+        )
+        .await
+        .unwrap();
+        let error = tokio::time::timeout(Duration::from_secs(60), unknown.result::<(), ()>())
+            .await
+            .expect("an unknown program is reported, not waited for")
+            .unwrap_err();
+        assert!(
+            matches!(error, TemporalError::UnknownProgram { ref program, .. } if program == "nobody_runs_this"),
+            "{error}"
+        );
+        let _ = stop.send(());
+    };
+    let (ran, ()) = tokio::join!(worker, test);
+    ran.unwrap();
+}
+
+#[tokio::test]
+async fn an_unreachable_server_is_a_typed_error_within_the_bound() {
+    // A port nothing listens on (bound, then released).
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let error = tokio::time::timeout(
+        Duration::from_secs(60),
+        agent_interp_temporal::connect_to(
+            &format!("127.0.0.1:{port}"),
+            "default",
+            Duration::from_secs(3),
+        ),
+    )
+    .await
+    .expect("connect gives up by itself")
+    .unwrap_err();
+    assert!(
+        matches!(
+            error,
+            TemporalError::Connect { .. } | TemporalError::Unreachable { .. }
+        ),
+        "{error}"
+    );
+}
