@@ -10,6 +10,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use temporalio_client::Client;
+use temporalio_common::worker::{WorkerDeploymentOptions, build_id_from_current_exe};
 use temporalio_sdk::WorkerOptions;
 use temporalio_sdk::runtime::WorkflowErrorType;
 
@@ -55,6 +56,7 @@ pub struct Worker {
     max_concurrency: Option<NonZeroUsize>,
     max_cached_workflows: usize,
     max_concurrent_activities: usize,
+    build_id: Option<String>,
 }
 
 impl Worker {
@@ -74,6 +76,7 @@ impl Worker {
             max_concurrency: None,
             max_cached_workflows: 1000,
             max_concurrent_activities: 1000,
+            build_id: None,
         }
     }
 
@@ -202,6 +205,14 @@ impl Worker {
         self
     }
 
+    /// The build id this worker reports (by default, a hash of the running executable).
+    /// Temporal refuses two workers of one process that serve the same kinds of task on one
+    /// task queue with the same build id; give each its own to run several in one process.
+    pub fn build_id(mut self, id: impl Into<String>) -> Worker {
+        self.build_id = Some(id.into());
+        self
+    }
+
     fn options(self) -> Result<(WorkerOptions, Client), TemporalError> {
         use temporalio_sdk::runtime::worker_tuner::{FixedSizeSlotSupplier, TunerHolder};
         let activity = ActivitySettings {
@@ -224,6 +235,11 @@ impl Worker {
                 identity: format!("{}@{}", self.task_queue, std::process::id()),
             })
             .tuner(tuner)
+            .deployment_options(WorkerDeploymentOptions::from_build_id(
+                self.build_id
+                    .clone()
+                    .unwrap_or_else(|| build_id_from_current_exe().to_owned()),
+            ))
             .max_cached_workflows(self.max_cached_workflows)
             // A program changed under a running workflow fails the workflow with Temporal's
             // non-determinism error (reported as `TemporalError::Divergence`), instead of
