@@ -23,6 +23,9 @@ use crate::workflow::{CHECKPOINTS, STEER, TRACE};
 /// How long [`connect`] waits for the server.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// How long [`RunHandle::result`] keeps asking a server that does not answer.
+const UNAVAILABLE_FOR: Duration = Duration::from_secs(300);
+
 /// How long a query or signal may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -172,25 +175,42 @@ impl RunHandle {
         &self,
     ) -> Result<Outcome<S, A>, TemporalError> {
         let converter = PayloadConverter::serde_json();
-        let result = self.handle.get_result(WorkflowGetResultOptions::default());
         let refused = self.refused();
-        let raw = tokio::select! {
-            raw = result => raw,
-            message = refused => {
-                // No worker will ever run it: end it rather than leave it waiting.
-                let _ = self
-                    .handle
-                    .terminate(
-                        WorkflowTerminateOptions::builder()
-                            .reason(format!("no program `{}` on this task queue", self.program))
-                            .build(),
-                    )
-                    .await;
-                return Err(TemporalError::UnknownProgram {
-                    program: self.program.clone(),
-                    task_queue: self.task_queue.clone(),
-                    message,
-                });
+        tokio::pin!(refused);
+        let mut unavailable_since: Option<std::time::Instant> = None;
+        let raw = loop {
+            let attempt = self.handle.get_result(WorkflowGetResultOptions::default());
+            let outcome = tokio::select! {
+                raw = attempt => raw,
+                message = &mut refused => {
+                    // No worker will ever run it: end it rather than leave it waiting.
+                    let _ = self
+                        .handle
+                        .terminate(
+                            WorkflowTerminateOptions::builder()
+                                .reason(format!("no program `{}` on this task queue", self.program))
+                                .build(),
+                        )
+                        .await;
+                    return Err(TemporalError::UnknownProgram {
+                        program: self.program.clone(),
+                        task_queue: self.task_queue.clone(),
+                        message,
+                    });
+                }
+            };
+            match outcome {
+                // The server went away for a moment (restarted, say): ask again, for a while.
+                Err(WorkflowGetResultError::Rpc(status))
+                    if unavailable_since
+                        .get_or_insert_with(std::time::Instant::now)
+                        .elapsed()
+                        < UNAVAILABLE_FOR =>
+                {
+                    tracing::debug!(%status, "waiting for the Temporal server");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+                other => break other,
             }
         };
         let raw: RawValue = raw.map_err(|e| self.failure(e))?;
