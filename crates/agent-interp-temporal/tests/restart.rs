@@ -10,9 +10,7 @@ use agent_interp_temporal::{StartOptions, Worker, connect, start};
 use agent_op::{Op, Prompt, Response, op};
 use agent_provider::ScriptedProvider;
 
-#[path = "../../../xtask/src/temporal.rs"]
-#[allow(dead_code)]
-mod server;
+use support::server;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_completes_across_a_server_restart() {

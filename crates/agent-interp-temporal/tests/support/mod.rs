@@ -6,7 +6,7 @@
 use std::path::Path;
 
 #[path = "../../../../xtask/src/temporal.rs"]
-mod server;
+pub mod server;
 
 /// The address of the project's Temporal server (started if needed), or `None` after one
 /// `SKIPPED:` line saying why there is none.
