@@ -37,6 +37,28 @@ pub enum Command {
         /// Do not stream the model's text to stderr.
         #[arg(long)]
         quiet: bool,
+        /// Run on the Temporal cluster at this address (`host:port`) instead of here; an
+        /// `agent worker` of the same spec must serve the task queue.
+        #[cfg(feature = "temporal")]
+        #[arg(long, value_name = "ADDRESS")]
+        temporal: Option<String>,
+        /// The Temporal task queue (with `--temporal`).
+        #[cfg(feature = "temporal")]
+        #[arg(long, default_value = "agents")]
+        task_queue: String,
+    },
+    /// Serve a spec's agent, and the model, tool and memory calls of its task queue, as a
+    /// Temporal worker (until Ctrl-C).
+    #[cfg(feature = "temporal")]
+    Worker {
+        /// The spec.
+        spec: PathBuf,
+        /// The Temporal server (`host:port`).
+        #[arg(long, value_name = "ADDRESS")]
+        temporal: String,
+        /// The task queue to serve.
+        #[arg(long, default_value = "agents")]
+        task_queue: String,
     },
     /// Inspect a JSONL trace.
     Trace {

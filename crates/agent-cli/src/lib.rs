@@ -15,6 +15,8 @@ pub mod error;
 pub mod journal_cmd;
 pub mod memory_cmd;
 pub mod run;
+#[cfg(feature = "temporal")]
+pub mod temporal_cmd;
 pub mod trace_cmd;
 pub mod viewer;
 
@@ -32,6 +34,10 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
             record,
             json,
             quiet,
+            #[cfg(feature = "temporal")]
+            temporal,
+            #[cfg(feature = "temporal")]
+            task_queue,
         } => {
             let trace = trace.unwrap_or_else(|| {
                 let stem = spec
@@ -46,6 +52,14 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
                 json,
                 stream: !quiet,
             };
+            #[cfg(feature = "temporal")]
+            let answer = match temporal {
+                Some(address) => {
+                    temporal_cmd::run(&spec, &address, &task_queue, &options.trace).await?
+                }
+                None => run::run(&spec, &options).await?,
+            };
+            #[cfg(not(feature = "temporal"))]
             let answer = run::run(&spec, &options).await?;
             if json {
                 format!(
@@ -60,6 +74,12 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
                 }
             }
         }
+        #[cfg(feature = "temporal")]
+        Command::Worker {
+            spec,
+            temporal,
+            task_queue,
+        } => temporal_cmd::worker(&spec, &temporal, &task_queue).await?,
         Command::Trace { command } => return trace(command),
         Command::Memory { db, command } => match command {
             MemoryCommand::Add {

@@ -38,6 +38,7 @@ pub struct Config {
     pub(crate) record_content: bool,
     pub(crate) clock: Option<Arc<dyn Clock>>,
     pub(crate) random_seed: Option<u64>,
+    pub(crate) route_tools_through_config: bool,
 }
 
 impl Config {
@@ -153,6 +154,15 @@ impl Config {
         self
     }
 
+    /// Runs every tool call with the config's tool of that name, even when a `with_tools`
+    /// scope of the program carries its own tool object (the scope still decides which tools
+    /// may run). For interpreters whose config tools run the calls elsewhere: the Temporal
+    /// interpreter's start activities on whichever worker picks them up.
+    pub fn route_tools_through_config(mut self, on: bool) -> Config {
+        self.route_tools_through_config = on;
+        self
+    }
+
     /// Fixes the run's trace id (otherwise each run gets a fresh random one).
     pub fn trace_id(mut self, id: impl Into<TraceId>) -> Config {
         self.trace_id = Some(id.into());
@@ -204,6 +214,10 @@ impl fmt::Debug for Config {
             .field("record_content", &self.record_content)
             .field("clock", &self.clock.is_some())
             .field("random_seed", &self.random_seed)
+            .field(
+                "route_tools_through_config",
+                &self.route_tools_through_config,
+            )
             .finish()
     }
 }

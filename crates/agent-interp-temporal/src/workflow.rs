@@ -218,6 +218,9 @@ impl WorkflowImplementation for ProgramWorkflow {
                     local: registration.provider.clone(),
                 }))
                 .tools(tools)
+                // A toolbox in the program carries its tools; their calls still go out as
+                // activities (the scope decides only which may run).
+                .route_tools_through_config(true)
                 .steering(steering)
                 .clock(Arc::new(WorkflowClock::new(ctx.clone())))
                 .random_seed(ctx.random::<u64>())

@@ -44,12 +44,50 @@ pub struct Answer {
     pub trace: PathBuf,
 }
 
-/// Runs the agent `spec_path` describes.
-pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliError> {
+/// What a spec builds besides its program.
+pub(crate) struct Parts {
+    pub(crate) spec: std::sync::Arc<Spec>,
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) toolbox: Toolbox,
+    pub(crate) memory: Option<agent_memory::SqliteBackend>,
+}
+
+/// Reads the spec at `spec_path` and builds its provider (recording to `record`), toolbox
+/// and memory.
+pub(crate) async fn parts(spec_path: &Path, record: Option<&Path>) -> Result<Parts, CliError> {
     let spec = Spec::read(spec_path)?;
     let base = spec_path.parent().unwrap_or(Path::new("."));
-    let provider = provider(&spec.model, base, options.record.as_deref())?;
+    let provider = provider(&spec.model, base, record)?;
     let toolbox = toolbox(&spec, base).await?;
+    let memory = match &spec.memory {
+        Some(memory) => Some(crate::memory_cmd::open(&base.join(&memory.db), true).await?),
+        None => None,
+    };
+    Ok(Parts {
+        spec: std::sync::Arc::new(spec),
+        provider,
+        toolbox,
+        memory,
+    })
+}
+
+/// The agent program the spec describes.
+#[cfg(feature = "temporal")]
+pub(crate) fn agent_program(
+    spec: &Spec,
+    toolbox: &Toolbox,
+) -> Result<Op<(), Result<Value, String>>, CliError> {
+    program(spec, toolbox)
+}
+
+/// Runs the agent `spec_path` describes.
+pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliError> {
+    let Parts {
+        spec,
+        provider,
+        toolbox,
+        memory,
+    } = parts(spec_path, options.record.as_deref()).await?;
 
     let mut config = Config::new()
         .shared_provider(provider)
@@ -58,9 +96,8 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
     if let Some(name) = &spec.agent.name {
         config = config.name(name.clone());
     }
-    if let Some(memory) = &spec.memory {
-        let db = base.join(&memory.db);
-        config = config.memory(crate::memory_cmd::open(&db, true).await?);
+    if let Some(memory) = memory {
+        config = config.memory(memory);
     }
     // Streamed to the file as the run goes (a crash keeps what happened), replaced by the
     // complete trace at the end.

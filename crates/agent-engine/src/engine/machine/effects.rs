@@ -393,7 +393,12 @@ where
             spans::last_event(&span, self.last_seq());
             return Ok(self.stack.feed(&mut Some(result)));
         }
-        let tool = scoped.or_else(|| self.rt.config.tools.get(&name).cloned());
+        let tool = match scoped {
+            Some(_) if self.rt.config.route_tools_through_config => {
+                self.rt.config.tools.get(&name).cloned()
+            }
+            scoped => scoped.or_else(|| self.rt.config.tools.get(&name).cloned()),
+        };
         // With a journal, only a call that runs live needs the tool.
         if tool.is_none() && self.rt.journal.is_none() {
             let permitted = self.permitted_tools();

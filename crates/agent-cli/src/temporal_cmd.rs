@@ -1,0 +1,113 @@
+//! `agent worker --temporal` and `agent run --temporal`: a spec's agent as a Temporal program
+//! (named after the agent, or else the spec file), served by workers and started from
+//! anywhere.
+
+use std::path::Path;
+
+use std::time::Duration;
+
+use agent_interp_temporal::{StartOptions, TemporalError, Worker, connect, start};
+use agent_op::op;
+use serde_json::Value;
+
+use crate::error::CliError;
+use crate::run::{self, Answer, spec::Spec};
+
+/// The program a spec is on Temporal: the agent's name, else the spec file's name.
+fn program_name(spec: &Spec, path: &Path) -> String {
+    spec.agent.name.clone().unwrap_or_else(|| {
+        path.file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "agent".into())
+    })
+}
+
+fn failed(error: TemporalError) -> CliError {
+    CliError::Run(error.to_string())
+}
+
+/// Serves the agent `spec_path` describes (the program named after the spec) and the model,
+/// tool and memory calls of every program on `task_queue`, until Ctrl-C.
+pub async fn worker(spec_path: &Path, address: &str, task_queue: &str) -> Result<String, CliError> {
+    let parts = run::parts(spec_path, None).await?;
+    let name = program_name(&parts.spec, spec_path);
+    // Built once here so a spec that cannot make a program fails now, not in a workflow.
+    let _checked = run::agent_program(&parts.spec, &parts.toolbox)?;
+    let client = connect(address).await.map_err(failed)?;
+    let (spec, toolbox) = (parts.spec.clone(), parts.toolbox.clone());
+    let mut worker = Worker::new(client, task_queue)
+        .shared_provider(parts.provider)
+        .tools(parts.toolbox.tool_set())
+        .program(name.clone(), move |(): ()| {
+            run::agent_program(&spec, &toolbox).unwrap_or_else(|e| op::fail(e.to_string()))
+        });
+    if let Some(memory) = parts.memory {
+        worker = worker.memory(memory);
+    }
+    eprintln!("serving `{name}` on task queue `{task_queue}` at {address} (Ctrl-C stops)");
+    worker
+        .run(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(failed)?;
+    Ok(String::new())
+}
+
+/// Starts the agent `spec_path` names on `task_queue`, prints its model and tool calls as
+/// they happen, waits for its answer and writes its trace to `trace_path`.
+pub async fn run(
+    spec_path: &Path,
+    address: &str,
+    task_queue: &str,
+    trace_path: &Path,
+) -> Result<Answer, CliError> {
+    let spec = Spec::read(spec_path)?;
+    let client = connect(address).await.map_err(failed)?;
+    let handle = start(
+        &client,
+        &program_name(&spec, spec_path),
+        (),
+        StartOptions::new(task_queue),
+    )
+    .await
+    .map_err(failed)?;
+    eprintln!(
+        "started {} on task queue `{task_queue}`",
+        handle.workflow_id()
+    );
+    let result = handle.result::<(), Result<Value, String>>();
+    tokio::pin!(result);
+    let mut shown = 0;
+    let outcome = loop {
+        tokio::select! {
+            outcome = &mut result => break outcome.map_err(failed)?,
+            () = tokio::time::sleep(Duration::from_secs(1)) => {
+                // Progress: the events the run recorded since the last look.
+                if let Ok(trace) = handle.trace().await {
+                    for entry in trace.events.iter().skip(shown) {
+                        eprintln!("  {} {}", entry.trace_id, entry.event.kind.event_type());
+                    }
+                    shown = shown.max(trace.events.len());
+                }
+            }
+        }
+    };
+    agent_op::trace::jsonl::write_trace_file(trace_path, &outcome.trace).map_err(|source| {
+        CliError::Io {
+            path: trace_path.to_owned(),
+            action: "writing the trace",
+            source,
+        }
+    })?;
+    match outcome.value {
+        Ok(value) => Ok(Answer {
+            value,
+            trace: trace_path.to_owned(),
+        }),
+        Err(failure) => Err(CliError::Run(format!(
+            "{failure} (trace: {})",
+            trace_path.display()
+        ))),
+    }
+}
