@@ -271,7 +271,11 @@ fn run_step(
     let shown = display(args);
     eprintln!("==> [{n}/{}] {shown}", STEPS.len());
     let start = Instant::now();
+    // Incremental caches are kept per crate and per feature set, beside the objects they
+    // cache: for a fresh build of this workspace they came to more disk than the build
+    // itself (CI ran out of disk linking step 6), and a one-off run never reuses them.
     let status = cargo(root, args)
+        .env("CARGO_INCREMENTAL", "0")
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .status()
         .map_err(|e| format!("could not run `{shown}`: {e}"))?;
