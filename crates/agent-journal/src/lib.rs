@@ -4,6 +4,7 @@
 //! interpreters write it during `run_durable` and read it in `replay` and `resume`. This
 //! crate holds its backends, all behind [`Journal`]:
 //!
+//! - [`MemoryJournal`]: entries in memory, for tests and journals that travel with a run;
 //! - [`JsonlJournal`]: a JSON Lines file — append-only, fsync per entry or never, a last
 //!   line torn by a crash dropped on open;
 //! - [`SqliteJournal`] (feature `sqlite`, on by default): one row per entry, the default for
@@ -19,6 +20,7 @@
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
 mod group;
 mod jsonl;
+mod memory;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "sqlite", feature = "postgres"))]
@@ -30,6 +32,7 @@ pub use agent_op::journal::{
     Entry, EntryKind, JOURNAL_VERSION, Journal, JournalError, Key, Sealed, fingerprint,
 };
 pub use jsonl::{Fsync, JsonlJournal};
+pub use memory::MemoryJournal;
 #[cfg(feature = "postgres")]
 pub use postgres::PostgresJournal;
 #[cfg(feature = "sqlite")]

@@ -111,6 +111,16 @@ where
                 Ok(Answer::Replayed(Box::new(value)))
             }
             Ok((Lookup::Live { key, request }, _)) => {
+                // Race outcomes, checkpoint markers and cut-off calls queued before this
+                // effect are committed before it starts, not with its result: the effect
+                // may take long, or never end in this process (a Temporal run continuing
+                // as new stops at its next effect), and a resumed run must not decide again
+                // what was decided before it.
+                if journal.has_queued() {
+                    if let Err(error) = journal.flush().await {
+                        return Err(self.fail(ErrorKind::Journal(Box::new(error))));
+                    }
+                }
                 Ok(Answer::Live(Box::new(Pending { key, request })))
             }
             Ok((Lookup::Interrupted { scope, exit }, copy)) => {
