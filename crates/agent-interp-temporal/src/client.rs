@@ -10,8 +10,9 @@ use serde_json::Value;
 use temporalio_client::errors::WorkflowGetResultError;
 use temporalio_client::{
     Client, ClientOptions, Connection, ConnectionOptions, UntypedQuery, UntypedSignal,
-    UntypedWorkflow, Url, WorkflowFetchHistoryOptions, WorkflowGetResultOptions, WorkflowHandle,
-    WorkflowQueryOptions, WorkflowSignalOptions, WorkflowStartOptions, WorkflowTerminateOptions,
+    UntypedWorkflow, Url, WorkflowExecutionInfo, WorkflowFetchHistoryOptions,
+    WorkflowGetResultOptions, WorkflowHandle, WorkflowQueryOptions, WorkflowSignalOptions,
+    WorkflowStartOptions, WorkflowTerminateOptions,
 };
 use temporalio_common::data_converters::{PayloadConverter, RawValue};
 use temporalio_common::protos::temporal::api::history::v1::history_event::Attributes;
@@ -114,6 +115,7 @@ pub async fn start<In: Serialize>(
             what: "the program's input",
             source,
         })?,
+        carried: None,
     })
     .map_err(|source| TemporalError::Codec {
         what: "the program's input",
@@ -144,8 +146,16 @@ pub async fn start<In: Serialize>(
         operation: "starting a workflow",
         message: e.to_string(),
     })?;
+    // Signals and queries go to the workflow's current run: after continuing as new, the
+    // run `start` began is closed.
+    let latest = WorkflowExecutionInfo::builder()
+        .namespace(handle.info().namespace.clone())
+        .workflow_id(workflow_id.clone())
+        .build()
+        .bind_untyped(client.clone());
     Ok(RunHandle {
         handle,
+        latest,
         program: program.to_owned(),
         task_queue: options.task_queue,
         workflow_id,
@@ -154,7 +164,10 @@ pub async fn start<In: Serialize>(
 
 /// A program running (or finished) on Temporal.
 pub struct RunHandle {
+    /// The run `start` began (its result follows the runs it continued as).
     handle: WorkflowHandle<Client, UntypedWorkflow>,
+    /// Whichever run of the workflow is current.
+    latest: WorkflowHandle<Client, UntypedWorkflow>,
     program: String,
     task_queue: String,
     workflow_id: String,
@@ -294,6 +307,52 @@ impl RunHandle {
         }
     }
 
+    /// The ids of the workflow runs this program has run as so far, first to last: one,
+    /// unless it continued as new (see [`Worker::continue_as_new_after`]).
+    ///
+    /// [`Worker::continue_as_new_after`]: crate::Worker::continue_as_new_after
+    pub async fn run_ids(&self) -> Result<Vec<String>, TemporalError> {
+        let mut runs = Vec::new();
+        let info = self.handle.info();
+        let mut next = info
+            .run_id
+            .clone()
+            .or_else(|| info.first_execution_run_id.clone());
+        while let Some(run_id) = next.take() {
+            let run = WorkflowExecutionInfo::builder()
+                .namespace(self.handle.info().namespace.clone())
+                .workflow_id(self.workflow_id.clone())
+                .run_id(run_id.clone())
+                .build()
+                .bind_untyped(self.handle.client().clone());
+            let events = tokio::time::timeout(
+                CALL_TIMEOUT,
+                run.fetch_history(WorkflowFetchHistoryOptions::default())
+                    .into_events(),
+            )
+            .await
+            .map_err(|_| TemporalError::Server {
+                operation: "reading a run's history",
+                message: format!("no answer within {CALL_TIMEOUT:?}"),
+            })?
+            .map_err(|e| TemporalError::Server {
+                operation: "reading a run's history",
+                message: e.to_string(),
+            })?;
+            next = events
+                .iter()
+                .rev()
+                .find_map(|event| match &event.attributes {
+                    Some(Attributes::WorkflowExecutionContinuedAsNewEventAttributes(
+                        attributes,
+                    )) => Some(attributes.new_execution_run_id.clone()),
+                    _ => None,
+                });
+            runs.push(run_id);
+        }
+        Ok(runs)
+    }
+
     /// Sends `steering` to the run: the program's next `op::next_steering` or waiting
     /// `op::wait_steering` takes it.
     pub async fn steer(&self, steering: Steering) -> Result<(), TemporalError> {
@@ -302,7 +361,7 @@ impl RunHandle {
             what: "a steering message",
             source,
         })?;
-        let signal = self.handle.signal(
+        let signal = self.latest.signal(
             UntypedSignal::new(STEER),
             RawValue::from_value(&value, &converter),
             WorkflowSignalOptions::default(),
@@ -321,7 +380,7 @@ impl RunHandle {
 
     async fn query(&self, name: &'static str) -> Result<Value, TemporalError> {
         let converter = PayloadConverter::serde_json();
-        let query = self.handle.query(
+        let query = self.latest.query(
             UntypedQuery::new(name),
             RawValue::from_value(&Value::Null, &converter),
             WorkflowQueryOptions::default(),

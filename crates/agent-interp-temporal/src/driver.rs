@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
+use crate::rollover::Rollover;
+
 /// The engine's future, polled with a waker of its own.
 ///
 /// The SDK fails a workflow task when the workflow's waker is woken by anything but the SDK
@@ -16,10 +18,22 @@ use std::task::{Context, Poll, Wake, Waker};
 /// in the same poll, for as long as the flag is raised. The SDK futures inside the engine
 /// (activities, timers) raise the same flag when they resolve, and the SDK polls the
 /// workflow after each activation that resolved one.
+///
+/// It also ends the run early when the run is due to continue as new ([`Rollover::due`])
+/// and the engine has nothing left to do in this activation.
 pub(crate) struct Driven<F> {
     engine: Pin<Box<F>>,
     flag: Arc<Flag>,
     waker: Waker,
+    rollover: Arc<Rollover>,
+}
+
+/// How a driven run ended.
+pub(crate) enum Step<T> {
+    /// The engine finished.
+    Done(T),
+    /// The run is handing over to its next run: the engine is idle, no effect in flight.
+    ContinueAsNew,
 }
 
 struct Flag(AtomicBool);
@@ -35,20 +49,21 @@ impl Wake for Flag {
 }
 
 impl<F: Future> Driven<F> {
-    pub(crate) fn new(engine: F) -> Driven<F> {
+    pub(crate) fn new(engine: F, rollover: Arc<Rollover>) -> Driven<F> {
         let flag = Arc::new(Flag(AtomicBool::new(true)));
         Driven {
             engine: Box::pin(engine),
             waker: Waker::from(flag.clone()),
             flag,
+            rollover,
         }
     }
 }
 
 impl<F: Future> Future for Driven<F> {
-    type Output = F::Output;
+    type Output = Step<F::Output>;
 
-    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<F::Output> {
+    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Step<F::Output>> {
         let this = &mut *self;
         // Poll at least once per activation: a resolved SDK future has raised the flag, but
         // polling without it costs one pass and never misses one.
@@ -56,8 +71,11 @@ impl<F: Future> Future for Driven<F> {
         while this.flag.0.swap(false, Ordering::AcqRel) {
             let mut cx = Context::from_waker(&this.waker);
             if let Poll::Ready(out) = this.engine.as_mut().poll(&mut cx) {
-                return Poll::Ready(out);
+                return Poll::Ready(Step::Done(out));
             }
+        }
+        if this.rollover.due() {
+            return Poll::Ready(Step::ContinueAsNew);
         }
         Poll::Pending
     }

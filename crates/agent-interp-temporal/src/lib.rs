@@ -31,6 +31,7 @@ mod clock;
 mod driver;
 mod error;
 mod proxy;
+mod rollover;
 mod scheduler;
 mod wire;
 mod worker;
@@ -41,5 +42,6 @@ pub use error::TemporalError;
 pub use scheduler::WorkflowScheduler;
 pub use temporalio_client::Client;
 pub use worker::{
-    DEFAULT_ACTIVITY_ATTEMPTS, DEFAULT_ACTIVITY_TIMEOUT, DEFAULT_HEARTBEAT_TIMEOUT, Worker,
+    DEFAULT_ACTIVITY_ATTEMPTS, DEFAULT_ACTIVITY_TIMEOUT, DEFAULT_CONTINUE_AS_NEW_AFTER,
+    DEFAULT_HEARTBEAT_TIMEOUT, Worker,
 };

@@ -17,6 +17,7 @@ use serde_json::Value;
 use temporalio_sdk::{ActivityOptions, CancellableFuture};
 
 use crate::activities::Effects;
+use crate::rollover::Rollover;
 use crate::wire::{self, InferCall, InferReply, MemoryCall, MemoryReply, ToolCall, ToolReply};
 
 /// The effect activities.
@@ -36,6 +37,7 @@ use crate::workflow::Ctx;
 pub(crate) struct Activities {
     ctx: Arc<SendWrapper<Ctx>>,
     settings: ActivitySettings,
+    rollover: Arc<Rollover>,
 }
 
 /// How effect activities are run (the SDK's options hold a single-threaded cancellation
@@ -75,19 +77,24 @@ impl ActivitySettings {
 }
 
 impl Activities {
-    pub(crate) fn new(ctx: Ctx, settings: ActivitySettings) -> Activities {
+    pub(crate) fn new(ctx: Ctx, settings: ActivitySettings, rollover: Arc<Rollover>) -> Activities {
         Activities {
             ctx: Arc::new(SendWrapper::new(ctx)),
             settings,
+            rollover,
         }
     }
 
     /// Starts activity `name` with `input` when first polled; the future cancels it if
-    /// dropped before it ends (a race's loser, a call a deadline cut off).
+    /// dropped before it ends (a race's loser, a call a deadline cut off). Once the run is
+    /// handing over to its next run (see [`Rollover`]), the call waits instead: the next
+    /// run makes it.
     fn call(&self, activity: Effect, input: Value) -> BoxFuture<'static, Result<Value, String>> {
         let ctx = self.ctx.clone();
         let options = self.settings.options_sendable();
+        let rollover = self.rollover.clone();
         let call = async move {
+            let _in_flight = rollover.start(ctx.continue_as_new_suggested()).await;
             let options = options.build();
             let started = match activity {
                 Effect::Infer => {

@@ -9,6 +9,8 @@ use agent_op::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::rollover::Carried;
+
 /// The activity that calls the model.
 pub(crate) const INFER: &str = "effect_agents.infer";
 /// The activity that calls a tool.
@@ -105,6 +107,9 @@ pub(crate) enum MemoryReply {
 pub(crate) struct ProgramInput {
     /// The caller's input, decoded by the program's registration.
     pub input: Value,
+    /// What the run before this one handed over, when it continued as new.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub carried: Option<Carried>,
 }
 
 /// A program workflow's result.

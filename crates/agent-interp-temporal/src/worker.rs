@@ -32,6 +32,11 @@ pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
 /// own error is not retried by Temporal: the program sees it, as it would in one process.
 pub const DEFAULT_ACTIVITY_ATTEMPTS: u32 = 10;
 
+/// How many effects (model, tool and memory calls) a workflow run starts before it
+/// continues as new: a sequential agent loop writes about six history events per call, so
+/// this stays under Temporal's warning at 10,240 events.
+pub const DEFAULT_CONTINUE_AS_NEW_AFTER: usize = 1_000;
+
 /// A Temporal worker for effect-agents programs: it runs the workflows of the programs
 /// registered on it and the activities (model, tool and memory calls) of every program on
 /// its task queue.
@@ -57,6 +62,7 @@ pub struct Worker {
     max_cached_workflows: usize,
     max_concurrent_activities: usize,
     build_id: Option<String>,
+    continue_as_new_after: Option<usize>,
 }
 
 impl Worker {
@@ -77,6 +83,7 @@ impl Worker {
             max_cached_workflows: 1000,
             max_concurrent_activities: 1000,
             build_id: None,
+            continue_as_new_after: Some(DEFAULT_CONTINUE_AS_NEW_AFTER),
         }
     }
 
@@ -104,11 +111,13 @@ impl Worker {
         let start: Start = Arc::new(move |input: Value| -> Result<Runnable, String> {
             let input: In = serde_json::from_value(input).map_err(|e| e.to_string())?;
             let (state, program) = make(input);
-            Ok(Box::new(move |config| {
+            Ok(Box::new(move |config, journal| {
                 Box::pin(async move {
                     let scheduler = WorkflowScheduler::with_limit(config.concurrency_limit());
+                    // Durably into the run's journal, which holds what the runs before this
+                    // one did when the workflow continued as new (answered with no activity).
                     let outcome = Engine::new(scheduler)
-                        .run(&config, state, program)
+                        .resume(&config, journal, state, program)
                         .await
                         .map_err(|error| Failure {
                             kind: error.kind.kind_name().to_owned(),
@@ -205,6 +214,21 @@ impl Worker {
         self
     }
 
+    /// How many effects a workflow run starts before it continues as new
+    /// ([`DEFAULT_CONTINUE_AS_NEW_AFTER`]); `None` continues as new only when the server
+    /// suggests it (its history is near Temporal's limits).
+    ///
+    /// Continuing as new is invisible to the program: the next run resumes from the
+    /// journal the run hands over (no call is made again) and goes on, so the result, state
+    /// and trace are those of one long run. It waits for a quiet moment: no effect in
+    /// flight. The journal travels as the next run's input, which Temporal caps at 2 MiB; a
+    /// run whose journal is larger goes on in its own history (with a warning). Every
+    /// worker of a task queue should use the same setting.
+    pub fn continue_as_new_after(mut self, effects: Option<usize>) -> Worker {
+        self.continue_as_new_after = effects.map(|n| n.max(1));
+        self
+    }
+
     /// The build id this worker reports (by default, a hash of the running executable).
     /// Temporal refuses two workers of one process that serve the same kinds of task on one
     /// task queue with the same build id; give each its own to run several in one process.
@@ -257,6 +281,7 @@ impl Worker {
                 memory: self.memory.is_some(),
                 activity,
                 max_concurrency: self.max_concurrency,
+                continue_as_new_after: self.continue_as_new_after,
             };
             workflow::register(&mut options, &name, registration)
                 .map_err(|e| TemporalError::Worker(format!("registering program `{name}`: {e}")))?;

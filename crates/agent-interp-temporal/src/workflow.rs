@@ -7,6 +7,8 @@ use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
 use agent_engine::{Config, SteeringQueue, Subscriber};
+use agent_journal::MemoryJournal;
+use agent_op::journal::Journal;
 use agent_op::{
     BoxFuture, Checkpoint, Event, Provider, Steering, ToolDefinition, ToolSet, TraceEntry, TraceId,
 };
@@ -20,13 +22,15 @@ use temporalio_sdk::workflows::{
     WorkflowDefinitionDescriptor, WorkflowError, WorkflowImplementation,
 };
 use temporalio_sdk::{
-    ApplicationFailure, WorkflowContext, WorkflowContextView, WorkflowTermination,
+    ApplicationFailure, ContinueAsNewOptions, WorkflowContext, WorkflowContextView,
+    WorkflowTermination,
 };
 use temporalio_workflow::workflow_interceptors::WorkflowOutputValue;
 
 use crate::clock::WorkflowClock;
-use crate::driver::Driven;
+use crate::driver::{Driven, Step};
 use crate::proxy::{Activities, ActivitySettings, MemoryProxy, ProviderProxy, ToolProxy};
+use crate::rollover::{Carried, Rollover};
 use crate::wire::{ProgramInput, ProgramOutput, Progress};
 
 /// The SDK's context of a running program workflow.
@@ -46,9 +50,16 @@ pub(crate) struct Failure {
     pub(crate) message: String,
 }
 
-/// A program, ready to run with the config the workflow builds.
-pub(crate) type Runnable =
-    Box<dyn FnOnce(Config) -> BoxFuture<'static, Result<ProgramOutput, Failure>> + Send>;
+/// A program, ready to run with the config the workflow builds, durably into a journal
+/// (which holds what earlier runs of the workflow did, when it continued as new).
+pub(crate) type Runnable = Box<
+    dyn FnOnce(Config, Arc<dyn Journal>) -> BoxFuture<'static, Result<ProgramOutput, Failure>>
+        + Send,
+>;
+
+/// The largest input a run continuing as new hands over (Temporal refuses payloads over
+/// 2 MiB): past it, the run goes on in its own history instead.
+const MAX_CARRIED_BYTES: usize = 2_000_000;
 
 /// Decodes a program's input and builds it.
 pub(crate) type Start = Arc<dyn Fn(Value) -> Result<Runnable, String> + Send + Sync>;
@@ -65,6 +76,8 @@ pub(crate) struct Registration {
     pub(crate) memory: bool,
     pub(crate) activity: ActivitySettings,
     pub(crate) max_concurrency: Option<NonZeroUsize>,
+    /// Effects a run starts before it continues as new (see [`Rollover`]).
+    pub(crate) continue_as_new_after: Option<usize>,
 }
 
 thread_local! {
@@ -198,13 +211,22 @@ impl WorkflowImplementation for ProgramWorkflow {
             let program = ctx.info().workflow_type().to_owned();
             let input: ProgramInput = serde_json::from_value(input.unwrap_or(Value::Null))
                 .map_err(|e| terminate("bad_input", format!("program {program}: {e}")))?;
-            let runnable = (registration.start)(input.input).map_err(|e| {
+            let carried = input.carried.unwrap_or_else(|| Carried {
+                seed: ctx.random::<u64>(),
+                ..Carried::default()
+            });
+            for message in carried.steering {
+                steering.push(message);
+            }
+            let journal = MemoryJournal::from_entries(carried.entries);
+            let rollover = Arc::new(Rollover::new(registration.continue_as_new_after));
+            let runnable = (registration.start)(input.input.clone()).map_err(|e| {
                 terminate(
                     "bad_input",
                     format!("program {program} cannot read its input: {e}"),
                 )
             })?;
-            let activities = Activities::new(ctx.clone(), registration.activity);
+            let activities = Activities::new(ctx.clone(), registration.activity, rollover.clone());
             let mut tools = ToolSet::new();
             for definition in &registration.tools {
                 tools.insert(Arc::new(ToolProxy {
@@ -221,9 +243,9 @@ impl WorkflowImplementation for ProgramWorkflow {
                 // A toolbox in the program carries its tools; their calls still go out as
                 // activities (the scope decides only which may run).
                 .route_tools_through_config(true)
-                .steering(steering)
+                .steering(steering.clone())
                 .clock(Arc::new(WorkflowClock::new(ctx.clone())))
-                .random_seed(ctx.random::<u64>())
+                .random_seed(carried.seed)
                 .trace_id(ctx.workflow_id().to_owned())
                 .name(program.clone())
                 .shared_subscriber(Arc::new(Live(progress.clone())));
@@ -233,9 +255,51 @@ impl WorkflowImplementation for ProgramWorkflow {
             if let Some(limit) = registration.max_concurrency {
                 config = config.max_concurrency(limit);
             }
-            let output = Driven::new(runnable(config))
-                .await
-                .map_err(|failure| terminate(&failure.kind, failure.message))?;
+            let mut driven = Driven::new(
+                runnable(config, Arc::new(journal.clone())),
+                rollover.clone(),
+            );
+            let output = loop {
+                match (&mut driven).await {
+                    Step::Done(output) => break output,
+                    Step::ContinueAsNew => {
+                        let mut pending = Vec::new();
+                        while let Some(message) = steering.pop() {
+                            pending.push(message);
+                        }
+                        let next = ProgramInput {
+                            input: input.input.clone(),
+                            carried: Some(Carried {
+                                entries: Carried::compact(journal.snapshot()),
+                                steering: pending.clone(),
+                                seed: carried.seed,
+                                runs: carried.runs + 1,
+                            }),
+                        };
+                        let next = serde_json::to_value(&next).map_err(|e| {
+                            terminate("bad_output", format!("program {program}: {e}"))
+                        })?;
+                        let size = serde_json::to_vec(&next).map_or(usize::MAX, |b| b.len());
+                        if size <= MAX_CARRIED_BYTES {
+                            drop(driven);
+                            let Err(handover) =
+                                ctx.continue_as_new(next, ContinueAsNewOptions::default());
+                            return Err(handover);
+                        }
+                        tracing::warn!(
+                            workflow_id = ctx.workflow_id(),
+                            bytes = size,
+                            "the run's journal is too large to carry into a new run; it goes \
+                             on in this one"
+                        );
+                        for message in pending {
+                            steering.push(message);
+                        }
+                        rollover.abandon();
+                    }
+                }
+            }
+            .map_err(|failure| terminate(&failure.kind, failure.message))?;
             progress.lock().unwrap_or_else(|e| e.into_inner()).trace = Some(output.trace.clone());
             let output = serde_json::to_value(&output)
                 .map_err(|e| terminate("bad_output", format!("program {program}: {e}")))?;

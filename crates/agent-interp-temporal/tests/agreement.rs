@@ -231,7 +231,11 @@ async fn generated_programs_agree_with_the_sequential_interpreter() {
     }
     let client = connect(&address).await.unwrap();
     let queue = support::task_queue("agree");
+    // The same programs again on a worker whose runs continue as new after every effect:
+    // handing over must not change a result, a state or a trace.
+    let handing_over = support::task_queue("agree-handing-over");
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (stop_other, other_stopped) = tokio::sync::oneshot::channel::<()>();
     let worker = Worker::new(client.clone(), queue.clone())
         .provider(echo())
         .tools(tools())
@@ -239,16 +243,40 @@ async fn generated_programs_agree_with_the_sequential_interpreter() {
         .run(async move {
             let _ = stopped.await;
         });
+    let other = Worker::new(client.clone(), handing_over.clone())
+        .provider(echo())
+        .tools(tools())
+        .continue_as_new_after(Some(1))
+        .build_id("agreement-handing-over")
+        .program("generated", Spec::build)
+        .run(async move {
+            let _ = other_stopped.await;
+        });
+    // On the handing-over worker each program starts and ends with a model call, so every
+    // one that does not fail at once hands over at least once, mid-program.
+    let framed: Vec<Spec> = specs
+        .iter()
+        .map(|spec| {
+            Spec::Seq(vec![
+                Spec::Ask("before".into()),
+                spec.clone(),
+                Spec::Ask("after".into()),
+            ])
+        })
+        .collect();
     let test = async {
         let mut handles = Vec::new();
-        for spec in &specs {
-            handles.push(
-                start(&client, "generated", spec, StartOptions::new(queue.clone()))
-                    .await
-                    .unwrap(),
-            );
+        for (queue, specs) in [(&queue, &specs), (&handing_over, &framed)] {
+            for spec in specs {
+                handles.push(
+                    start(&client, "generated", spec, StartOptions::new(queue.clone()))
+                        .await
+                        .unwrap(),
+                );
+            }
         }
-        for (spec, handle) in specs.iter().zip(&handles) {
+        let mut handed_over = 0;
+        for (spec, handle) in specs.iter().chain(&framed).zip(&handles) {
             let on_temporal =
                 tokio::time::timeout(Duration::from_secs(300), handle.result::<Seen, Value>())
                     .await
@@ -258,6 +286,9 @@ async fn generated_programs_agree_with_the_sequential_interpreter() {
             let local = tokio::task::spawn_blocking(move || run_seq(spec_for_seq, id))
                 .await
                 .unwrap();
+            if handle.run_ids().await.unwrap().len() > 1 {
+                handed_over += 1;
+            }
             match (on_temporal, local) {
                 (Ok(o), Ok((value, state, trace))) => {
                     assert_eq!(o.value, value, "value of {spec:?}");
@@ -274,11 +305,20 @@ async fn generated_programs_agree_with_the_sequential_interpreter() {
                 ),
             }
         }
-        eprintln!("{} generated programs agreed", specs.len());
+        eprintln!(
+            "{} generated programs agreed, and again framed ({handed_over} runs continued as new)",
+            specs.len()
+        );
+        assert!(
+            handed_over >= framed.len() / 2,
+            "only {handed_over} runs continued as new"
+        );
         let _ = stop.send(());
+        let _ = stop_other.send(());
     };
-    let (ran, ()) = tokio::join!(worker, test);
+    let (ran, other_ran, ()) = tokio::join!(worker, other, test);
     ran.unwrap();
+    other_ran.unwrap();
 }
 
 /// A model that asks for the `upper` tool once, then answers with what it returned.

@@ -9,14 +9,16 @@ use agent_op::crdt::GSet;
 use agent_op::{Op, Prompt, Response, Steering, op};
 use agent_provider::ScriptedProvider;
 
+fn last_message(p: &Prompt) -> String {
+    p.messages
+        .last()
+        .map(|m| m.content().to_owned())
+        .unwrap_or_default()
+}
+
 fn echo() -> ScriptedProvider {
     ScriptedProvider::from_fn(|_, p| {
-        let last = p
-            .messages
-            .last()
-            .map(|m| m.content().to_owned())
-            .unwrap_or_default();
-        Ok(Response::text(format!("echo: {last}")).with_usage(3, 4))
+        Ok(Response::text(format!("echo: {}", last_message(p))).with_usage(3, 4))
     })
 }
 
@@ -196,4 +198,114 @@ async fn an_unreachable_server_is_a_typed_error_within_the_bound() {
         ),
         "{error}"
     );
+}
+
+/// A loop of `turns` model calls (a `par` of two every fifth turn, a race of two every
+/// fifth after that), then a wait for a steering message.
+fn long_loop(turns: u32) -> Op<Seen, String> {
+    fn turn(i: u32, turns: u32) -> Op<Seen, String> {
+        if i == turns {
+            return op::wait_steering(Duration::from_secs(300))
+                .map(|s| s.map(|s| s.message).unwrap_or_default());
+        }
+        let step = match i % 5 {
+            2 => op::par(vec![ask(format!("{i} a")), ask(format!("{i} b"))]).map(|v| v.join("+")),
+            4 => op::race(vec![ask(format!("{i} x")), ask(format!("{i} y"))]),
+            _ => ask(format!("turn {i}")),
+        };
+        step.and_then(move |answer| {
+            turn(i + 1, turns).map(move |rest| format!("{answer} | {rest}"))
+        })
+    }
+    turn(0, turns)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_loop_continues_as_new_transparently() {
+    let Some(address) = support::address("a_long_loop_continues_as_new_transparently") else {
+        return;
+    };
+    let asked = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let counted = {
+        let asked = asked.clone();
+        ScriptedProvider::from_fn(move |_, p| {
+            asked.lock().unwrap().push(last_message(p));
+            Ok(Response::text(format!("echo: {}", last_message(p))).with_usage(3, 4))
+        })
+    };
+    let client = connect(&address).await.unwrap();
+    let queue = support::task_queue("rollover");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = Worker::new(client.clone(), queue.clone())
+        .provider(counted)
+        .continue_as_new_after(Some(4))
+        .program("long_loop", long_loop)
+        .run(async move {
+            let _ = stopped.await;
+        });
+    let test = async {
+        let handle = start(
+            &client,
+            "long_loop",
+            23u32,
+            StartOptions::new(queue.clone()),
+        )
+        .await
+        .unwrap();
+        // The loop hands over every four calls: wait until it has, more than once, then
+        // steer the run that is current.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+        loop {
+            let runs = handle.run_ids().await.unwrap();
+            if runs.len() >= 4 {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "only {} runs",
+                runs.len()
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        handle.steer(Steering::new("stop")).await.unwrap();
+        let outcome =
+            tokio::time::timeout(Duration::from_secs(120), handle.result::<Seen, String>())
+                .await
+                .expect("the run ends")
+                .unwrap();
+        let runs = handle.run_ids().await.unwrap();
+        // 23 turns, nine of them two calls (28 to 32 calls), four per run.
+        assert!(runs.len() >= 7, "{} runs", runs.len());
+
+        let steering = agent_interp_seq::SteeringQueue::new();
+        steering.push(Steering::new("stop"));
+        let local = agent_interp_seq::run(
+            &agent_interp_seq::Config::new()
+                .provider(echo())
+                .steering(steering)
+                .trace_id(handle.workflow_id()),
+            Seen::default(),
+            long_loop(23),
+        )
+        .await
+        .unwrap();
+        assert_eq!(outcome.value, local.value);
+        assert!(outcome.value.ends_with("| stop"), "{}", outcome.value);
+        assert_eq!(outcome.state, local.state);
+        assert_eq!(outcome.trace.canonical(), local.trace.canonical());
+        // No call was made twice across the hand-overs (every prompt is unique), and
+        // every turn's were made (a race's loser may have been cancelled before it ran).
+        let mut asked = asked.lock().unwrap().clone();
+        let all = asked.len();
+        asked.sort();
+        asked.dedup();
+        assert_eq!(asked.len(), all, "a call was made twice: {asked:?}");
+        assert!((28..=32).contains(&all), "{all} calls");
+        // The query reaches the last run, which rebuilt the whole trace.
+        let queried = handle.trace().await.unwrap();
+        assert_eq!(queried.canonical(), outcome.trace.canonical());
+        let _ = stop.send(());
+    };
+    let (ran, ()) = tokio::join!(worker, test);
+    ran.unwrap();
 }
