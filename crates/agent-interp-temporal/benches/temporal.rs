@@ -1,7 +1,8 @@
 //! Benchmarks of the Temporal interpreter against the project's development server (`cargo
 //! xtask bench temporal` starts it): what a model call as an activity costs next to a plain
 //! SDK workflow calling a no-op activity, a 1,000-branch fan-out next to the SDK joining
-//! 1,000 activities, and rebuilding a workflow of 1,000 effects from its history.
+//! 1,000 activities (with 1, 2 and 4 worker processes), and rebuilding a workflow of 1,000
+//! effects from its history, or from the journal it carried when it continued as new.
 
 // The SDK's workflow and activity macros generate public items without docs.
 #![allow(missing_docs)]
@@ -111,6 +112,64 @@ fn calls_then_wait(n: usize) -> Op<(), usize> {
     .map(move |_| n)
 }
 
+/// Set in the environment of the worker processes `temporal.fanout_1k` starts: the server's
+/// address and the task queue, separated by a space.
+const WORKER_ENV: &str = "AGENT_TEMPORAL_BENCH_WORKER";
+
+/// Worker processes that serve the fan-out's workflow and calls; killed when dropped. Each
+/// also exits by itself when its standard input closes (this process died).
+struct Workers(Vec<std::process::Child>);
+
+impl Workers {
+    fn start(address: &str, queue: &str, n: usize) -> Workers {
+        let exe = std::env::current_exe().unwrap();
+        Workers(
+            (0..n)
+                .map(|_| {
+                    std::process::Command::new(&exe)
+                        .env(WORKER_ENV, format!("{address} {queue}"))
+                        .stdin(std::process::Stdio::piped())
+                        .spawn()
+                        .unwrap()
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// A worker process: the fan-out program, its model answering in 10 ms.
+fn serve(spec: &str) {
+    let (address, queue) = spec.split_once(' ').unwrap();
+    std::thread::spawn(|| {
+        let _ = std::io::copy(&mut std::io::stdin(), &mut std::io::sink());
+        std::process::exit(0);
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let client = connect(address).await.unwrap();
+        Worker::new(client, queue)
+            .provider(instant().with_latency(Duration::from_millis(10)))
+            .program("fan_out", fan_out)
+            // Several workers of one task queue in processes of one executable.
+            .build_id(format!("bench-{}", std::process::id()))
+            .run(std::future::pending())
+            .await
+            .unwrap();
+    });
+}
+
 fn instant() -> ScriptedProvider {
     ScriptedProvider::from_fn(|_, _| Ok(Response::text("ok")))
 }
@@ -160,7 +219,7 @@ fn median(mut samples: Vec<Duration>) -> Duration {
     samples[samples.len() / 2]
 }
 
-async fn measure(client: &Client, queue: &str, plain_queue: &str) {
+async fn measure(client: &Client, address: &str, queue: &str, plain_queue: &str) {
     if bench_kit::enabled("temporal.step") {
         let (mut subject, mut baseline) = (Vec::new(), Vec::new());
         for _ in 0..5 {
@@ -176,25 +235,38 @@ async fn measure(client: &Client, queue: &str, plain_queue: &str) {
         );
     }
     if bench_kit::enabled("temporal.fanout_1k") {
-        let (mut subject, mut baseline) = (Vec::new(), Vec::new());
+        let mut baseline = Vec::new();
         for _ in 0..2 {
-            subject.push(ours::<usize>(client, queue, "fan_out", FANOUT as u64).await);
             baseline.push(plain(client, plain_queue, true, FANOUT as u32).await);
         }
-        let (subject, baseline) = (median(subject), median(baseline));
-        bench_kit::report(
-            "temporal.fanout_1k",
-            bench_kit::ms(subject),
-            "ms",
-            bench_kit::ms(baseline),
-        );
-        let rate = |d: Duration| FANOUT as f64 / d.as_secs_f64();
-        bench_kit::report(
-            "temporal.fanout_1k_branches_per_s",
-            rate(subject),
-            "branches/s",
-            rate(baseline),
-        );
+        let baseline = median(baseline);
+        let mut one_worker = baseline;
+        for processes in [1, 2, 4] {
+            let queue = id("fanout");
+            let workers = Workers::start(address, &queue, processes);
+            let mut subject = Vec::new();
+            for _ in 0..2 {
+                subject.push(ours::<usize>(client, &queue, "fan_out", FANOUT as u64).await);
+            }
+            drop(workers);
+            let subject = median(subject);
+            let name = match processes {
+                1 => {
+                    one_worker = subject;
+                    "temporal.fanout_1k".to_owned()
+                }
+                n => format!("temporal.fanout_1k_{n}_workers"),
+            };
+            bench_kit::report(&name, bench_kit::ms(subject), "ms", bench_kit::ms(baseline));
+            let rate = |d: Duration| FANOUT as f64 / d.as_secs_f64();
+            bench_kit::report(
+                &format!("{name}_branches_per_s"),
+                rate(subject),
+                "branches/s",
+                rate(baseline),
+            );
+        }
+        let subject = one_worker;
         // The same program in one process, for scale.
         let config = agent_interp_par::Config::new()
             .provider(instant().with_latency(Duration::from_millis(10)));
@@ -220,11 +292,14 @@ async fn replay(client: &Client) {
         return;
     }
     let mut figures = Vec::new();
-    for rebuilt in [true, false] {
+    // Rebuilt from its history; cached; rebuilt after it continued as new at its 1,000th
+    // call (a short history, and the journal it carries).
+    for (rebuilt, hand_over) in [(true, false), (false, false), (true, true)] {
         let queue = id("replay");
         let worker = || {
             Worker::new(client.clone(), queue.clone())
                 .provider(instant())
+                .continue_as_new_after(hand_over.then_some(REPLAYED))
                 .program("calls_then_wait", calls_then_wait)
         };
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -242,8 +317,9 @@ async fn replay(client: &Client) {
         let waiting = async {
             // Until the calls are done and the program waits.
             loop {
+                let handed_over = handle.run_ids().await.unwrap().len() > 1;
                 let trace = handle.trace().await.unwrap();
-                if trace.infer_calls() >= REPLAYED {
+                if trace.infer_calls() >= REPLAYED && handed_over == hand_over {
                     break;
                 }
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -290,9 +366,18 @@ async fn replay(client: &Client) {
         "ms",
         bench_kit::ms(figures[1]),
     );
+    bench_kit::report(
+        "temporal.replay_1k_handed_over",
+        bench_kit::ms(figures[2]),
+        "ms",
+        bench_kit::ms(figures[1]),
+    );
 }
 
 fn main() {
+    if let Ok(spec) = std::env::var(WORKER_ENV) {
+        return serve(&spec);
+    }
     let wanted = ["temporal.step", "temporal.fanout_1k", "temporal.replay_1k"];
     if !wanted.iter().any(|name| bench_kit::enabled(name)) {
         return;
@@ -318,7 +403,6 @@ fn main() {
         let subject = Worker::new(client.clone(), queue.clone())
             .provider(instant())
             .program("steps", steps)
-            .program("fan_out", fan_out)
             .run(async move {
                 let _ = stopped_subject.wait_for(|s| *s).await;
             });
@@ -335,7 +419,7 @@ fn main() {
         let stop_baseline = baseline.shutdown_handle();
         let mut stopped_baseline = stopped.clone();
         let measured = async {
-            measure(&client, &queue, &plain_queue).await;
+            measure(&client, &address, &queue, &plain_queue).await;
             let _ = stop.send(true);
         };
         let baseline_stopper = async move {

@@ -10,9 +10,9 @@ use serde_json::Value;
 use temporalio_client::errors::WorkflowGetResultError;
 use temporalio_client::{
     Client, ClientOptions, Connection, ConnectionOptions, UntypedQuery, UntypedSignal,
-    UntypedWorkflow, Url, WorkflowExecutionInfo, WorkflowFetchHistoryOptions,
-    WorkflowGetResultOptions, WorkflowHandle, WorkflowQueryOptions, WorkflowSignalOptions,
-    WorkflowStartOptions, WorkflowTerminateOptions,
+    UntypedWorkflow, Url, WorkflowCancelOptions, WorkflowExecutionInfo,
+    WorkflowFetchHistoryOptions, WorkflowGetResultOptions, WorkflowHandle, WorkflowQueryOptions,
+    WorkflowSignalOptions, WorkflowStartOptions, WorkflowTerminateOptions,
 };
 use temporalio_common::data_converters::{PayloadConverter, RawValue};
 use temporalio_common::protos::temporal::api::history::v1::history_event::Attributes;
@@ -351,6 +351,26 @@ impl RunHandle {
             runs.push(run_id);
         }
         Ok(runs)
+    }
+
+    /// Asks the run to stop: the program is aborted where it is (its calls in flight are
+    /// cancelled) and [`result`](RunHandle::result) returns [`TemporalError::Stopped`].
+    pub async fn cancel(&self, reason: &str) -> Result<(), TemporalError> {
+        let cancel = self.latest.cancel(
+            WorkflowCancelOptions::builder()
+                .reason(reason.to_owned())
+                .build(),
+        );
+        tokio::time::timeout(CALL_TIMEOUT, cancel)
+            .await
+            .map_err(|_| TemporalError::Server {
+                operation: "cancelling a run",
+                message: format!("no answer within {CALL_TIMEOUT:?}"),
+            })?
+            .map_err(|e| TemporalError::Server {
+                operation: "cancelling a run",
+                message: e.to_string(),
+            })
     }
 
     /// Sends `steering` to the run: the program's next `op::next_steering` or waiting

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, Wake, Waker};
 
+use agent_engine::CancellationToken;
+
 use crate::rollover::Rollover;
 
 /// The engine's future, polled with a waker of its own.
@@ -21,11 +23,17 @@ use crate::rollover::Rollover;
 ///
 /// It also ends the run early when the run is due to continue as new ([`Rollover::due`])
 /// and the engine has nothing left to do in this activation.
+///
+/// And it turns the workflow's cancellation (an SDK future, polled with the workflow's own
+/// waker) into the run's abort token.
 pub(crate) struct Driven<F> {
     engine: Pin<Box<F>>,
     flag: Arc<Flag>,
     waker: Waker,
     rollover: Arc<Rollover>,
+    /// Until it resolved.
+    cancelled: Option<Pin<Box<dyn Future<Output = ()>>>>,
+    abort: CancellationToken,
 }
 
 /// How a driven run ended.
@@ -49,13 +57,22 @@ impl Wake for Flag {
 }
 
 impl<F: Future> Driven<F> {
-    pub(crate) fn new(engine: F, rollover: Arc<Rollover>) -> Driven<F> {
+    /// Drives `engine`; `cancelled` resolves when the workflow is cancelled, which cancels
+    /// `abort` (the engine's abort token).
+    pub(crate) fn new(
+        engine: F,
+        rollover: Arc<Rollover>,
+        cancelled: impl Future<Output = ()> + 'static,
+        abort: CancellationToken,
+    ) -> Driven<F> {
         let flag = Arc::new(Flag(AtomicBool::new(true)));
         Driven {
             engine: Box::pin(engine),
             waker: Waker::from(flag.clone()),
             flag,
             rollover,
+            cancelled: Some(Box::pin(cancelled)),
+            abort,
         }
     }
 }
@@ -63,8 +80,15 @@ impl<F: Future> Driven<F> {
 impl<F: Future> Future for Driven<F> {
     type Output = Step<F::Output>;
 
-    fn poll(mut self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<Step<F::Output>> {
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Step<F::Output>> {
         let this = &mut *self;
+        // Cancelling the token wakes the engine through its own waker (raising the flag).
+        if let Some(cancelled) = &mut this.cancelled
+            && cancelled.as_mut().poll(cx).is_ready()
+        {
+            this.cancelled = None;
+            this.abort.cancel();
+        }
         // Poll at least once per activation: a resolved SDK future has raised the flag, but
         // polling without it costs one pass and never misses one.
         this.flag.0.store(true, Ordering::Release);

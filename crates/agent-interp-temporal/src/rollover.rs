@@ -52,8 +52,8 @@ impl Carried {
 
 /// When a run continues as new, and whether it is time.
 pub(crate) struct Rollover {
-    /// Effects a run starts before it continues as new (`None`: only when the server
-    /// suggests it).
+    /// Effects a run starts before it continues as new, or sooner on the server's
+    /// suggestion (`None`: never).
     after: Option<usize>,
     started: AtomicUsize,
     in_flight: AtomicUsize,
@@ -86,8 +86,10 @@ impl Rollover {
         }
         let started = self.started.fetch_add(1, Ordering::AcqRel) + 1;
         self.in_flight.fetch_add(1, Ordering::AcqRel);
-        let abandoned = self.abandoned.load(Ordering::Acquire);
-        if !abandoned && (suggested || self.after.is_some_and(|after| started >= after)) {
+        let due = self
+            .after
+            .is_some_and(|after| suggested || started >= after);
+        if due && !self.abandoned.load(Ordering::Acquire) {
             // This effect still runs; the ones after it wait for the next run.
             self.draining.store(true, Ordering::Release);
         }
@@ -161,13 +163,19 @@ mod tests {
     }
 
     #[test]
-    fn the_servers_suggestion_starts_the_hand_over() {
-        let rollover = Arc::new(Rollover::new(None));
+    fn the_servers_suggestion_starts_the_hand_over_unless_it_is_off() {
+        let rollover = Arc::new(Rollover::new(Some(100)));
         drop(rollover.admit(false));
         assert!(!rollover.due());
         drop(rollover.admit(true));
         assert!(rollover.due());
         assert!(rollover.admit(false).is_none());
+
+        let off = Arc::new(Rollover::new(None));
+        for _ in 0..1000 {
+            drop(off.admit(true));
+        }
+        assert!(!off.due());
     }
 
     #[test]

@@ -215,8 +215,9 @@ impl Worker {
     }
 
     /// How many effects a workflow run starts before it continues as new
-    /// ([`DEFAULT_CONTINUE_AS_NEW_AFTER`]); `None` continues as new only when the server
-    /// suggests it (its history is near Temporal's limits).
+    /// ([`DEFAULT_CONTINUE_AS_NEW_AFTER`]), or sooner if the server suggests it (the
+    /// history nears Temporal's limits). `None` never continues as new: the history grows
+    /// until Temporal fails the run at 51,200 events.
     ///
     /// Continuing as new is invisible to the program: the next run resumes from the
     /// journal the run hands over (no call is made again) and goes on, so the result, state

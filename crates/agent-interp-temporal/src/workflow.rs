@@ -6,7 +6,7 @@ use std::cell::RefCell;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 
-use agent_engine::{Config, SteeringQueue, Subscriber};
+use agent_engine::{CancellationToken, Config, SteeringQueue, Subscriber};
 use agent_journal::MemoryJournal;
 use agent_op::journal::Journal;
 use agent_op::{
@@ -255,9 +255,15 @@ impl WorkflowImplementation for ProgramWorkflow {
             if let Some(limit) = registration.max_concurrency {
                 config = config.max_concurrency(limit);
             }
+            let abort = CancellationToken::new();
+            config = config.cancel_token(abort.clone());
+            let workflow_cancelled = ctx.cancellation_token();
+            let cancelled = async move { workflow_cancelled.cancelled().await };
             let mut driven = Driven::new(
                 runnable(config, Arc::new(journal.clone())),
                 rollover.clone(),
+                cancelled,
+                abort.clone(),
             );
             let output = loop {
                 match (&mut driven).await {
@@ -299,7 +305,14 @@ impl WorkflowImplementation for ProgramWorkflow {
                     }
                 }
             }
-            .map_err(|failure| terminate(&failure.kind, failure.message))?;
+            .map_err(|failure| {
+                if failure.kind == "aborted" && abort.is_cancelled() {
+                    // The workflow was cancelled, and the program stopped for it.
+                    WorkflowTermination::cancelled()
+                } else {
+                    terminate(&failure.kind, failure.message)
+                }
+            })?;
             progress.lock().unwrap_or_else(|e| e.into_inner()).trace = Some(output.trace.clone());
             let output = serde_json::to_value(&output)
                 .map_err(|e| terminate("bad_output", format!("program {program}: {e}")))?;

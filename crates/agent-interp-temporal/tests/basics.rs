@@ -309,3 +309,60 @@ async fn a_long_loop_continues_as_new_transparently() {
     let (ran, ()) = tokio::join!(worker, test);
     ran.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_run_aborts_its_program() {
+    let Some(address) = support::address("cancelling_a_run_aborts_its_program") else {
+        return;
+    };
+    let client = connect(&address).await.unwrap();
+    let queue = support::task_queue("cancel");
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let worker = Worker::new(client.clone(), queue.clone())
+        .provider(echo())
+        .program(
+            "ask_then_listen",
+            |limit_s: u64| -> Op<Seen, Option<String>> {
+                ask("hello".into()).then(
+                    op::wait_steering(Duration::from_secs(limit_s)).map(|s| s.map(|s| s.message)),
+                )
+            },
+        )
+        .run(async move {
+            let _ = stopped.await;
+        });
+    let test = async {
+        let handle = start(
+            &client,
+            "ask_then_listen",
+            3600u64,
+            StartOptions::new(queue.clone()),
+        )
+        .await
+        .unwrap();
+        // Until the program waits (its call is done).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while handle.trace().await.unwrap().infer_calls() < 1 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the call never ended"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        handle.cancel("the user left").await.unwrap();
+        let error = tokio::time::timeout(
+            Duration::from_secs(60),
+            handle.result::<Seen, Option<String>>(),
+        )
+        .await
+        .expect("a cancelled run ends without waiting out its hour")
+        .unwrap_err();
+        assert!(
+            matches!(error, TemporalError::Stopped { ref program, .. } if program == "ask_then_listen"),
+            "{error}"
+        );
+        let _ = stop.send(());
+    };
+    let (ran, ()) = tokio::join!(worker, test);
+    ran.unwrap();
+}
