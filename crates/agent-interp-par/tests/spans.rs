@@ -89,7 +89,9 @@ fn program() -> Op<(), ()> {
     let branch = |city: &'static str| {
         op::infer_raw::<()>(
             "small",
-            agent_op::Prompt::default().user(format!("weather in {city}?")),
+            agent_op::Prompt::default()
+                .system("Answer in one word.")
+                .user(format!("weather in {city}?")),
         )
         .then(op::tool("weather", json!({"city": city})))
         .map(|_| ())
@@ -275,6 +277,8 @@ fn a_run_is_a_tree_of_genai_spans_linked_to_its_trace() {
     assert!(trace.events.iter().any(|e| matches!(&e.event.kind,
         agent_op::EventKind::ToolCall(c) if c.call_id.as_deref() == Some("call-7"))));
     assert_eq!(broken.field("otel.status_code"), Some("ERROR"));
+    // The error's own text, which receivers show as the span's status message.
+    assert_eq!(broken.field("otel.status_description"), Some("no luck"));
     assert_eq!(broken.parent, Some(*root_id));
 
     // The race: its losing branch is marked cancelled.
@@ -336,12 +340,35 @@ fn message_contents_are_recorded_only_on_opt_in() {
         .map(|(_, s)| s)
         .find(|s| s.name == "chat")
         .unwrap();
-    let input = chat.field("gen_ai.input.messages").unwrap();
-    assert!(input.contains("weather in"), "{input}");
+    // The GenAI conventions' shape: a role and typed parts per message.
+    let input: serde_json::Value =
+        serde_json::from_str(chat.field("gen_ai.input.messages").unwrap()).unwrap();
+    // The leading system message is the instructions, recorded apart, not twice.
+    assert_eq!(input.as_array().unwrap().len(), 1, "{input}");
+    assert_eq!(input[0]["role"], "user", "{input}");
+    assert_eq!(input[0]["parts"][0]["type"], "text", "{input}");
     assert!(
-        chat.field("gen_ai.output.messages")
+        input[0]["parts"][0]["content"]
+            .as_str()
             .unwrap()
-            .contains("sunny")
+            .starts_with("weather in"),
+        "{input}"
+    );
+    let instructions: serde_json::Value =
+        serde_json::from_str(chat.field("gen_ai.system_instructions").unwrap()).unwrap();
+    assert_eq!(
+        instructions,
+        serde_json::json!([{"type": "text", "content": "Answer in one word."}])
+    );
+    let output: serde_json::Value =
+        serde_json::from_str(chat.field("gen_ai.output.messages").unwrap()).unwrap();
+    assert_eq!(
+        output,
+        serde_json::json!([{
+            "role": "assistant",
+            "parts": [{"type": "text", "content": "sunny"}],
+            "finish_reason": "stop",
+        }])
     );
     let weather = spans
         .iter()

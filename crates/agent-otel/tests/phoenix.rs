@@ -205,6 +205,38 @@ fn check(spans: &[Value], root_name: &str) {
         .find(|s| s["name"] == "execute_tool lookup")
         .unwrap();
     assert_eq!(attrs(tool)["gen_ai.tool.call.id"], "call-1", "{tool}");
+    // Phoenix reads the GenAI conventions' messages into its own LLM message attributes
+    // (what its UI shows): the instructions, then the question; the reply.
+    let mut questions = Vec::new();
+    for chat in spans.iter().filter(|s| s["name"] == "chat small") {
+        let a = attrs(chat);
+        assert_eq!(a["llm.input_messages.0.message.role"], "system", "{chat}");
+        assert_eq!(
+            a["llm.input_messages.0.message.content"], "Answer in one word.",
+            "{chat}"
+        );
+        assert_eq!(a["llm.input_messages.1.message.role"], "user", "{chat}");
+        questions.push(a["llm.input_messages.1.message.content"].clone());
+        assert!(
+            a.get("llm.input_messages.2.message.role").is_none(),
+            "the instructions appear once: {chat}"
+        );
+        assert_eq!(
+            a["llm.output_messages.0.message.role"], "assistant",
+            "{chat}"
+        );
+        assert_eq!(a["llm.output_messages.0.message.content"], "ok", "{chat}");
+    }
+    questions.sort_by_key(|q| q.to_string());
+    assert_eq!(questions, ["first?", "second?"]);
+    // A failed tool's span carries the error's text and kind.
+    let broken = spans
+        .iter()
+        .find(|s| s["name"] == "execute_tool broken")
+        .unwrap();
+    assert_eq!(broken["status_code"], "ERROR", "{broken}");
+    assert_eq!(broken["status_message"], "the index is offline", "{broken}");
+    assert_eq!(attrs(broken)["error.type"], "failed", "{broken}");
 }
 
 fn export(
@@ -220,7 +252,8 @@ fn export(
             .enable_time()
             .build()
             .unwrap();
-        run.block_on(agent_interp_par::run(&config(name), (), program()))
+        let config = config(name).record_content(true);
+        run.block_on(agent_interp_par::run(&config, (), program()))
             .unwrap();
     });
     guard.shutdown().unwrap();

@@ -15,7 +15,8 @@
 //! branch's trace id) and `effect_agents.event.first` / `.last`, the sequence numbers within
 //! that branch of the first and last event it covers.
 
-use agent_op::{ProviderError, Response, ToolError, TraceId};
+use agent_op::{Message, ProviderError, Response, ToolError, TraceId};
+use serde_json::{Value, json};
 use tracing::Span;
 use tracing::field::Empty;
 
@@ -132,11 +133,13 @@ pub(crate) fn chat(parent: &Span, provider: &str, model: &str, event: u64) -> Sp
         gen_ai.response.finish_reasons = Empty,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
+        gen_ai.system_instructions = Empty,
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
         effect_agents.event.first = int(event),
         effect_agents.event.last = Empty,
         error.type = Empty,
+        otel.status_description = Empty,
     );
     display_name(&span, || format!("chat {model}"));
     span
@@ -170,11 +173,52 @@ pub(crate) fn chat_ended(span: &Span, response: &Response, content: bool) {
         int(response.usage.output_tokens),
     );
     if content {
-        let message = response.to_message();
-        if let Ok(json) = serde_json::to_string(&[message]) {
-            span.record("gen_ai.output.messages", json);
-        }
+        let mut message = genai_message(&response.to_message());
+        message["finish_reason"] = Value::from(reason);
+        span.record(
+            "gen_ai.output.messages",
+            Value::from(vec![message]).to_string(),
+        );
     }
+}
+
+/// A message as the GenAI semantic conventions record it (`gen_ai.input.messages`,
+/// `gen_ai.output.messages`): its role and its parts, each typed (`text`, `tool_call`,
+/// `tool_call_response`). Phoenix, Langfuse and other receivers read this shape.
+pub(crate) fn genai_message(message: &Message) -> Value {
+    let text = |content: &str| json!({"type": "text", "content": content});
+    let (role, parts) = match message {
+        Message::System { content } => ("system", vec![text(content)]),
+        Message::User { content } => ("user", vec![text(content)]),
+        Message::Assistant {
+            content,
+            tool_calls,
+        } => {
+            let mut parts = Vec::with_capacity(tool_calls.len() + 1);
+            if !content.is_empty() || tool_calls.is_empty() {
+                parts.push(text(content));
+            }
+            parts.extend(tool_calls.iter().map(|call| {
+                json!({
+                    "type": "tool_call",
+                    "id": call.id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                })
+            }));
+            ("assistant", parts)
+        }
+        Message::Tool {
+            tool_call_id,
+            content,
+        } => (
+            "tool",
+            vec![json!({"type": "tool_call_response", "id": tool_call_id, "response": content})],
+        ),
+        // A kind of message added later: its text, under its own role.
+        other => (other.role(), vec![text(other.content())]),
+    };
+    json!({"role": role, "parts": parts})
 }
 
 /// The prompt's messages, recorded only when the run opted in to message contents.
@@ -182,14 +226,35 @@ pub(crate) fn chat_input(span: &Span, prompt: &agent_op::Prompt) {
     if span.is_disabled() {
         return;
     }
-    if let Ok(json) = serde_json::to_string(&prompt.messages) {
-        span.record("gen_ai.input.messages", json);
+    // The leading system messages are the instructions: recorded as the conventions'
+    // system instructions (text parts), not again among the messages (receivers such as
+    // Phoenix show both, so the prompt would appear twice). A system message later in the
+    // conversation stays where it was.
+    let leading = prompt
+        .messages
+        .iter()
+        .take_while(|m| matches!(m, Message::System { .. }))
+        .count();
+    if leading > 0 {
+        let instructions: Vec<Value> = prompt.messages[..leading]
+            .iter()
+            .map(|m| json!({"type": "text", "content": m.content()}))
+            .collect();
+        span.record(
+            "gen_ai.system_instructions",
+            Value::from(instructions).to_string(),
+        );
     }
+    let messages: Vec<Value> = prompt.messages[leading..]
+        .iter()
+        .map(genai_message)
+        .collect();
+    span.record("gen_ai.input.messages", Value::from(messages).to_string());
 }
 
 /// A model call failed.
 pub(crate) fn chat_failed(span: &Span, error: &ProviderError) {
-    failed(span, error.kind_name());
+    failed_with(span, error.kind_name(), &error.to_string());
 }
 
 /// A tool call: `execute_tool {name}`.
@@ -210,6 +275,7 @@ pub(crate) fn tool(parent: &Span, name: &str, call_id: Option<&str>, event: Opti
         effect_agents.event.first = event.map(int),
         effect_agents.event.last = Empty,
         error.type = Empty,
+        otel.status_description = Empty,
     );
     display_name(&span, || format!("execute_tool {name}"));
     span
@@ -234,7 +300,7 @@ pub(crate) fn tool_ended(
         }
     }
     if let Err(error) = result {
-        failed(span, error.kind.as_str());
+        failed_with(span, error.kind.as_str(), &error.message);
     }
 }
 
@@ -280,6 +346,16 @@ pub(crate) fn failed(span: &Span, error_type: &str) {
     }
     span.record("error.type", error_type);
     span.record("otel.status_code", "ERROR");
+}
+
+/// Marks `span` failed with `error_type`, and `message` as its status description (what a
+/// receiver shows as the error). Only spans that declare `otel.status_description` show it.
+pub(crate) fn failed_with(span: &Span, error_type: &str, message: &str) {
+    if span.is_disabled() {
+        return;
+    }
+    failed(span, error_type);
+    span.record("otel.status_description", message);
 }
 
 /// Records the last event `span` covers.

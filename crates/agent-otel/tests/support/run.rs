@@ -6,19 +6,27 @@ use agent_op::op::{self, Op};
 use agent_op::{FnTool, Response};
 use serde_json::json;
 
-/// The spans the run makes: root, fork, two branches, two chats, one tool.
-pub const SPANS: usize = 7;
+/// The spans the run makes: root, fork, two branches, two chats, two tools.
+pub const SPANS: usize = 8;
 
 /// The program.
 pub fn program() -> Op<(), ()> {
     let ask = |q: &'static str| {
-        op::infer_raw::<()>("small", agent_op::Prompt::default().user(q)).map(|_| ())
+        let prompt = agent_op::Prompt::default()
+            .system("Answer in one word.")
+            .user(q);
+        op::infer_raw::<()>("small", prompt).map(|_| ())
     };
     op::par(vec![ask("first?"), ask("second?")])
         .then(op::tool_call(agent_op::ToolCall {
             id: "call-1".into(),
             name: "lookup".into(),
             arguments: json!({"q": "x"}),
+        }))
+        .then(op::tool_call(agent_op::ToolCall {
+            id: "call-2".into(),
+            name: "broken".into(),
+            arguments: json!({}),
         }))
         .map(|_| ())
 }
@@ -35,6 +43,14 @@ pub fn config(name: &str) -> Config {
             "Looks up",
             json!({"type": "object"}),
             |_: serde_json::Value| async { Ok(json!("found")) },
+        ))
+        .tool(FnTool::new(
+            "broken",
+            "Always fails",
+            json!({"type": "object"}),
+            |_: serde_json::Value| async {
+                Err(agent_op::ToolError::failed("the index is offline"))
+            },
         ))
         .name(name)
 }

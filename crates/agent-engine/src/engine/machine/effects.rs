@@ -349,7 +349,7 @@ where
                         call_id.as_deref(),
                         Some(self.seq),
                     );
-                    spans::failed(&span, "denied");
+                    spans::failed_with(&span, "denied", &error.message);
                     self.record(EventKind::ToolDenied(event::ToolDenied {
                         name,
                         scope: scope.name.clone(),
@@ -505,8 +505,9 @@ where
         name: String,
         permitted: Vec<String>,
     ) -> Unwind {
-        spans::failed(span, "unknown_tool");
-        let failure = self.fail(ErrorKind::UnknownTool { name, permitted });
+        let kind = ErrorKind::UnknownTool { name, permitted };
+        spans::failed_with(span, "unknown_tool", &kind.to_string());
+        let failure = self.fail(kind);
         spans::last_event(span, self.last_seq());
         failure
     }
