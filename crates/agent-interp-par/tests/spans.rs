@@ -141,8 +141,21 @@ fn config() -> Config {
 
 /// Runs the program under a capturing subscriber and returns the spans and the trace.
 fn capture(parallel: bool, config: Config) -> (Vec<(u64, Captured)>, Trace) {
+    capture_at(
+        parallel,
+        config,
+        tracing_subscriber::filter::LevelFilter::TRACE,
+    )
+}
+
+/// Like [`capture`], with only the spans at `level` and above recorded.
+fn capture_at(
+    parallel: bool,
+    config: Config,
+    level: tracing_subscriber::filter::LevelFilter,
+) -> (Vec<(u64, Captured)>, Trace) {
     let capture = Capture::default();
-    let subscriber = tracing_subscriber::registry().with(capture.clone());
+    let subscriber = tracing_subscriber::registry().with(capture.clone().with_filter(level));
     let trace = tracing::subscriber::with_default(subscriber, || {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_time()
@@ -319,6 +332,35 @@ fn a_run_is_a_tree_of_genai_spans_linked_to_its_trace() {
         spans.iter().any(|(_, s)| s.name == "checkpoint"
             && s.field("effect_agents.checkpoint.name") == Some("done"))
     );
+}
+
+#[test]
+fn at_info_level_calls_nest_under_the_agent_without_the_scaffolding() {
+    for parallel in [true, false] {
+        let (spans, _) = capture_at(
+            parallel,
+            config(),
+            tracing_subscriber::filter::LevelFilter::INFO,
+        );
+        // No fork, branch or scope spans; every call directly under the run, which is
+        // what a receiver at its default level shows.
+        let tree = shape(&spans);
+        assert_eq!(tree[0], "invoke_agent forecaster", "{tree:#?}");
+        assert!(tree.len() > 5, "{tree:#?}");
+        for line in &tree[1..] {
+            assert!(
+                line.starts_with("  ") && !line.starts_with("   "),
+                "{tree:#?}"
+            );
+            let name = line.trim();
+            assert!(
+                ["chat", "execute_tool", "recall", "checkpoint"]
+                    .iter()
+                    .any(|kind| name.starts_with(kind)),
+                "{tree:#?}"
+            );
+        }
+    }
 }
 
 #[test]

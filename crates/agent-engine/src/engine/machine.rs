@@ -116,6 +116,10 @@ pub(crate) struct Machine<S, Sch> {
     withheld: Option<Arc<[String]>>,
     /// This machine's `tracing` span: the run's, or its branch's.
     span: tracing::Span,
+    /// The nearest span enclosing this machine that a subscriber records: its own, or,
+    /// when that is filtered out (branch and fork spans are at `DEBUG`), its fork's or an
+    /// ancestor's. New spans nest under it, so they keep a recorded parent.
+    nest: tracing::Span,
     /// How many events this machine has recorded: the next event's sequence number.
     seq: u64,
     /// How many journaled effects (model and tool calls, memory, steering, clock, random,
@@ -149,6 +153,7 @@ where
             forked: 0,
             ticks: 0,
             withheld: None,
+            nest: span.clone(),
             span,
             seq: 0,
             effects: 0,
@@ -156,12 +161,16 @@ where
         }
     }
 
-    /// The span new spans of this machine nest under: its innermost scope's, or its own.
+    /// The span new spans of this machine nest under: its innermost recorded scope's, or
+    /// its own (see [`Machine::nest`]).
     fn parent_span(&self) -> &tracing::Span {
         self.stack
             .scopes
-            .last()
-            .map_or(&self.span, |scope| &scope.span)
+            .iter()
+            .rev()
+            .map(|scope| &scope.span)
+            .find(|span| !span.is_disabled())
+            .unwrap_or(&self.nest)
     }
 
     /// The sequence number of the last event this machine recorded.

@@ -11,6 +11,12 @@
 //! With no subscriber interested, each `info_span!` is one cached interest check and returns
 //! a disabled span; every field whose value costs anything is recorded only on enabled spans.
 //!
+//! The structure of a run (`par` / `race` forks, their branches, `limit`, `timeout` and
+//! `with_tools` scopes) is at `DEBUG` level; runs, sub-agents, model and tool calls and
+//! memory operations at `INFO`. A subscriber at `INFO` (the OTLP exporter's default) sees
+//! agent → model / tool nesting without the scaffolding: a span whose parent is filtered out
+//! nests under the nearest enclosing span that is recorded.
+//!
 //! Each span carries the JSONL trace's view of what it covers: `effect_agents.trace_id` (the
 //! branch's trace id) and `effect_agents.event.first` / `.last`, the sequence numbers within
 //! that branch of the first and last event it covers.
@@ -46,7 +52,7 @@ pub(crate) fn run(trace_id: &TraceId, agent: Option<&str>) -> Span {
 /// A `par` or `race` whose `fork` event is number `event` of its branch.
 pub(crate) fn fork(parent: &Span, race: bool, branches: usize, event: u64) -> Span {
     let name = if race { "race" } else { "par" };
-    tracing::info_span!(
+    tracing::debug_span!(
         target: TARGET,
         parent: parent,
         "fork",
@@ -63,7 +69,7 @@ pub(crate) fn fork(parent: &Span, race: bool, branches: usize, event: u64) -> Sp
 
 /// Branch `index` of a fork, with its own trace id.
 pub(crate) fn branch(fork: &Span, id: &TraceId, index: usize) -> Span {
-    tracing::info_span!(
+    tracing::debug_span!(
         target: TARGET,
         parent: fork,
         "branch",
@@ -80,7 +86,7 @@ pub(crate) fn branch(fork: &Span, id: &TraceId, index: usize) -> Span {
 /// A `limit`, `timeout` or `with_tools` scope; `event` is the number of the event that opens
 /// it, for the scopes one does.
 pub(crate) fn scope(parent: &Span, kind: &'static str, event: Option<u64>) -> Span {
-    tracing::info_span!(
+    tracing::debug_span!(
         target: TARGET,
         parent: parent,
         "scope",

@@ -26,6 +26,7 @@ where
         inherited: Arc<[ActiveScope]>,
         finish: fn(&mut dyn Any) -> AnyValue,
         span: tracing::Span,
+        nest: tracing::Span,
     ) -> Self {
         Machine {
             rt: self.rt.clone(),
@@ -38,6 +39,7 @@ where
             ticks: 0,
             withheld: self.withheld.clone(),
             span,
+            nest,
             seq: 0,
             effects: 0,
             doomed: self.doomed,
@@ -118,12 +120,8 @@ where
         let first = self.forked;
         self.forked += branches.len();
         let ids: Vec<TraceId> = (first..self.forked).map(|i| self.id.child(i)).collect();
-        let fork_span = spans::fork(
-            self.parent_span(),
-            kind == ForkKind::Race,
-            ids.len(),
-            self.seq,
-        );
+        let enclosing = self.parent_span().clone();
+        let fork_span = spans::fork(&enclosing, kind == ForkKind::Race, ids.len(), self.seq);
         let branch_spans: Vec<tracing::Span> = ids
             .iter()
             .enumerate()
@@ -146,7 +144,13 @@ where
             .zip(&branch_spans)
             .enumerate()
             .map(|(i, ((node, log), span))| {
-                let mut machine = self.branch(log.clone(), inherited.clone(), finish, span.clone());
+                let nest = [span, &fork_span, &enclosing]
+                    .into_iter()
+                    .find(|s| !s.is_disabled())
+                    .unwrap_or(span)
+                    .clone();
+                let mut machine =
+                    self.branch(log.clone(), inherited.clone(), finish, span.clone(), nest);
                 machine.doom_unless_decisive(plan, i);
                 // Held as a `Subtree` until the branch starts: a branch cancelled before its
                 // first poll drops its program without recursion.
