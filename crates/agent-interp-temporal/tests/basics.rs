@@ -35,7 +35,7 @@ fn ask(text: String) -> Op<Seen, String> {
     })
 }
 
-/// Three calls in a `par`, then a race of two calls.
+/// Three calls in a `par`, then a race of two calls (one of which then gives up).
 fn fan_out(topic: String) -> Op<Seen, Vec<String>> {
     let par = op::par(vec![
         ask(format!("{topic} a")),
@@ -43,7 +43,13 @@ fn fan_out(topic: String) -> Op<Seen, Vec<String>> {
         ask(format!("{topic} c")),
     ]);
     par.and_then(|mut answers: Vec<String>| {
-        op::race(vec![ask("first".into()), ask("second".into())]).map(move |won| {
+        // The second branch gives up after its call, so which call answers first does not
+        // decide the winner (it would, between two that both succeed).
+        op::race(vec![
+            ask("first".into()),
+            ask("second".into()).then(op::fail("the second gives up")),
+        ])
+        .map(move |won| {
             answers.push(won);
             answers
         })
@@ -210,7 +216,11 @@ fn long_loop(turns: u32) -> Op<Seen, String> {
         }
         let step = match i % 5 {
             2 => op::par(vec![ask(format!("{i} a")), ask(format!("{i} b"))]).map(|v| v.join("+")),
-            4 => op::race(vec![ask(format!("{i} x")), ask(format!("{i} y"))]),
+            // One branch can win: the other gives up after its call.
+            4 => op::race(vec![
+                ask(format!("{i} x")),
+                ask(format!("{i} y")).then(op::fail("y gives up")),
+            ]),
             _ => ask(format!("turn {i}")),
         };
         step.and_then(move |answer| {
