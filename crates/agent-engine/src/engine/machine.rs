@@ -166,11 +166,8 @@ where
     fn parent_span(&self) -> &tracing::Span {
         self.stack
             .scopes
-            .iter()
-            .rev()
-            .map(|scope| &scope.span)
-            .find(|span| !span.is_disabled())
-            .unwrap_or(&self.nest)
+            .last()
+            .map_or(&self.nest, |scope| &scope.nest)
     }
 
     /// The sequence number of the last event this machine recorded.
@@ -385,6 +382,7 @@ where
                 exhausted,
             } => {
                 let span = spans::scope(self.parent_span(), "limit", Some(self.seq));
+                let nest = spans::nest(&span, self.parent_span());
                 self.record(EventKind::Limit(LimitStart {
                     budget: budget.clone(),
                 }));
@@ -397,6 +395,7 @@ where
                     tools: None,
                     span,
                     outer_span: None,
+                    nest,
                 };
                 (active, body, ok, EarlyExit::Limit(exhausted))
             }
@@ -407,6 +406,7 @@ where
                 timed_out,
             } => {
                 let span = spans::scope(self.parent_span(), "timeout", Some(self.seq));
+                let nest = spans::nest(&span, self.parent_span());
                 self.record(EventKind::Timeout(TimeoutStart { limit }));
                 let active = ActiveScope {
                     id,
@@ -418,6 +418,7 @@ where
                     tools: None,
                     span,
                     outer_span: None,
+                    nest,
                 };
                 (active, body, ok, EarlyExit::Timeout(timed_out))
             }
@@ -425,6 +426,7 @@ where
                 self.check_narrows(&scope)?;
                 // No event opens a tool scope, so it claims none.
                 let span = spans::scope(self.parent_span(), "with_tools", None);
+                let nest = spans::nest(&span, self.parent_span());
                 let active = ActiveScope {
                     id,
                     started: now,
@@ -434,6 +436,7 @@ where
                     tools: Some(scope),
                     span,
                     outer_span: None,
+                    nest,
                 };
                 (active, body, pass, EarlyExit::Never)
             }
@@ -445,6 +448,7 @@ where
             } => {
                 let (outer_span, span) =
                     spans::agent(self.parent_span(), &name, call_id.as_deref());
+                let nest = spans::nest(&span, self.parent_span());
                 let active = ActiveScope {
                     id,
                     started: now,
@@ -454,6 +458,7 @@ where
                     tools: None,
                     span,
                     outer_span,
+                    nest,
                 };
                 (active, body, pass, EarlyExit::Never)
             }

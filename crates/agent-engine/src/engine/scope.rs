@@ -40,6 +40,11 @@ pub(crate) struct ActiveScope {
     pub(crate) span: tracing::Span,
     /// For a sub-agent answering a tool call, the `execute_tool` span around `span`.
     pub(crate) outer_span: Option<tracing::Span>,
+    /// The span new spans inside the scope nest under: `span` when a subscriber records
+    /// it, else the nearest recorded span around it (see [`spans::nest`]).
+    ///
+    /// [`spans::nest`]: crate::engine::spans::nest
+    pub(crate) nest: tracing::Span,
 }
 
 impl ActiveScope {

@@ -338,6 +338,18 @@ pub(crate) fn checkpoint(parent: &Span, name: &str, event: u64) -> Span {
     )
 }
 
+/// The span new spans nest under inside `own` (a scope's or branch's span) whose enclosing
+/// span is `enclosing` (already the nearest recorded one): `own` when a subscriber records
+/// it, else `enclosing`. Kept per scope and branch, so finding a parent costs the same at
+/// any depth.
+pub(crate) fn nest(own: &Span, enclosing: &Span) -> Span {
+    if own.is_disabled() {
+        enclosing.clone()
+    } else {
+        own.clone()
+    }
+}
+
 /// Sets `span`'s display name (`otel.name`), formatting it only for a span someone records.
 fn display_name(span: &Span, name: impl FnOnce() -> String) {
     if !span.is_disabled() {

@@ -144,11 +144,7 @@ where
             .zip(&branch_spans)
             .enumerate()
             .map(|(i, ((node, log), span))| {
-                let nest = [span, &fork_span, &enclosing]
-                    .into_iter()
-                    .find(|s| !s.is_disabled())
-                    .unwrap_or(span)
-                    .clone();
+                let nest = spans::nest(span, &spans::nest(&fork_span, &enclosing));
                 let mut machine =
                     self.branch(log.clone(), inherited.clone(), finish, span.clone(), nest);
                 machine.doom_unless_decisive(plan, i);
