@@ -150,6 +150,9 @@ fn trace(command: TraceCommand) -> Result<u8, CliError> {
             json,
         } => {
             let trace = trace_cmd::read(&file, false)?;
+            if let Some(branch) = &branch {
+                trace_cmd::known_branch(&trace, branch, &file)?;
+            }
             let start = trace_cmd::origin(&trace);
             let filter = trace_cmd::Filter {
                 types: match types {

@@ -184,6 +184,15 @@ pub fn summarize(trace: &Trace) -> Summary {
     summary
 }
 
+/// `n` and `noun`, plural unless `n` is 1 ("1 call", "2 calls", "1 branch", "3 branches").
+fn counted(n: u64, noun: &str) -> String {
+    match (n, noun.ends_with("ch")) {
+        (1, _) => format!("1 {noun}"),
+        (_, true) => format!("{n} {noun}es"),
+        (_, false) => format!("{n} {noun}s"),
+    }
+}
+
 fn dollars(micro: u64) -> String {
     format!("${:.6}", micro as f64 / 1e6)
 }
@@ -194,21 +203,27 @@ pub fn summary_text(summary: &Summary) -> String {
     let _ = writeln!(out, "trace     {}", summary.trace_id);
     let _ = writeln!(
         out,
-        "events    {} in {} branches ({} cancelled), {} errors",
-        summary.events, summary.branches, summary.cancelled_branches, summary.errors
+        "events    {} in {} ({} cancelled), {}",
+        summary.events,
+        counted(summary.branches, "branch"),
+        summary.cancelled_branches,
+        counted(summary.errors, "error")
     );
     let _ = writeln!(out, "wall time {:.1} ms", summary.wall_ms);
     let _ = writeln!(
         out,
-        "models    {} calls, {} in / {} out tokens, {}",
-        summary.model_calls,
+        "models    {}, {} in / {} out tokens, {}",
+        counted(summary.model_calls, "call"),
         summary.input_tokens,
         summary.output_tokens,
         dollars(summary.cost_micro_usd)
     );
     for (name, m) in &summary.models {
         let unknown = if m.unknown_cost_calls > 0 {
-            format!(" (+{} calls of unknown cost)", m.unknown_cost_calls)
+            format!(
+                " (+{} of unknown cost)",
+                counted(m.unknown_cost_calls, "call")
+            )
         } else {
             String::new()
         };
@@ -222,7 +237,7 @@ pub fn summary_text(summary: &Summary) -> String {
             m.duration_us as f64 / 1000.0
         );
     }
-    let _ = writeln!(out, "tools     {} calls", summary.tool_calls);
+    let _ = writeln!(out, "tools     {}", counted(summary.tool_calls, "call"));
     for (name, t) in &summary.tools {
         let _ = writeln!(
             out,
@@ -453,6 +468,36 @@ impl Filter {
     }
 }
 
+/// Refuses a `--branch` the trace has no events of (a filter that keeps nothing would look
+/// like a branch that did nothing), naming a few of the branches it has.
+pub fn known_branch(trace: &Trace, branch: &str, file: &Path) -> Result<(), CliError> {
+    let mut ids: Vec<&str> = Vec::new();
+    for entry in &trace.events {
+        let id = entry.trace_id.as_str();
+        if id == branch
+            || id
+                .strip_prefix(branch)
+                .is_some_and(|rest| rest.starts_with('.'))
+        {
+            return Ok(());
+        }
+        if ids.last() != Some(&id) && !ids.contains(&id) {
+            ids.push(id);
+        }
+    }
+    let shown: Vec<&str> = ids.iter().copied().take(5).collect();
+    let more = if ids.len() > shown.len() {
+        format!(", … ({} in all)", ids.len())
+    } else {
+        String::new()
+    };
+    Err(CliError::Invalid(format!(
+        "no branch `{branch}` in {} (its branches: {}{more})",
+        file.display(),
+        shown.join(", ")
+    )))
+}
+
 /// The events `filter` keeps, as lines: text (`+seconds branch type data`) or, with `json`,
 /// the trace's own JSONL lines.
 pub fn events_text(trace: &Trace, filter: &Filter, json: bool) -> String {
@@ -591,4 +636,18 @@ pub fn view(trace: &Trace, trace_path: &Path, out: Option<PathBuf>) -> Result<Pa
         source,
     })?;
     Ok(out)
+}
+
+#[cfg(test)]
+mod counted_tests {
+    use super::counted;
+
+    #[test]
+    fn one_is_singular_and_the_rest_plural() {
+        assert_eq!(counted(1, "call"), "1 call");
+        assert_eq!(counted(0, "call"), "0 calls");
+        assert_eq!(counted(2, "error"), "2 errors");
+        assert_eq!(counted(1, "branch"), "1 branch");
+        assert_eq!(counted(5, "branch"), "5 branches");
+    }
 }

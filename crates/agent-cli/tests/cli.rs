@@ -91,6 +91,16 @@ fn the_offline_example_runs_and_its_trace_can_be_inspected() {
     );
     assert_eq!(bad_type.status.code(), Some(3));
     assert!(stderr(&bad_type).contains("unknown event type `nope`"));
+    let bad_branch = agent(
+        &["trace", "events", trace_arg, "--branch", "no-such-branch"],
+        dir.path(),
+    );
+    assert_eq!(bad_branch.status.code(), Some(3));
+    assert!(
+        stderr(&bad_branch).contains("no branch `no-such-branch`"),
+        "{}",
+        stderr(&bad_branch)
+    );
 
     // The same run twice agrees; a run with another answer diverges, and says where.
     let again = dir.path().join("again.trace.jsonl");
