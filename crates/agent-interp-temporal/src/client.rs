@@ -129,30 +129,18 @@ pub async fn start<In: Serialize>(
     let start_options = WorkflowStartOptions::new(options.task_queue.clone(), workflow_id.clone())
         .maybe_execution_timeout(options.execution_timeout)
         .build();
-    let handle = tokio::time::timeout(
-        CALL_TIMEOUT,
+    let handle = bounded(
+        "starting a workflow",
         client.start_workflow(
             UntypedWorkflow::new(program),
             RawValue::from_value(&input, &converter),
             start_options,
         ),
     )
-    .await
-    .map_err(|_| TemporalError::Server {
-        operation: "starting a workflow",
-        message: format!("no answer within {CALL_TIMEOUT:?}"),
-    })?
-    .map_err(|e| TemporalError::Server {
-        operation: "starting a workflow",
-        message: e.to_string(),
-    })?;
+    .await?;
     // Signals and queries go to the workflow's current run: after continuing as new, the
     // run `start` began is closed.
-    let latest = WorkflowExecutionInfo::builder()
-        .namespace(handle.info().namespace.clone())
-        .workflow_id(workflow_id.clone())
-        .build()
-        .bind_untyped(client.clone());
+    let latest = run_handle(client, &handle.info().namespace, &workflow_id, None);
     Ok(RunHandle {
         handle,
         latest,
@@ -160,6 +148,41 @@ pub async fn start<In: Serialize>(
         task_queue: options.task_queue,
         workflow_id,
     })
+}
+
+/// Awaits a call to the server for at most [`CALL_TIMEOUT`]: no answer in time, or the
+/// client's error, is [`TemporalError::Server`] naming `operation`.
+async fn bounded<T, E: std::fmt::Display>(
+    operation: &'static str,
+    call: impl Future<Output = Result<T, E>>,
+) -> Result<T, TemporalError> {
+    match tokio::time::timeout(CALL_TIMEOUT, call).await {
+        Ok(Ok(value)) => Ok(value),
+        Ok(Err(e)) => Err(TemporalError::Server {
+            operation,
+            message: e.to_string(),
+        }),
+        Err(_) => Err(TemporalError::Server {
+            operation,
+            message: format!("no answer within {CALL_TIMEOUT:?}"),
+        }),
+    }
+}
+
+/// A handle on run `run_id` of workflow `workflow_id`, or (`None`) on whichever of its runs
+/// is current.
+fn run_handle(
+    client: &Client,
+    namespace: &str,
+    workflow_id: &str,
+    run_id: Option<String>,
+) -> WorkflowHandle<Client, UntypedWorkflow> {
+    WorkflowExecutionInfo::builder()
+        .namespace(namespace.to_owned())
+        .workflow_id(workflow_id.to_owned())
+        .maybe_run_id(run_id)
+        .build()
+        .bind_untyped(client.clone())
 }
 
 /// A program running (or finished) on Temporal.
@@ -319,26 +342,18 @@ impl RunHandle {
             .clone()
             .or_else(|| info.first_execution_run_id.clone());
         while let Some(run_id) = next.take() {
-            let run = WorkflowExecutionInfo::builder()
-                .namespace(self.handle.info().namespace.clone())
-                .workflow_id(self.workflow_id.clone())
-                .run_id(run_id.clone())
-                .build()
-                .bind_untyped(self.handle.client().clone());
-            let events = tokio::time::timeout(
-                CALL_TIMEOUT,
+            let run = run_handle(
+                self.handle.client(),
+                &info.namespace,
+                &self.workflow_id,
+                Some(run_id.clone()),
+            );
+            let events = bounded(
+                "reading a run's history",
                 run.fetch_history(WorkflowFetchHistoryOptions::default())
                     .into_events(),
             )
-            .await
-            .map_err(|_| TemporalError::Server {
-                operation: "reading a run's history",
-                message: format!("no answer within {CALL_TIMEOUT:?}"),
-            })?
-            .map_err(|e| TemporalError::Server {
-                operation: "reading a run's history",
-                message: e.to_string(),
-            })?;
+            .await?;
             next = events
                 .iter()
                 .rev()
@@ -361,16 +376,7 @@ impl RunHandle {
                 .reason(reason.to_owned())
                 .build(),
         );
-        tokio::time::timeout(CALL_TIMEOUT, cancel)
-            .await
-            .map_err(|_| TemporalError::Server {
-                operation: "cancelling a run",
-                message: format!("no answer within {CALL_TIMEOUT:?}"),
-            })?
-            .map_err(|e| TemporalError::Server {
-                operation: "cancelling a run",
-                message: e.to_string(),
-            })
+        bounded("cancelling a run", cancel).await
     }
 
     /// Sends `steering` to the run: the program's next `op::next_steering` or waiting
@@ -386,16 +392,7 @@ impl RunHandle {
             RawValue::from_value(&value, &converter),
             WorkflowSignalOptions::default(),
         );
-        tokio::time::timeout(CALL_TIMEOUT, signal)
-            .await
-            .map_err(|_| TemporalError::Server {
-                operation: "steering",
-                message: format!("no answer within {CALL_TIMEOUT:?}"),
-            })?
-            .map_err(|e| TemporalError::Server {
-                operation: "steering",
-                message: e.to_string(),
-            })
+        bounded("steering", signal).await
     }
 
     async fn query(&self, name: &'static str) -> Result<Value, TemporalError> {
@@ -405,16 +402,7 @@ impl RunHandle {
             RawValue::from_value(&Value::Null, &converter),
             WorkflowQueryOptions::default(),
         );
-        let raw: RawValue = tokio::time::timeout(CALL_TIMEOUT, query)
-            .await
-            .map_err(|_| TemporalError::Server {
-                operation: "a query",
-                message: format!("no answer within {CALL_TIMEOUT:?}"),
-            })?
-            .map_err(|e| TemporalError::Server {
-                operation: "a query",
-                message: e.to_string(),
-            })?;
+        let raw: RawValue = bounded("a query", query).await?;
         Ok(raw.to_value(&converter))
     }
 

@@ -33,8 +33,6 @@ pub(crate) struct Carried {
     pub steering: Vec<Steering>,
     /// The first run's random seed.
     pub seed: u64,
-    /// How many runs came before this one.
-    pub runs: u32,
 }
 
 impl Carried {

@@ -279,7 +279,6 @@ impl WorkflowImplementation for ProgramWorkflow {
                                 entries: Carried::compact(journal.snapshot()),
                                 steering: pending.clone(),
                                 seed: carried.seed,
-                                runs: carried.runs + 1,
                             }),
                         };
                         let next = serde_json::to_value(&next).map_err(|e| {
