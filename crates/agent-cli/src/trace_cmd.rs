@@ -454,12 +454,7 @@ impl Filter {
             return false;
         }
         if let Some(branch) = &self.branch {
-            let id = entry.trace_id.as_str();
-            let inside = id == branch
-                || id
-                    .strip_prefix(branch.as_str())
-                    .is_some_and(|rest| rest.starts_with('.'));
-            if !inside {
+            if !in_branch(entry.trace_id.as_str(), branch) {
                 return false;
             }
         }
@@ -468,20 +463,25 @@ impl Filter {
     }
 }
 
+/// Whether `id` is the branch `branch` or one of its descendants (`0.2` is inside `0`).
+fn in_branch(id: &str, branch: &str) -> bool {
+    id == branch
+        || id
+            .strip_prefix(branch)
+            .is_some_and(|rest| rest.starts_with('.'))
+}
+
 /// Refuses a `--branch` the trace has no events of (a filter that keeps nothing would look
 /// like a branch that did nothing), naming a few of the branches it has.
 pub fn known_branch(trace: &Trace, branch: &str, file: &Path) -> Result<(), CliError> {
     let mut ids: Vec<&str> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
     for entry in &trace.events {
         let id = entry.trace_id.as_str();
-        if id == branch
-            || id
-                .strip_prefix(branch)
-                .is_some_and(|rest| rest.starts_with('.'))
-        {
+        if in_branch(id, branch) {
             return Ok(());
         }
-        if ids.last() != Some(&id) && !ids.contains(&id) {
+        if seen.insert(id) {
             ids.push(id);
         }
     }

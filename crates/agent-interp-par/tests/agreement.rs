@@ -637,31 +637,6 @@ fn run_both(p: &P) -> (Summary, Summary) {
     (summarize(seq), summarize(par))
 }
 
-/// A journal in memory, for recording and replaying without files.
-#[derive(Default)]
-struct MemJournal(Mutex<Vec<agent_op::journal::Entry>>);
-
-impl agent_op::journal::Journal for MemJournal {
-    fn describe(&self) -> String {
-        "memory".into()
-    }
-
-    fn entries(
-        &self,
-    ) -> BoxFuture<'_, Result<Vec<agent_op::journal::Entry>, agent_op::journal::JournalError>> {
-        let entries = self.0.lock().unwrap().clone();
-        Box::pin(async move { Ok(entries) })
-    }
-
-    fn append(
-        &self,
-        entries: Vec<agent_op::journal::Entry>,
-    ) -> BoxFuture<'_, Result<(), agent_op::journal::JournalError>> {
-        self.0.lock().unwrap().extend(entries);
-        Box::pin(async { Ok(()) })
-    }
-}
-
 /// Records `p` durably under one interpreter and replays the journal under the other:
 /// returns (recorded under seq, par's replay of it, recorded under par, seq's replay of it).
 fn record_and_replay(p: &P) -> [Summary; 4] {
@@ -672,7 +647,7 @@ fn record_and_replay(p: &P) -> [Summary; 4] {
             .build()
             .expect("runtime")
     };
-    let from_seq = Arc::new(MemJournal::default());
+    let from_seq = Arc::new(agent_journal::MemoryJournal::new());
     let seq = paused().block_on(agent_interp_seq::run_durable(
         &config(),
         from_seq.clone(),
@@ -685,7 +660,7 @@ fn record_and_replay(p: &P) -> [Summary; 4] {
         St::default(),
         compile(p),
     ));
-    let from_par = Arc::new(MemJournal::default());
+    let from_par = Arc::new(agent_journal::MemoryJournal::new());
     let par = paused().block_on(agent_interp_par::run_durable(
         &config(),
         from_par.clone(),

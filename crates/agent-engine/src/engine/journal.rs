@@ -156,15 +156,6 @@ impl Journaling {
             .push(entry);
     }
 
-    /// Whether entries wait for the next commit.
-    pub(crate) fn has_queued(&self) -> bool {
-        !self
-            .queued
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-    }
-
     /// Takes the queued entries.
     pub(crate) fn take_queued(&self) -> Vec<Entry> {
         std::mem::take(&mut *self.queued.lock().unwrap_or_else(|e| e.into_inner()))

@@ -116,10 +116,8 @@ where
                 // may take long, or never end in this process (a Temporal run continuing
                 // as new stops at its next effect), and a resumed run must not decide again
                 // what was decided before it.
-                if journal.has_queued() {
-                    if let Err(error) = journal.flush().await {
-                        return Err(self.fail(ErrorKind::Journal(Box::new(error))));
-                    }
+                if let Err(error) = journal.flush().await {
+                    return Err(self.fail(ErrorKind::Journal(Box::new(error))));
                 }
                 Ok(Answer::Live(Box::new(Pending { key, request })))
             }
