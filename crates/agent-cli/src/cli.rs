@@ -95,7 +95,7 @@ pub enum TraceCommand {
     Summary {
         /// The trace.
         file: PathBuf,
-        /// Summarize the readable prefix of a corrupt file (warning about the bad line).
+        /// Read the readable prefix of a corrupt file (warning about the bad line).
         #[arg(long)]
         lenient: bool,
         /// Print JSON.
@@ -106,6 +106,9 @@ pub enum TraceCommand {
     Tree {
         /// The trace.
         file: PathBuf,
+        /// Read the readable prefix of a corrupt file (warning about the bad line).
+        #[arg(long)]
+        lenient: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -114,6 +117,9 @@ pub enum TraceCommand {
     Events {
         /// The trace.
         file: PathBuf,
+        /// Read the readable prefix of a corrupt file (warning about the bad line).
+        #[arg(long)]
+        lenient: bool,
         /// Only these event types (comma-separated: `infer_end,tool_call`).
         #[arg(long = "type")]
         types: Option<String>,
@@ -136,6 +142,9 @@ pub enum TraceCommand {
         left: PathBuf,
         /// The second trace.
         right: PathBuf,
+        /// Read the readable prefix of a corrupt file (warning about the bad line).
+        #[arg(long)]
+        lenient: bool,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -144,6 +153,9 @@ pub enum TraceCommand {
     View {
         /// The trace.
         file: PathBuf,
+        /// Read the readable prefix of a corrupt file (warning about the bad line).
+        #[arg(long)]
+        lenient: bool,
         /// Where to write it (default: beside the trace, `.html`).
         #[arg(long)]
         out: Option<PathBuf>,

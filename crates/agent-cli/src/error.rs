@@ -20,7 +20,7 @@ pub enum CliError {
         source: std::io::Error,
     },
     /// A trace file is not a readable JSONL trace.
-    #[error("{path}: not a readable trace")]
+    #[error("{path}: not a readable trace{}", lenient_hint(source))]
     Trace {
         /// The file.
         path: PathBuf,
@@ -61,6 +61,16 @@ pub enum CliError {
         #[source]
         source: agent_op::MemoryError,
     },
+}
+
+/// What to try when a trace has a bad line: the commands' `--lenient` reads what comes before.
+fn lenient_hint(error: &agent_op::trace::jsonl::JsonlError) -> &'static str {
+    match error {
+        agent_op::trace::jsonl::JsonlError::Malformed { .. } => {
+            " (--lenient reads the events before the bad line)"
+        }
+        _ => "",
+    }
 }
 
 impl CliError {

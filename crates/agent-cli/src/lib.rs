@@ -133,8 +133,12 @@ fn trace(command: TraceCommand) -> Result<u8, CliError> {
                 (trace_cmd::summary_text(&summary), 0)
             }
         }
-        TraceCommand::Tree { file, json } => {
-            let tree = trace_cmd::tree(&trace_cmd::read(&file, false)?);
+        TraceCommand::Tree {
+            file,
+            lenient,
+            json,
+        } => {
+            let tree = trace_cmd::tree(&trace_cmd::read(&file, lenient)?);
             if json {
                 (format!("{}\n", serde_json::json!(tree)), 0)
             } else {
@@ -143,13 +147,14 @@ fn trace(command: TraceCommand) -> Result<u8, CliError> {
         }
         TraceCommand::Events {
             file,
+            lenient,
             types,
             branch,
             since,
             until,
             json,
         } => {
-            let trace = trace_cmd::read(&file, false)?;
+            let trace = trace_cmd::read(&file, lenient)?;
             if let Some(branch) = &branch {
                 trace_cmd::known_branch(&trace, branch, &file)?;
             }
@@ -169,10 +174,15 @@ fn trace(command: TraceCommand) -> Result<u8, CliError> {
             };
             (trace_cmd::events_text(&trace, &filter, json), 0)
         }
-        TraceCommand::Diff { left, right, json } => {
+        TraceCommand::Diff {
+            left,
+            right,
+            lenient,
+            json,
+        } => {
             let divergence = trace_cmd::diff(
-                &trace_cmd::read(&left, false)?,
-                &trace_cmd::read(&right, false)?,
+                &trace_cmd::read(&left, lenient)?,
+                &trace_cmd::read(&right, lenient)?,
             );
             let code = u8::from(divergence.is_some());
             if json {
@@ -181,8 +191,8 @@ fn trace(command: TraceCommand) -> Result<u8, CliError> {
                 (trace_cmd::diff_text(&divergence, &left, &right), code)
             }
         }
-        TraceCommand::View { file, out } => {
-            let trace = trace_cmd::read(&file, false)?;
+        TraceCommand::View { file, lenient, out } => {
+            let trace = trace_cmd::read(&file, lenient)?;
             let path = trace_cmd::view(&trace, &file, out)?;
             (format!("{}\n", path.display()), 0)
         }

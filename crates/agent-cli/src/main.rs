@@ -24,10 +24,16 @@ fn main() -> ExitCode {
         Ok(code) => ExitCode::from(code),
         Err(error) => {
             // One line, then the causes: no backtraces for user errors.
-            eprintln!("error: {error}");
+            let mut shown = error.to_string();
+            eprintln!("error: {shown}");
             let mut cause = error.source();
             while let Some(c) = cause {
-                eprintln!("  caused by: {c}");
+                // Many errors repeat their cause in their own message: say each thing once.
+                let text = c.to_string();
+                if !shown.contains(&text) {
+                    eprintln!("  caused by: {text}");
+                    shown.push_str(&text);
+                }
                 cause = c.source();
             }
             ExitCode::from(error.exit_code())

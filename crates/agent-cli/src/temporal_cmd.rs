@@ -76,12 +76,12 @@ pub async fn run(
         "started {} on task queue `{task_queue}`",
         handle.workflow_id()
     );
-    let result = handle.result::<(), Result<Value, String>>();
+    let result = handle.result::<(), Value>();
     tokio::pin!(result);
     let mut shown = 0;
     let outcome = loop {
         tokio::select! {
-            outcome = &mut result => break outcome.map_err(failed)?,
+            outcome = &mut result => break outcome,
             () = tokio::time::sleep(Duration::from_secs(1)) => {
                 // Progress: the events the run recorded since the last look.
                 if let Ok(trace) = handle.trace().await {
@@ -93,21 +93,34 @@ pub async fn run(
             }
         }
     };
-    agent_op::trace::jsonl::write_trace_file(trace_path, &outcome.trace).map_err(|source| {
-        CliError::Io {
+    let write = |trace: &agent_op::Trace| {
+        agent_op::trace::jsonl::write_trace_file(trace_path, trace).map_err(|source| CliError::Io {
             path: trace_path.to_owned(),
             action: "writing the trace",
             source,
+        })
+    };
+    match outcome {
+        Ok(outcome) => {
+            write(&outcome.trace)?;
+            Ok(Answer {
+                value: outcome.value,
+                trace: trace_path.to_owned(),
+            })
         }
-    })?;
-    match outcome.value {
-        Ok(value) => Ok(Answer {
-            value,
-            trace: trace_path.to_owned(),
-        }),
-        Err(failure) => Err(CliError::Run(format!(
-            "{failure} (trace: {})",
-            trace_path.display()
-        ))),
+        Err(error @ TemporalError::Run { .. }) => {
+            // The failed workflow still answers queries (a worker replays it): keep its trace.
+            match handle.trace().await {
+                Ok(trace) => {
+                    write(&trace)?;
+                    Err(CliError::Run(format!(
+                        "{error} (trace: {})",
+                        trace_path.display()
+                    )))
+                }
+                Err(_) => Err(failed(error)),
+            }
+        }
+        Err(error) => Err(failed(error)),
     }
 }

@@ -6,6 +6,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use agent_op::trace::jsonl::{self, JsonlError};
+use agent_op::trace::{RunFailure, RunOutcome};
 use agent_op::{EventKind, EventType, Trace, TraceEntry, TraceId};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
@@ -13,8 +14,10 @@ use serde_json::{Value, json};
 
 use crate::error::CliError;
 
-/// Reads the trace at `path`. With `lenient`, a corrupt file gives its readable prefix and a
-/// warning naming the first bad line; without, the bad line is the error.
+/// Reads the trace at `path`, saying on stderr when its last line was torn (cut off by a
+/// writer that stopped mid-line: the events before it are read). With `lenient`, a corrupt
+/// file gives its readable prefix and a warning naming the first bad line; without, the bad
+/// line is the error.
 pub fn read(path: &Path, lenient: bool) -> Result<Trace, CliError> {
     let failed = |source: JsonlError| match source {
         JsonlError::Io(source) => CliError::Io {
@@ -27,15 +30,23 @@ pub fn read(path: &Path, lenient: bool) -> Result<Trace, CliError> {
             source,
         },
     };
-    if !lenient {
-        return jsonl::read_trace_file(path)
-            .map(|r| r.trace)
-            .map_err(failed);
+    let (read, stopped) = if lenient {
+        jsonl::read_trace_file_prefix(path).map_err(failed)?
+    } else {
+        (jsonl::read_trace_file(path).map_err(failed)?, None)
+    };
+    if let Some(torn) = &read.torn {
+        eprintln!(
+            "warning: {}: line {} is torn ({} bytes, cut off mid-write); reading the {} events before it",
+            path.display(),
+            torn.line,
+            torn.bytes,
+            read.trace.events.len()
+        );
     }
-    let (read, stopped) = jsonl::read_trace_file_prefix(path).map_err(failed)?;
     if let Some(error) = stopped {
         eprintln!(
-            "warning: {}: {error}; summarizing the {} events before it",
+            "warning: {}: {error}; reading the {} events before it",
             path.display(),
             read.trace.events.len()
         );
@@ -95,7 +106,19 @@ pub struct Summary {
     pub branches: u64,
     /// Branches cancelled or discarded (a race's losers).
     pub cancelled_branches: u64,
-    /// Wall time from the first to the last event, ms.
+    /// How the run ended (`succeeded`, `failed` or `aborted`), from its `run_end` event;
+    /// absent when the trace has none (the run did not finish, or an older version wrote it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<RunOutcome>,
+    /// The run's error, when it failed or was aborted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunFailure>,
+    /// A preview of the run's value, when it succeeded with one the engine can show.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value_preview: Option<String>,
+    /// The run's wall time ([`Trace::wall_time`]), µs.
+    pub wall_us: u64,
+    /// The same, ms.
     pub wall_ms: f64,
     /// Model calls.
     pub model_calls: u64,
@@ -123,7 +146,6 @@ pub fn summarize(trace: &Trace) -> Summary {
     };
     let mut branches: HashMap<&str, bool> = HashMap::new();
     let mut last_branch: Option<&str> = None;
-    let (mut first, mut last): (Option<DateTime<Utc>>, Option<DateTime<Utc>>) = (None, None);
     for entry in &trace.events {
         summary.events += 1;
         let id = entry.trace_id.as_str();
@@ -135,9 +157,6 @@ pub fn summarize(trace: &Trace) -> Summary {
         } else if entry.cancelled {
             branches.insert(id, true);
         }
-        let at = entry.event.at;
-        first = Some(first.map_or(at, |f| f.min(at)));
-        last = Some(last.map_or(at, |l| l.max(at)));
         match &entry.event.kind {
             EventKind::InferStart(start) => {
                 summary.model_calls += 1;
@@ -178,8 +197,13 @@ pub fn summarize(trace: &Trace) -> Summary {
     }
     summary.branches = branches.len() as u64;
     summary.cancelled_branches = branches.values().filter(|c| **c).count() as u64;
-    if let (Some(first), Some(last)) = (first, last) {
-        summary.wall_ms = (last - first).num_microseconds().unwrap_or(0) as f64 / 1000.0;
+    let wall = trace.wall_time();
+    summary.wall_us = u64::try_from(wall.as_micros()).unwrap_or(u64::MAX);
+    summary.wall_ms = summary.wall_us as f64 / 1000.0;
+    if let Some(end) = trace.run_end() {
+        summary.outcome = Some(end.outcome);
+        summary.error = end.error.clone();
+        summary.value_preview = end.value_preview.clone();
     }
     summary
 }
@@ -193,6 +217,37 @@ fn counted(n: u64, noun: &str) -> String {
     }
 }
 
+/// A duration in the unit a person reads best: `842 µs`, `68.5 ms`, `7.02 s`, `7 min 01 s`,
+/// `2 h 05 min`.
+pub fn human_duration(us: u64) -> String {
+    match us {
+        0..1_000 => format!("{us} µs"),
+        1_000..10_000 => format!("{:.2} ms", us as f64 / 1e3),
+        10_000..1_000_000 => format!("{:.1} ms", us as f64 / 1e3),
+        1_000_000..60_000_000 => format!("{:.2} s", us as f64 / 1e6),
+        60_000_000..3_600_000_000 => {
+            let secs = us / 1_000_000;
+            format!("{} min {:02} s", secs / 60, secs % 60)
+        }
+        _ => {
+            let mins = us / 60_000_000;
+            format!("{} h {:02} min", mins / 60, mins % 60)
+        }
+    }
+}
+
+/// The outcome line of a summary.
+fn outcome_text(summary: &Summary) -> String {
+    match (summary.outcome, &summary.error, &summary.value_preview) {
+        (None, _, _) => {
+            "not recorded (the run did not finish, or its trace predates run_end)".to_owned()
+        }
+        (Some(outcome), Some(error), _) => format!("{outcome} ({}): {}", error.kind, error.message),
+        (Some(outcome), None, Some(value)) => format!("{outcome}: {value}"),
+        (Some(outcome), None, None) => outcome.to_string(),
+    }
+}
+
 fn dollars(micro: u64) -> String {
     format!("${:.6}", micro as f64 / 1e6)
 }
@@ -201,6 +256,7 @@ fn dollars(micro: u64) -> String {
 pub fn summary_text(summary: &Summary) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "trace     {}", summary.trace_id);
+    let _ = writeln!(out, "outcome   {}", outcome_text(summary));
     let _ = writeln!(
         out,
         "events    {} in {} ({} cancelled), {}",
@@ -209,7 +265,7 @@ pub fn summary_text(summary: &Summary) -> String {
         summary.cancelled_branches,
         counted(summary.errors, "error")
     );
-    let _ = writeln!(out, "wall time {:.1} ms", summary.wall_ms);
+    let _ = writeln!(out, "wall time {}", human_duration(summary.wall_us));
     let _ = writeln!(
         out,
         "models    {}, {} in / {} out tokens, {}",
@@ -229,23 +285,23 @@ pub fn summary_text(summary: &Summary) -> String {
         };
         let _ = writeln!(
             out,
-            "  {name:<24} {:>6} calls {:>9} in {:>9} out {:>12}{unknown} {:>10.1} ms",
+            "  {name:<24} {:>6} calls {:>9} in {:>9} out {:>12}{unknown} {:>12}",
             m.calls,
             m.input_tokens,
             m.output_tokens,
             dollars(m.cost_micro_usd),
-            m.duration_us as f64 / 1000.0
+            human_duration(m.duration_us)
         );
     }
     let _ = writeln!(out, "tools     {}", counted(summary.tool_calls, "call"));
     for (name, t) in &summary.tools {
         let _ = writeln!(
             out,
-            "  {name:<24} {:>6} calls {:>6} failed {:>6} denied {:>10.1} ms",
+            "  {name:<24} {:>6} calls {:>6} failed {:>6} denied {:>12}",
             t.calls,
             t.failures,
             t.denied,
-            t.duration_us as f64 / 1000.0
+            human_duration(t.duration_us)
         );
     }
     out
@@ -375,14 +431,14 @@ pub fn tree_text(roots: &[Node]) -> String {
         let cancelled = if node.cancelled { " cancelled" } else { "" };
         let _ = writeln!(
             out,
-            "{}{fork}{}  +{:.1} ms for {:.1} ms, {} events, {} model calls, {} tool calls{cancelled}",
+            "{}{fork}{}  +{} for {}, {}, {}, {}{cancelled}",
             "  ".repeat(depth),
             node.id,
-            node.start_ms,
-            node.duration_ms,
-            node.events,
-            node.model_calls,
-            node.tool_calls,
+            human_duration((node.start_ms * 1000.0) as u64),
+            human_duration((node.duration_ms * 1000.0) as u64),
+            counted(node.events, "event"),
+            counted(node.model_calls, "model call"),
+            counted(node.tool_calls, "tool call"),
         );
         for child in &node.children {
             walk(child, depth + 1, out);
@@ -639,8 +695,18 @@ pub fn view(trace: &Trace, trace_path: &Path, out: Option<PathBuf>) -> Result<Pa
 }
 
 #[cfg(test)]
-mod counted_tests {
-    use super::counted;
+mod tests {
+    use super::{counted, human_duration};
+
+    #[test]
+    fn durations_are_in_human_units() {
+        assert_eq!(human_duration(842), "842 µs");
+        assert_eq!(human_duration(1_500), "1.50 ms");
+        assert_eq!(human_duration(68_500), "68.5 ms");
+        assert_eq!(human_duration(7_020_000), "7.02 s");
+        assert_eq!(human_duration(421_293_600), "7 min 01 s");
+        assert_eq!(human_duration(7_500_000_000), "2 h 05 min");
+    }
 
     #[test]
     fn one_is_singular_and_the_rest_plural() {

@@ -59,8 +59,12 @@ fn the_offline_example_runs_and_its_trace_can_be_inspected() {
     assert_eq!(summary["tool_calls"], 1);
     assert_eq!(summary["tools"]["read_file"]["calls"], 1);
     assert_eq!(summary["errors"], 0);
+    assert_eq!(summary["outcome"], "succeeded", "{summary}");
+    assert!(summary["value_preview"].is_string(), "{summary}");
+    assert!(summary.get("error").is_none(), "{summary}");
 
     let text = stdout(&agent(&["trace", "summary", trace_arg], dir.path()));
+    assert!(text.contains("outcome   succeeded"), "{text}");
     assert!(
         text.contains("research-model") && text.contains("read_file"),
         "{text}"
@@ -638,4 +642,116 @@ fn journals_show_their_entries_and_diff_where_the_runs_asked_differently() {
     let bad = agent(&["journal", "show", "notes.txt"], dir.path());
     assert_eq!(bad.status.code(), Some(3), "{bad:?}");
     assert!(String::from_utf8_lossy(&bad.stderr).contains("not a readable journal"));
+}
+
+#[test]
+fn a_failed_run_says_so_in_its_exit_code_trace_summary_and_events() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("docs")).unwrap();
+    std::fs::write(dir.path().join("docs/a.txt"), "alpha").unwrap();
+    let spec = dir.path().join("broke.toml");
+    // The first reply asks for a tool, so the answer needs a second call: one over budget.
+    std::fs::write(
+        &spec,
+        r#"
+[model]
+provider = "scripted"
+name = "m"
+replies = [
+    { calls = [{ tool = "read_file", args = { path = "a.txt" } }] },
+    "The file says alpha.",
+]
+
+[agent]
+goal = "What does a.txt say?"
+
+[tools.read_file]
+root = "docs"
+
+[budget]
+calls = 1
+"#,
+    )
+    .unwrap();
+    let trace = dir.path().join("broke.trace.jsonl");
+    let trace_arg = trace.to_str().unwrap();
+    let out = agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace_arg,
+            "--quiet",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("the budget ran out"),
+        "{}",
+        stderr(&out)
+    );
+
+    let summary = agent(&["trace", "summary", trace_arg, "--json"], dir.path());
+    assert_eq!(summary.status.code(), Some(0), "{}", stderr(&summary));
+    let summary: serde_json::Value = serde_json::from_str(&stdout(&summary)).unwrap();
+    assert_eq!(summary["outcome"], "failed", "{summary}");
+    assert_eq!(summary["error"]["kind"], "program", "{summary}");
+    let message = summary["error"]["message"].as_str().unwrap();
+    assert!(message.contains("the budget ran out"), "{summary}");
+    let text = stdout(&agent(&["trace", "summary", trace_arg], dir.path()));
+    assert!(
+        text.contains("outcome   failed (program): the budget ran out"),
+        "{text}"
+    );
+
+    let events = agent(
+        &["trace", "events", trace_arg, "--type", "run_end", "--json"],
+        dir.path(),
+    );
+    assert_eq!(events.status.code(), Some(0), "{}", stderr(&events));
+    let lines: Vec<serde_json::Value> = stdout(&events)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "one run_end: {lines:?}");
+    let data = &lines[0]["event"]["data"];
+    assert_eq!(data["outcome"], "failed");
+    assert_eq!(data["spent"]["calls"], 1, "{data}");
+}
+
+#[test]
+fn every_reading_command_warns_about_a_torn_trace_and_takes_lenient() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = run_example(dir.path());
+    let mut bytes = std::fs::read(&trace).unwrap();
+    let events = String::from_utf8_lossy(&bytes).lines().count() - 1;
+    bytes.extend_from_slice(br#"{"v":3,"trace_id":"x","event":{"at":"#);
+    let torn = dir.path().join("torn.jsonl");
+    std::fs::write(&torn, &bytes).unwrap();
+    let torn_arg = torn.to_str().unwrap();
+    let left = trace.to_str().unwrap();
+    let commands: [&[&str]; 5] = [
+        &["trace", "summary", torn_arg],
+        &["trace", "tree", torn_arg],
+        &["trace", "events", torn_arg],
+        &["trace", "diff", left, torn_arg],
+        &["trace", "view", torn_arg],
+    ];
+    for command in commands {
+        for lenient in [false, true] {
+            let mut args = command.to_vec();
+            if lenient {
+                args.push("--lenient");
+            }
+            let out = agent(&args, dir.path());
+            let err = stderr(&out);
+            assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
+            assert!(
+                err.contains(&format!("line {} is torn", events + 2))
+                    && err.contains(&format!("the {events} events before it")),
+                "{args:?} warns: {err}"
+            );
+        }
+    }
 }

@@ -264,6 +264,43 @@ fn browser_draws_lanes_totals_and_the_cancelled_race_loser() {
 }
 
 #[test]
+fn browser_shows_a_failed_runs_error_in_the_header() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let trace = traces::failed();
+    let page = write_page("failed.html", &trace, "a failed run");
+    let dom = Dom::parse(
+        &chromium
+            .dump_dom(&page, "")
+            .expect("chromium loads the page"),
+    );
+    rendered(&dom);
+    let outcome = dom.by_id("outcome").expect("the header has the outcome");
+    assert_eq!(dom.attr(outcome, "data-outcome"), Some("failed"));
+    assert!(dom.has_class(outcome, "bad"));
+    let text = dom.text(outcome);
+    assert!(text.contains(traces::FAILURE), "{text}");
+    assert!(text.contains("program"), "the error's kind: {text}");
+    // One wall time: the run's own, as `agent trace summary` reports it.
+    assert_eq!(
+        totals(&dom, "wall-us"),
+        trace.wall_time().as_micros() as u64
+    );
+
+    // A run that succeeded says so.
+    let page = write_page("tiny-outcome.html", &traces::tiny(), "a tiny run");
+    let dom = Dom::parse(
+        &chromium
+            .dump_dom(&page, "")
+            .expect("chromium loads the page"),
+    );
+    rendered(&dom);
+    let outcome = dom.by_id("outcome").expect("the header has the outcome");
+    assert_eq!(dom.attr(outcome, "data-outcome"), Some("succeeded"));
+}
+
+#[test]
 fn browser_filters_events_and_shows_their_details() {
     let Some(chromium) = chromium_or_skip() else {
         return;

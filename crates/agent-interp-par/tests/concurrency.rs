@@ -115,6 +115,7 @@ async fn par_branches_overlap_and_results_keep_declaration_order() {
             root.child(1),
             root.child(2),
             root.child(2),
+            root.clone(),
             root,
         ]
     );
@@ -625,8 +626,8 @@ async fn a_panic_in_program_code_is_an_error_with_the_trace_and_a_race_recovers_
         );
         assert_eq!(
             err.trace.events.len(),
-            2,
-            "the event before the panic and the error are kept"
+            3,
+            "the event before the panic, the error and the run's end are kept"
         );
     }
     let outcome = run(&Config::new(), (), op::race(vec![boom(), op::pure(7)]))

@@ -126,7 +126,14 @@ async fn a_delta_subscriber_gets_the_reply_as_it_streams_from_a_real_client() {
         .iter()
         .map(|e| e.event.event_type())
         .collect();
-    assert_eq!(types, vec![EventType::InferStart, EventType::InferEnd]);
+    assert_eq!(
+        types,
+        vec![
+            EventType::InferStart,
+            EventType::InferEnd,
+            EventType::RunEnd
+        ]
+    );
     assert_eq!(outcome.trace.total_tokens().total(), 8);
 }
 

@@ -98,6 +98,6 @@ pub use tool::{
     CallContext, FnTool, Tool, ToolDefinition, ToolError, ToolErrorKind, ToolScope, ToolSet,
 };
 pub use trace::{
-    Checkpoint, Event, EventKind, EventType, Spend, SpendPart, Timestamp, Trace, TraceEntry,
-    TraceId,
+    Checkpoint, Event, EventKind, EventType, RunEnd, RunOutcome, Spend, SpendPart, Timestamp,
+    Trace, TraceEntry, TraceId,
 };

@@ -115,7 +115,7 @@ fn header_holds_the_trace_metadata() {
     let first = bytes.split(|&b| b == b'\n').next().unwrap();
     assert_eq!(
         serde_json::from_slice::<Value>(first).unwrap(),
-        json!({"v": 2, "trace": {
+        json!({"v": 3, "trace": {
             "id": "brave-otter-3f2a",
             "parent_id": "calm-owl-0001.3",
             "start": "2026-11-22T10:00:00Z",
@@ -132,7 +132,7 @@ fn header_holds_the_trace_metadata() {
     let first = bytes.split(|&b| b == b'\n').next().unwrap();
     assert_eq!(
         serde_json::from_slice::<Value>(first).unwrap(),
-        json!({"v": 2, "trace": {"id": "brave-otter-3f2a", "start": "2026-11-22T10:00:00Z"}})
+        json!({"v": 3, "trace": {"id": "brave-otter-3f2a", "start": "2026-11-22T10:00:00Z"}})
     );
     assert_eq!(read_jsonl(&bytes[..]).unwrap().trace, trace);
 }
@@ -366,9 +366,9 @@ fn blank_lines_are_skipped_but_counted() {
 }
 
 #[test]
-fn version_1_files_still_read_and_mix_with_version_2_lines() {
+fn version_1_files_still_read_and_mix_with_version_3_lines() {
     let text = String::from_utf8(to_bytes(&sample_trace())).unwrap();
-    let v1 = text.replace("{\"v\":2,", "{\"v\":1,");
+    let v1 = text.replace("{\"v\":3,", "{\"v\":1,");
     assert_ne!(v1, text);
     assert_eq!(load(v1.as_bytes()).unwrap().trace, sample_trace());
     // A version-1 file appended to by this version.
@@ -390,26 +390,26 @@ fn crlf_line_endings_are_accepted() {
 #[test]
 fn other_versions_are_rejected_naming_the_line() {
     let mut lines = sample_lines();
-    lines[1] = lines[1].replacen("{\"v\":2,", "{\"v\":3,", 1);
+    lines[1] = lines[1].replacen("{\"v\":3,", "{\"v\":4,", 1);
     let err = load(&join_lines(&lines)).unwrap_err();
     assert!(
         matches!(
             err,
             JsonlError::UnsupportedVersion {
                 line: 2,
-                version: 3
+                version: 4
             }
         ),
         "{err:?}"
     );
     assert_eq!(
         err.to_string(),
-        "line 2: trace format version 3 is not supported (this library reads versions 1 to 2)"
+        "line 2: trace format version 4 is not supported (this library reads versions 1 to 3)"
     );
 
     // A header of another version.
     let mut lines = sample_lines();
-    lines[0] = lines[0].replacen("{\"v\":2,", "{\"v\":0,", 1);
+    lines[0] = lines[0].replacen("{\"v\":3,", "{\"v\":0,", 1);
     assert!(matches!(
         load(&join_lines(&lines)),
         Err(JsonlError::UnsupportedVersion {
@@ -421,12 +421,12 @@ fn other_versions_are_rejected_naming_the_line() {
     // A line of a later version that does not fit version 1's shape is still reported as a
     // version problem, not as a malformed line.
     let mut lines = sample_lines();
-    lines[3] = r#"{"v":3,"trace_id":"x","event":{"at":"2026-11-22T10:00:00Z","type":"teleport","data":{}}}"#.into();
+    lines[3] = r#"{"v":4,"trace_id":"x","event":{"at":"2026-11-22T10:00:00Z","type":"teleport","data":{}}}"#.into();
     assert!(matches!(
         load(&join_lines(&lines)),
         Err(JsonlError::UnsupportedVersion {
             line: 4,
-            version: 3
+            version: 4
         })
     ));
     let mut lines = sample_lines();
@@ -442,10 +442,10 @@ fn other_versions_are_rejected_naming_the_line() {
     // A complete last line of another version is not mistaken for a torn line, even without
     // its newline.
     let mut bytes = join_lines(&sample_lines());
-    bytes.extend_from_slice(br#"{"v":3,"trace_id":"x","event":{}}"#);
+    bytes.extend_from_slice(br#"{"v":4,"trace_id":"x","event":{}}"#);
     let lines = sample_trace().events.len() + 2;
     assert!(
-        matches!(load(&bytes), Err(JsonlError::UnsupportedVersion { line, version: 3 }) if line == lines),
+        matches!(load(&bytes), Err(JsonlError::UnsupportedVersion { line, version: 4 }) if line == lines),
         "{:?}",
         load(&bytes)
     );
@@ -641,11 +641,11 @@ fn appender_refuses_a_file_ending_in_another_version() {
     let dir = TempDir::new("version");
     let path = dir.path("run.jsonl");
     let mut bytes = to_bytes(&sample_trace());
-    bytes.extend_from_slice(br#"{"v":3,"trace_id":"x","event":{"new":"shape"}}"#);
+    bytes.extend_from_slice(br#"{"v":4,"trace_id":"x","event":{"new":"shape"}}"#);
     fs::write(&path, &bytes).unwrap();
     let err = JsonlAppender::open(&path).unwrap_err();
     assert!(
-        matches!(err, JsonlError::UnsupportedVersion { line, version: 3 } if line == sample_trace().events.len() + 2),
+        matches!(err, JsonlError::UnsupportedVersion { line, version: 4 } if line == sample_trace().events.len() + 2),
         "{err:?}"
     );
     assert_eq!(
@@ -751,7 +751,18 @@ fn documented_example_reads_back_and_rewrites_identically() {
     assert_eq!(read.torn, None);
     let trace = read.trace;
     assert_eq!(trace.id.as_str(), "brave-otter-3f2a");
-    assert_eq!(trace.events.len(), 10);
+    assert_eq!(trace.events.len(), 11);
+    // The run's own account of what it spent agrees with the events.
+    let Some(agent_op::EventKind::RunEnd(end)) = trace.events.last().map(|e| &e.event.kind) else {
+        panic!("the example ends with run_end");
+    };
+    let spend = trace.spend();
+    assert_eq!(end.spent, (&spend.kept).into());
+    assert_eq!(end.discarded, (&spend.discarded).into());
+    assert_eq!(
+        (trace.end.unwrap() - trace.start).num_microseconds(),
+        Some(end.duration_us as i64)
+    );
     assert_eq!(trace.total_cost().known, agent_op::MicroUsd(84));
     assert_eq!(trace.total_cost().unknown_calls, 1);
     assert_eq!(trace.checkpoints(), ["answered"]);

@@ -63,7 +63,7 @@ proptest! {
 /// Every event type separately, so none is left to chance.
 #[test]
 fn every_event_type_round_trips() {
-    assert_eq!(EventType::ALL.len(), 21);
+    assert_eq!(EventType::ALL.len(), 22);
     for &ty in EventType::ALL {
         let mut runner = TestRunner::new(Config {
             cases: 64,

@@ -203,7 +203,8 @@ async fn infer_hydrates_every_source_compiles_and_traces_it() {
         [
             EventType::Context,
             EventType::InferStart,
-            EventType::InferEnd
+            EventType::InferEnd,
+            EventType::RunEnd
         ]
     );
 }

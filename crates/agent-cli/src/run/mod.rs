@@ -73,10 +73,7 @@ pub(crate) async fn parts(spec_path: &Path, record: Option<&Path>) -> Result<Par
 
 /// The agent program the spec describes.
 #[cfg(feature = "temporal")]
-pub(crate) fn agent_program(
-    spec: &Spec,
-    toolbox: &Toolbox,
-) -> Result<Op<(), Result<Value, String>>, CliError> {
+pub(crate) fn agent_program(spec: &Spec, toolbox: &Toolbox) -> Result<Op<(), Value>, CliError> {
     program(spec, toolbox)
 }
 
@@ -151,16 +148,10 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
         }
     })?;
     match outcome {
-        Ok(done) => match done.value {
-            Ok(value) => Ok(Answer {
-                value,
-                trace: options.trace.clone(),
-            }),
-            Err(failure) => Err(CliError::Run(format!(
-                "{failure} (trace: {})",
-                options.trace.display()
-            ))),
-        },
+        Ok(done) => Ok(Answer {
+            value: done.value,
+            trace: options.trace.clone(),
+        }),
         Err(_) if interrupted.load(Ordering::SeqCst) => {
             Err(CliError::Aborted(options.trace.clone()))
         }
@@ -308,7 +299,7 @@ async fn toolbox(spec: &Spec, base: &Path) -> Result<Toolbox, CliError> {
 }
 
 /// Builds the agent's program from what was recalled from memory.
-type MakeAgent = Arc<dyn Fn(Vec<String>) -> Op<(), Result<Value, String>> + Send + Sync>;
+type MakeAgent = Arc<dyn Fn(Vec<String>) -> Op<(), Value> + Send + Sync>;
 
 /// The agent loop the spec describes, answering a `T`.
 fn configured<T: agent_agents::LlmOutput>(spec: &Spec, toolbox: &Toolbox) -> Agent<(), T> {
@@ -330,7 +321,7 @@ fn configured<T: agent_agents::LlmOutput>(spec: &Spec, toolbox: &Toolbox) -> Age
 /// The program: recall from memory (if any), the agent loop under the budget, remember the
 /// answer. A text answer is a JSON string; a JSON answer must satisfy the spec's schema
 /// (checked, and refusals given back to the model, up to three rounds).
-fn program(spec: &Spec, toolbox: &Toolbox) -> Result<Op<(), Result<Value, String>>, CliError> {
+fn program(spec: &Spec, toolbox: &Toolbox) -> Result<Op<(), Value>, CliError> {
     let goal = spec.agent.goal.clone();
     let make: MakeAgent = match (&spec.output.kind, &spec.output.schema) {
         (OutputKind::Json, Some(schema)) => {
@@ -363,7 +354,7 @@ fn program(spec: &Spec, toolbox: &Toolbox) -> Result<Op<(), Result<Value, String
                         })
                     })
                     .run()
-                    .map(|answer| answer.map_err(|e| e.to_string()))
+                    .and_then(|answer| answered(answer.map_err(|e| e.to_string())))
             })
         }
         _ => {
@@ -373,9 +364,9 @@ fn program(spec: &Spec, toolbox: &Toolbox) -> Result<Op<(), Result<Value, String
                 for memory in memories {
                     agent = agent.context(format!("From memory: {memory}"));
                 }
-                agent
-                    .run()
-                    .map(|answer| answer.map(Value::String).map_err(|e| e.to_string()))
+                agent.run().and_then(|answer| {
+                    answered(answer.map(Value::String).map_err(|e| e.to_string()))
+                })
             })
         }
     };
@@ -387,21 +378,30 @@ fn program(spec: &Spec, toolbox: &Toolbox) -> Result<Op<(), Result<Value, String
         op::pure(Vec::new())
     };
     Ok(recalled.and_then(move |memories| {
-        let run = op::limit(budget, make(memories)).map(|limited| match limited {
-            Ok(answer) => answer,
-            Err(spent) => Err(format!("the budget ran out: {spent}")),
+        let run = op::limit(budget, make(memories)).and_then(|limited| match limited {
+            Ok(answer) => op::pure(answer),
+            Err(spent) => op::fail(format!("the budget ran out: {spent}")),
         });
-        run.and_then(move |answer| match (&answer, memory) {
-            (Ok(value), true) => {
-                let content = match value {
-                    Value::String(s) => s.clone(),
-                    other => other.to_string(),
-                };
-                op::remember(content, goal, vec![Tag("answer".into())]).map(move |_| answer)
+        run.and_then(move |answer| {
+            if !memory {
+                return op::pure(answer);
             }
-            _ => op::pure(answer),
+            let content = match &answer {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            op::remember(content, goal, vec![Tag("answer".into())]).map(move |_| answer)
         })
     }))
+}
+
+/// The agent's answer, or its failure as the run's error (so the trace's `run_end`, the
+/// summary and the exit code all say the run failed).
+fn answered(answer: Result<Value, String>) -> Op<(), Value> {
+    match answer {
+        Ok(value) => op::pure(value),
+        Err(failure) => op::fail(failure),
+    }
 }
 
 fn budget(spec: &spec::BudgetSpec) -> Budget {

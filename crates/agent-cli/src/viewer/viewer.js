@@ -255,6 +255,11 @@
           lane.errors++;
           flags[i] |= FLAG_PROBLEM;
           break;
+        case 'run_end':
+          // The run's own account of how it ended (format version 3).
+          if (entry.trace_id === trace.id) totals.runEnd = d;
+          if (d.outcome !== 'succeeded') flags[i] |= FLAG_PROBLEM;
+          break;
         case 'fork':
           if (Array.isArray(d.branch_ids)) {
             d.branch_ids.forEach((bid, k) => {
@@ -312,7 +317,11 @@
     const end = parseTime(trace.end);
     const t0 = isNum(start) ? Math.min(start, isNum(minAt) ? minAt : start) : (isNum(minAt) ? minAt : 0);
     const tEnd = Math.max(isNum(end) ? end : -Infinity, isNum(maxAt) ? maxAt : t0);
-    const wall = isNum(end) && isNum(start) ? end - start : (isNum(maxAt) ? maxAt - t0 : 0);
+    // One definition with `agent trace summary` (Trace::wall_time): what run_end recorded,
+    // else start to end, else start to the latest event.
+    const origin = isNum(start) ? start : t0;
+    const wall = totals.runEnd && isNum(totals.runEnd.duration_us) ? totals.runEnd.duration_us
+      : isNum(end) && isNum(start) ? end - start : (isNum(maxAt) ? maxAt - origin : 0);
     totals.wall = wall;
     totals.lanes = lanes.length;
     totals.cancelledLanes = lanes.filter((l) => l.cancelled).length;
@@ -398,6 +407,22 @@
     if (typeof tr.start === 'string') parts.push(`started ${esc(tr.start)}`);
     parts.push(typeof tr.end === 'string' ? `ended ${esc(tr.end)}` : 'no end recorded');
     byId('trace-meta').innerHTML = parts.join(' · ');
+    // How the run ended, from its run_end: a failed run must not look like a success.
+    const out = byId('outcome');
+    const R = M.totals.runEnd;
+    out.dataset.outcome = R ? String(R.outcome) : 'unknown';
+    if (!R) {
+      out.textContent = 'Outcome not recorded: the run did not finish, or its trace predates run_end.';
+      out.className = 'unknown';
+    } else if (R.error && typeof R.error === 'object') {
+      out.innerHTML = `<b>Run ${esc(R.outcome)}</b> <span class="kind">${esc(R.error.kind)}</span> ` +
+        `<span class="errtext">${esc(R.error.message)}</span>`;
+      out.className = 'bad';
+    } else {
+      out.innerHTML = `<b>Run ${esc(R.outcome)}</b>` +
+        (typeof R.value_preview === 'string' ? ` <span class="value">${esc(R.value_preview)}</span>` : '');
+      out.className = 'good';
+    }
   }
 
   // --------------------------------------------------------------------------------------
@@ -664,6 +689,8 @@
         return [s(d.name), clip(compact(d.data), 160)];
       case 'error':
         return [s(d.message)];
+      case 'run_end':
+        return [s(d.outcome), d.error ? `${s(d.error.kind)}: ${s(d.error.message)}` : quoted(d.value_preview)];
       default:
         return [clip(compact(d), 200)];
     }
@@ -1011,6 +1038,19 @@
       case 'error':
         body = '<h3>Message</h3><div class="preview errtext">' + esc(d.message) + '</div>';
         break;
+      case 'run_end': {
+        const sp = d.spent || {};
+        body = kv([
+          ['outcome', esc(d.outcome)],
+          ['error kind', d.error ? esc(d.error.kind) : ''],
+          ['model calls', int(sp.calls)],
+          ['tokens', `${int(sp.input_tokens)} in / ${int(sp.output_tokens)} out`],
+          ['cost', isNum(sp.cost) ? fmtCost(sp.cost) : 'unknown'],
+          ['wall time', fmtDur(d.duration_us)],
+        ]) + (d.error ? '<h3>Error</h3><div class="preview errtext">' + esc(d.error.message) + '</div>' : '') +
+          (typeof d.value_preview === 'string' ? '<h3>Value</h3><div class="preview">' + esc(d.value_preview) + '</div>' : '');
+        break;
+      }
       default:
         body = kv(Object.keys(d).map((k) => [k, esc(typeof d[k] === 'string' ? d[k] : compact(d[k]))]));
     }

@@ -350,3 +350,19 @@ pub fn tiny() -> Trace {
         .then(op::checkpoint("greeted"));
     execute(program)
 }
+
+/// A run that asks a model, then fails itself (`op::fail`) with [`FAILURE`].
+pub fn failed() -> Trace {
+    let program: Op<(), ()> = ask("small-model", 0, "hello").then(op::fail::<(), ()>(FAILURE));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("a tokio runtime");
+    runtime
+        .block_on(run(&config(), (), program))
+        .expect_err("the program fails")
+        .trace
+}
+
+/// The error [`failed`] fails with.
+pub const FAILURE: &str = "the answer does not satisfy the schema: \"city\" is required";

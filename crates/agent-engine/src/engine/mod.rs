@@ -5,6 +5,7 @@
 mod branch_log;
 pub(crate) mod journal;
 mod machine;
+mod outcome;
 pub mod scheduler;
 
 pub use machine::MAX_FORK_DEPTH;
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use agent_op::interp::{rebox, take_value};
 use agent_op::journal::{Entry, EntryKind, Journal, JournalError, Key};
-use agent_op::{Checkpoint, Op, Trace, TraceId};
+use agent_op::{Checkpoint, Op, Trace, TraceEntry, TraceId};
 use chrono::{DateTime, Utc};
 
 use crate::clock::RunClock;
@@ -460,14 +461,6 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         let result = machine.run_caught(program.into_node()).await;
         machine.finish();
         drop(machine.end_spans(&result));
-        let trace = root.take();
-        for subscriber in &config.subscribers {
-            // A panicking observer must not take the run down with it.
-            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                subscriber.on_run_end(&trace);
-            }));
-        }
-        let checkpoints = settle_checkpoints(&trace, runtime.take_checkpoints());
         // Markers and race outcomes after the run's last commit.
         let flushed = match &runtime.journal {
             Some(journal) => journal.flush().await,
@@ -477,31 +470,49 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
             (Ok(_), Err(error)) => Err(Unwind::Fail(ErrorKind::Journal(Box::new(error)))),
             (result, _) => result,
         };
-        let kind = match result.map(|mut value| take_value::<A>(&mut *value)) {
-            Ok(Some(value)) => {
-                return Ok(Outcome {
-                    value,
-                    trace,
-                    state: machine.state,
-                    checkpoints,
-                    journal: runtime.journal.as_ref().map(|j| j.report()),
-                });
-            }
-            Ok(None) => ErrorKind::Internal(format!(
+        let result = match result.map(|mut value| take_value::<A>(&mut *value)) {
+            Ok(Some(value)) => Ok(value),
+            Ok(None) => Err(ErrorKind::Internal(format!(
                 "the program's value is not a `{}`",
                 std::any::type_name::<A>()
-            )),
-            Err(Unwind::Fail(kind)) => kind,
-            Err(Unwind::Aborted) => ErrorKind::Aborted,
-            Err(Unwind::Exit { scope, exit }) => ErrorKind::Internal(format!(
+            ))),
+            Err(Unwind::Fail(kind)) => Err(kind),
+            Err(Unwind::Aborted) => Err(ErrorKind::Aborted),
+            Err(Unwind::Exit { scope, exit }) => Err(ErrorKind::Internal(format!(
                 "scope {scope} ended early ({exit:?}) but no frame owned it"
-            )),
+            ))),
         };
-        Err(RunError {
-            kind,
-            trace,
-            checkpoints,
-        })
+        let mut trace = root.take();
+        let ended = outcome::run_end(&trace, result.as_ref());
+        trace.events.push(TraceEntry {
+            trace_id: trace.id.clone(),
+            cancelled: false,
+            event: ended,
+        });
+        if let Some(last) = trace.events.last() {
+            for subscriber in &config.subscribers {
+                // A panicking observer must not take the run down with it.
+                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    subscriber.on_event(&trace.id, &last.event);
+                    subscriber.on_run_end(&trace);
+                }));
+            }
+        }
+        let checkpoints = settle_checkpoints(&trace, runtime.take_checkpoints());
+        match result {
+            Ok(value) => Ok(Outcome {
+                value,
+                trace,
+                state: machine.state,
+                checkpoints,
+                journal: runtime.journal.as_ref().map(|j| j.report()),
+            }),
+            Err(kind) => Err(RunError {
+                kind,
+                trace,
+                checkpoints,
+            }),
+        }
     }
 }
 
@@ -513,12 +524,20 @@ async fn load(config: &Config, journal: &dyn Journal) -> Result<Vec<Entry>, RunE
         .map_err(|error| not_started(config, ErrorKind::Journal(Box::new(error))))
 }
 
-/// A run that failed before it started: an empty trace.
+/// A run that failed before it started: a trace of its `run_end` only.
 fn not_started(config: &Config, kind: ErrorKind) -> RunError {
     let id = config.trace_id.clone().unwrap_or_else(TraceId::random);
+    let mut trace = Trace::new(id);
+    trace.end = Some(trace.start);
+    let ended = outcome::run_end(&trace, Err::<&(), _>(&kind));
+    trace.events.push(TraceEntry {
+        trace_id: trace.id.clone(),
+        cancelled: false,
+        event: ended,
+    });
     RunError {
         kind,
-        trace: Trace::new(id),
+        trace,
         checkpoints: Vec::new(),
     }
 }

@@ -14,8 +14,22 @@ use agent_op::{
 use serde_json::{Value, json};
 
 /// The types of a trace's events, in order.
+/// The event types of `trace`, without the `run_end` a finished run's trace ends with (checked
+/// to be there, once and last; a trace taken mid-run has none).
 pub fn types(trace: &Trace) -> Vec<EventType> {
-    trace.events.iter().map(|e| e.event.event_type()).collect()
+    let mut types: Vec<EventType> = trace.events.iter().map(|e| e.event.event_type()).collect();
+    if trace.end.is_some() {
+        assert_eq!(
+            types.pop(),
+            Some(EventType::RunEnd),
+            "a run's trace ends with run_end"
+        );
+    }
+    assert!(
+        !types.contains(&EventType::RunEnd),
+        "run_end is recorded once, last"
+    );
+    types
 }
 
 /// A tool that adds `a` and `b`.

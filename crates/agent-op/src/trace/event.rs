@@ -152,6 +152,9 @@ event_kinds! {
     Custom(Custom) = "custom",
     /// Something failed the run (or the branch it happened in).
     Error(Failure) = "error",
+    /// The run ended: how (its value or its error) and what it spent. The last event of a
+    /// run's trace, recorded once, in the run itself (never in a branch). *Since version 3.*
+    RunEnd(RunEnd) = "run_end",
 }
 
 /// Payload of [`EventKind::InferStart`].
@@ -350,6 +353,114 @@ pub struct Failure {
     pub message: String,
 }
 
+/// How a run ended: see [`RunEnd`].
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum RunOutcome {
+    /// The program returned a value.
+    Succeeded,
+    /// The program failed (its error is in [`RunEnd::error`]).
+    Failed,
+    /// The run was aborted from outside (its abort token was cancelled).
+    Aborted,
+}
+
+impl RunOutcome {
+    /// `succeeded`, `failed` or `aborted`, as in JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunOutcome::Succeeded => "succeeded",
+            RunOutcome::Failed => "failed",
+            RunOutcome::Aborted => "aborted",
+        }
+    }
+}
+
+impl fmt::Display for RunOutcome {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error a run failed with, in [`RunEnd::error`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunFailure {
+    /// A short, stable name of the kind of failure (`program`, `provider`, `exhausted`, …).
+    pub kind: String,
+    /// The error's message, causes included.
+    pub message: String,
+}
+
+/// What model calls used, as recorded in [`RunEnd`]: see [`Trace::spend`](crate::Trace::spend).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpentRecord {
+    /// Model calls started.
+    pub calls: u64,
+    /// Prompt tokens of the calls that finished.
+    pub input_tokens: u64,
+    /// Reply tokens of the calls that finished.
+    pub output_tokens: u64,
+    /// What the calls cost; absent unless every call's cost is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<MicroUsd>,
+}
+
+impl SpentRecord {
+    /// No calls, nothing spent (known to be free).
+    pub const NOTHING: SpentRecord = SpentRecord {
+        calls: 0,
+        input_tokens: 0,
+        output_tokens: 0,
+        cost: Some(MicroUsd(0)),
+    };
+
+    fn nothing() -> SpentRecord {
+        SpentRecord::NOTHING
+    }
+
+    fn is_nothing(&self) -> bool {
+        *self == SpentRecord::NOTHING
+    }
+}
+
+impl From<&crate::trace::SpendPart> for SpentRecord {
+    fn from(part: &crate::trace::SpendPart) -> SpentRecord {
+        SpentRecord {
+            calls: part.calls,
+            input_tokens: part.tokens.input_tokens,
+            output_tokens: part.tokens.output_tokens,
+            cost: part.cost.exact(),
+        }
+    }
+}
+
+/// Payload of [`EventKind::RunEnd`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RunEnd {
+    /// Whether the run succeeded, failed or was aborted.
+    pub outcome: RunOutcome,
+    /// A preview of the value, when the run succeeded with text, JSON, a number, a boolean
+    /// or `()`; absent for values of other types (the engine cannot show them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value_preview: Option<String>,
+    /// The error, when the run failed or was aborted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<RunFailure>,
+    /// What the model calls of the run and of the branches whose work it kept used.
+    pub spent: SpentRecord,
+    /// What the calls of cancelled or discarded branches (a `race`'s losers) used: really
+    /// spent, but reflected in no result. Omitted when [nothing](SpentRecord::NOTHING).
+    #[serde(
+        default = "SpentRecord::nothing",
+        skip_serializing_if = "SpentRecord::is_nothing"
+    )]
+    pub discarded: SpentRecord,
+    /// The run's wall time, from its start to its end, in microseconds: the one duration
+    /// every reader of a trace reports for the run.
+    pub duration_us: u64,
+}
+
 impl EventKind {
     /// A custom event.
     pub fn custom(name: impl Into<String>, data: Value) -> EventKind {
@@ -388,14 +499,20 @@ impl EventKind {
         }
     }
 
-    /// This event with its measured durations set to zero, so runs can be compared regardless
-    /// of timing.
+    /// This event with its measured durations set to zero (and, for [`RunEnd`], what discarded
+    /// branches spent, which depends on scheduling), so runs can be compared regardless of
+    /// timing.
     pub fn without_timing(&self) -> EventKind {
         let mut kind = self.clone();
         match &mut kind {
             EventKind::InferEnd(e) => e.duration_us = 0,
             EventKind::ToolResult(e) => e.duration_us = 0,
             EventKind::Context(report) => **report = report.without_timing(),
+            // What losers spent depends on how far they got before the winner finished.
+            EventKind::RunEnd(e) => {
+                e.duration_us = 0;
+                e.discarded = SpentRecord::NOTHING;
+            }
             _ => {}
         }
         kind

@@ -1,13 +1,13 @@
 //! Traces as JSON Lines: write, read back, and append one event at a time.
 //!
-//! Format version 2 (see `docs/TRACE_FORMAT.md`): every line is one JSON object with `"v": 2`.
-//! Files of version 1 (version 2 without the `context` event) still read.
+//! Format version 3 (see `docs/TRACE_FORMAT.md`): every line is one JSON object with `"v": 3`.
+//! Files of versions 1 and 2 (earlier subsets of version 3) still read.
 //! An optional header line carries the trace's metadata, every other line one event:
 //!
 //! ```text
-//! {"v":2,"trace":{"id":"brave-otter-3f2a","start":"2026-11-22T10:00:00Z","end":"2026-11-22T10:00:02Z"}}
-//! {"v":2,"trace_id":"brave-otter-3f2a","event":{"at":"2026-11-22T10:00:00.1Z","type":"infer_start","data":{..}}}
-//! {"v":2,"trace_id":"brave-otter-3f2a.0","cancelled":true,"event":{..}}
+//! {"v":3,"trace":{"id":"brave-otter-3f2a","start":"2026-11-22T10:00:00Z","end":"2026-11-22T10:00:02Z"}}
+//! {"v":3,"trace_id":"brave-otter-3f2a","event":{"at":"2026-11-22T10:00:00.1Z","type":"infer_start","data":{..}}}
+//! {"v":3,"trace_id":"brave-otter-3f2a.0","cancelled":true,"event":{..}}
 //! ```
 //!
 //! Readers never panic on bad input. A last line torn by a crash (no final newline and not
@@ -25,7 +25,7 @@ use crate::serde_util::is_false;
 use crate::trace::{Event, Timestamp, Trace, TraceEntry, TraceId};
 
 /// The trace format version this library writes (and the newest it reads).
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The oldest trace format version this library reads: every version from this one to
 /// [`FORMAT_VERSION`] reads (each adds to the one before).

@@ -8,6 +8,8 @@ pub mod jsonl;
 mod record;
 
 pub use checkpoint::Checkpoint;
-pub use event::{Event, EventKind, EventType, ForkKind, Timestamp};
+pub use event::{
+    Event, EventKind, EventType, ForkKind, RunEnd, RunFailure, RunOutcome, SpentRecord, Timestamp,
+};
 pub use id::TraceId;
 pub use record::{CostSummary, Spend, SpendPart, ToolCallRecord, Trace, TraceEntry};

@@ -266,6 +266,30 @@ impl Trace {
         spend
     }
 
+    /// How the run ended, from its `run_end` event: `None` for a trace of a run that has not
+    /// ended (or was cut short before recording it, or was written before format version 3).
+    pub fn run_end(&self) -> Option<&crate::trace::RunEnd> {
+        // It is the run's last event; search backwards so a finished trace answers at once.
+        self.events.iter().rev().find_map(|e| match &e.event.kind {
+            EventKind::RunEnd(end) if e.trace_id == self.id => Some(end),
+            _ => None,
+        })
+    }
+
+    /// The run's wall time, the one duration every reader reports for it: what its `run_end`
+    /// recorded; else, for a trace without one, from its start to its end, or to its latest
+    /// event if it has no end.
+    pub fn wall_time(&self) -> Duration {
+        if let Some(end) = self.run_end() {
+            return Duration::from_micros(end.duration_us);
+        }
+        let last = self
+            .end
+            .or_else(|| self.events.iter().map(|e| e.event.at).max());
+        last.and_then(|last| (last - self.start).to_std().ok())
+            .unwrap_or_default()
+    }
+
     /// How many model calls were started.
     pub fn infer_calls(&self) -> usize {
         self.events_of(EventType::InferStart).count()

@@ -472,6 +472,7 @@ pub fn event_kind_of(ty: EventType) -> BoxedStrategy<EventKind> {
         EventType::Context => context_report()
             .prop_map(|r| EventKind::Context(Box::new(r)))
             .boxed(),
+        EventType::RunEnd => run_end().prop_map(EventKind::RunEnd).boxed(),
         other => panic!("no strategy for event type {other:?}: add one to tests/strategies"),
     }
 }
@@ -617,4 +618,53 @@ impl Drop for TempDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
+}
+
+fn spent_record() -> impl Strategy<Value = agent_op::trace::SpentRecord> {
+    (
+        any::<u64>(),
+        any::<u64>(),
+        any::<u64>(),
+        prop::option::of(any::<u64>()),
+    )
+        .prop_map(
+            |(calls, input_tokens, output_tokens, cost)| agent_op::trace::SpentRecord {
+                calls,
+                input_tokens,
+                output_tokens,
+                cost: cost.map(agent_op::MicroUsd),
+            },
+        )
+}
+
+fn run_end() -> impl Strategy<Value = agent_op::RunEnd> {
+    use agent_op::trace::{RunFailure, RunOutcome};
+    (
+        prop::sample::select(vec![
+            RunOutcome::Succeeded,
+            RunOutcome::Failed,
+            RunOutcome::Aborted,
+        ]),
+        prop::option::of(text()),
+        prop::option::of((text(), text())),
+        spent_record(),
+        spent_record(),
+        any::<u64>(),
+    )
+        .prop_map(
+            |(outcome, value_preview, error, spent, discarded, duration_us)| agent_op::RunEnd {
+                outcome,
+                value_preview,
+                error: error.map(|(kind, message)| RunFailure { kind, message }),
+                spent,
+                // Written only when something was discarded, so a zero one reads back as
+                // the default: generate what reads back equal.
+                discarded: if discarded.calls == 0 {
+                    agent_op::trace::SpentRecord::NOTHING
+                } else {
+                    discarded
+                },
+                duration_us,
+            },
+        )
 }
