@@ -31,6 +31,7 @@ fn write_trace(path: &Path) {
                 messages: 4,
                 tools: 2,
                 iteration: 1,
+                prompt: None,
             }),
             EventKind::InferEnd(InferEnd {
                 model: "small".into(),
@@ -42,6 +43,7 @@ fn write_trace(path: &Path) {
                 cost: Some(MicroUsd(120)),
                 duration_us: 650_000,
                 iteration: 1,
+                reply: None,
             }),
             EventKind::ToolCall(ToolCall {
                 name: "search".into(),
@@ -55,6 +57,7 @@ fn write_trace(path: &Path) {
                 output_preview: "5 results".into(),
                 duration_us: 12_000,
                 iteration: 1,
+                output: None,
             }),
         ];
         for kind in kinds {

@@ -597,6 +597,100 @@ pub struct Divergence {
     pub left: Option<Value>,
     /// That event in the second trace, if it has one there.
     pub right: Option<Value>,
+    /// Where in the two events they first differ (`data.reply.content`), when both have it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub at: Option<Difference>,
+}
+
+/// The first place two events differ: a path into their JSON and what each holds there.
+#[derive(Debug, Serialize)]
+pub struct Difference {
+    /// The path (`data.prompt.messages[3].content`).
+    pub path: String,
+    /// What the first event holds there (for texts, the part around the first differing
+    /// character), or `None` if it lacks the member.
+    pub left: Option<String>,
+    /// What the second event holds there.
+    pub right: Option<String>,
+}
+
+/// Where `a` and `b` first differ, depth first in member order.
+fn first_difference(a: &Value, b: &Value, path: &mut String) -> Option<Difference> {
+    let len = path.len();
+    let found = match (a, b) {
+        _ if a == b => None,
+        (Value::Object(x), Value::Object(y)) => x
+            .keys()
+            .chain(y.keys().filter(|k| !x.contains_key(*k)))
+            .find_map(|key| {
+                let (p, q) = (x.get(key), y.get(key));
+                if p == q {
+                    return None;
+                }
+                path.truncate(len);
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(key);
+                match (p, q) {
+                    (Some(p), Some(q)) => first_difference(p, q, path),
+                    (p, q) => Some(Difference {
+                        path: path.clone(),
+                        left: p.map(Value::to_string),
+                        right: q.map(Value::to_string),
+                    }),
+                }
+            }),
+        (Value::Array(x), Value::Array(y)) => (0..x.len().max(y.len())).find_map(|i| {
+            let (p, q) = (x.get(i), y.get(i));
+            if p == q {
+                return None;
+            }
+            path.truncate(len);
+            path.push_str(&format!("[{i}]"));
+            match (p, q) {
+                (Some(p), Some(q)) => first_difference(p, q, path),
+                (p, q) => Some(Difference {
+                    path: path.clone(),
+                    left: p.map(Value::to_string),
+                    right: q.map(Value::to_string),
+                }),
+            }
+        }),
+        (Value::String(x), Value::String(y)) => {
+            let (left, right) = excerpts(x, y);
+            Some(Difference {
+                path: path.clone(),
+                left: Some(left),
+                right: Some(right),
+            })
+        }
+        _ => Some(Difference {
+            path: path.clone(),
+            left: Some(a.to_string()),
+            right: Some(b.to_string()),
+        }),
+    };
+    path.truncate(len);
+    found
+}
+
+/// The parts of two texts around their first differing character: up to 40 characters
+/// before it and 80 from it, with `…` where they were cut.
+fn excerpts(x: &str, y: &str) -> (String, String) {
+    let at = x.chars().zip(y.chars()).take_while(|(a, b)| a == b).count();
+    let cut = |text: &str| {
+        let from = at.saturating_sub(40);
+        let part: String = text.chars().skip(from).take(at - from + 80).collect();
+        let before = if from > 0 { "…" } else { "" };
+        let after = if text.chars().count() > at + 80 {
+            "…"
+        } else {
+            ""
+        };
+        format!("{before}{part}{after}")
+    };
+    (cut(x), cut(y))
 }
 
 /// The first divergence of two traces, comparing their canonical forms (timings left out,
@@ -643,12 +737,20 @@ pub fn diff(left: &Trace, right: &Trace) -> Option<Divergence> {
         );
         let differs = (0..x.len().max(y.len())).find(|&i| x.get(i) != y.get(i));
         if let Some(i) = differs {
-            let show = |text: Option<&String>| text.and_then(|t| serde_json::from_str(t).ok());
+            let show = |text: Option<&String>| -> Option<Value> {
+                text.and_then(|t| serde_json::from_str(t).ok())
+            };
+            let (left, right) = (show(x.get(i)), show(y.get(i)));
+            let at = match (&left, &right) {
+                (Some(l), Some(r)) => first_difference(l, r, &mut String::new()),
+                _ => None,
+            };
             return Some(Divergence {
                 branch: branch.clone(),
                 sequence: i,
-                left: show(x.get(i)),
-                right: show(y.get(i)),
+                left,
+                right,
+                at,
             });
         }
     }
@@ -661,10 +763,18 @@ pub fn diff_text(divergence: &Option<Divergence>, left: &Path, right: &Path) -> 
         None => "the traces agree (canonical events, timings left out)\n".to_owned(),
         Some(d) => {
             let side = |v: &Option<Value>| match v {
-                Some(v) => v.to_string(),
+                Some(v) => {
+                    let text = v.to_string();
+                    if text.chars().count() > 400 {
+                        let head: String = text.chars().take(400).collect();
+                        format!("{head}…")
+                    } else {
+                        text
+                    }
+                }
                 None => "(no event: the branch ends here)".to_owned(),
             };
-            format!(
+            let mut out = format!(
                 "first divergence: branch {} event #{}\n  {}: {}\n  {}: {}\n",
                 d.branch,
                 d.sequence,
@@ -672,7 +782,20 @@ pub fn diff_text(divergence: &Option<Divergence>, left: &Path, right: &Path) -> 
                 side(&d.left),
                 right.display(),
                 side(&d.right),
-            )
+            );
+            if let Some(at) = &d.at {
+                let missing = || "(absent)".to_owned();
+                let _ = write!(
+                    out,
+                    "  they differ at {}:\n    {}: {}\n    {}: {}\n",
+                    at.path,
+                    left.display(),
+                    at.left.clone().unwrap_or_else(missing),
+                    right.display(),
+                    at.right.clone().unwrap_or_else(missing),
+                );
+            }
+            out
         }
     }
 }
@@ -696,7 +819,18 @@ pub fn view(trace: &Trace, trace_path: &Path, out: Option<PathBuf>) -> Result<Pa
 
 #[cfg(test)]
 mod tests {
-    use super::{counted, human_duration};
+    use super::{counted, first_difference, human_duration};
+
+    #[test]
+    fn the_first_difference_is_found_deep_in_long_texts() {
+        let long = "word ".repeat(100);
+        let a = serde_json::json!({"type": "infer_end", "data": {"reply": {"content": format!("{long}yes")}}});
+        let b = serde_json::json!({"type": "infer_end", "data": {"reply": {"content": format!("{long}no")}}});
+        let d = first_difference(&a, &b, &mut String::new()).unwrap();
+        assert_eq!(d.path, "data.reply.content");
+        assert!(d.left.unwrap().ends_with("word yes"));
+        assert!(d.right.unwrap().starts_with("…"));
+    }
 
     #[test]
     fn durations_are_in_human_units() {

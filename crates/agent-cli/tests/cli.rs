@@ -202,8 +202,12 @@ fn a_corrupt_trace_names_its_line_and_lenient_summarizes_the_prefix() {
     assert_eq!(lenient.status.code(), Some(0), "{}", stderr(&lenient));
     assert!(stderr(&lenient).contains("line 5"));
     let summary: serde_json::Value = serde_json::from_str(&stdout(&lenient)).unwrap();
-    // The header is line 1, so lines 2–4 are the readable events.
-    assert_eq!(summary["events"], 3, "{summary} of {total} lines");
+    // The header is line 1, so lines 2–4 are the readable events (and content lines).
+    let events = lines[1..4]
+        .iter()
+        .filter(|l| !l.contains("\"content\":{"))
+        .count();
+    assert_eq!(summary["events"], events, "{summary} of {total} lines");
 
     let missing = agent(&["trace", "summary", "no-such-file.jsonl"], dir.path());
     assert_eq!(missing.status.code(), Some(3));
@@ -725,7 +729,9 @@ fn every_reading_command_warns_about_a_torn_trace_and_takes_lenient() {
     let dir = tempfile::tempdir().unwrap();
     let trace = run_example(dir.path());
     let mut bytes = std::fs::read(&trace).unwrap();
-    let events = String::from_utf8_lossy(&bytes).lines().count() - 1;
+    let text = String::from_utf8_lossy(&bytes).into_owned();
+    let lines = text.lines().count();
+    let events = text.lines().filter(|l| l.contains("\"event\":{")).count();
     bytes.extend_from_slice(br#"{"v":3,"trace_id":"x","event":{"at":"#);
     let torn = dir.path().join("torn.jsonl");
     std::fs::write(&torn, &bytes).unwrap();
@@ -748,10 +754,56 @@ fn every_reading_command_warns_about_a_torn_trace_and_takes_lenient() {
             let err = stderr(&out);
             assert_eq!(out.status.code(), Some(0), "{args:?}: {err}");
             assert!(
-                err.contains(&format!("line {} is torn", events + 2))
+                err.contains(&format!("line {} is torn", lines + 1))
                     && err.contains(&format!("the {events} events before it")),
                 "{args:?} warns: {err}"
             );
         }
     }
+}
+
+#[test]
+fn trace_diff_compares_whole_answers_and_shows_where_they_differ() {
+    let dir = tempfile::tempdir().unwrap();
+    let common = "a long preamble that fills the preview. ".repeat(8);
+    let mut traces = Vec::new();
+    for (name, ending) in [("left", "the answer is yes"), ("right", "the answer is no")] {
+        let spec = dir.path().join(format!("{name}.toml"));
+        std::fs::write(
+            &spec,
+            format!(
+                "[model]\nprovider = \"scripted\"\nname = \"m\"\nreplies = [\"{common}{ending}\"]\n\n[agent]\ngoal = \"x\"\n"
+            ),
+        )
+        .unwrap();
+        let trace = dir.path().join(format!("{name}.trace.jsonl"));
+        let out = agent(
+            &[
+                "run",
+                spec.to_str().unwrap(),
+                "--trace",
+                trace.to_str().unwrap(),
+                "--quiet",
+            ],
+            dir.path(),
+        );
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        traces.push(trace);
+    }
+    assert!(
+        common.chars().count() > 200,
+        "the difference is past the preview"
+    );
+    let (left, right) = (traces[0].to_str().unwrap(), traces[1].to_str().unwrap());
+    let out = agent(&["trace", "diff", left, right], dir.path());
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    assert!(text.contains("they differ at data.reply.content"), "{text}");
+    assert!(
+        text.contains("answer is yes") && text.contains("answer is no"),
+        "{text}"
+    );
+    // A trace agrees with itself.
+    let same = agent(&["trace", "diff", left, left], dir.path());
+    assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
 }

@@ -45,6 +45,30 @@ fn embedded_trace(page: &str) -> (Trace, usize) {
         Some(events.len().to_string().as_str()),
         "the header counts the events"
     );
+    // Messages, tools and replies are in one table, named by index.
+    let content: Vec<Value> = dom
+        .by_id("trace-content")
+        .map(|e| serde_json::from_str(&dom.elements[e].text).expect("the content is a JSON array"))
+        .unwrap_or_default();
+    let resolve = |v: &mut Value| {
+        let index = v.as_u64().expect("content is named by index") as usize;
+        *v = content[index].clone();
+    };
+    for event in &mut events {
+        let data = &mut event["event"]["data"];
+        for list in ["messages", "tools"] {
+            if let Some(items) = data
+                .get_mut("prompt")
+                .and_then(|p| p.get_mut(list))
+                .and_then(Value::as_array_mut)
+            {
+                items.iter_mut().for_each(resolve);
+            }
+        }
+        if let Some(reply) = data.get_mut("reply") {
+            resolve(reply);
+        }
+    }
     trace["events"] = Value::Array(events);
     let trace = serde_json::from_value(trace).expect("header and events make a trace");
     (trace, chunks.len())
@@ -151,8 +175,8 @@ fn trace_text_cannot_close_the_data_element() {
             lower.matches("<script").count(),
             lower.matches("</script").count()
         ),
-        (2 + chunks, 2 + chunks),
-        "only the data elements and the viewer's script start and end"
+        (3 + chunks, 3 + chunks),
+        "only the data elements (header, events, content) and the viewer's script start and end"
     );
     assert!(
         !page.contains("<!--"),
@@ -390,6 +414,48 @@ fn browser_filters_events_and_shows_their_details() {
             "the details say {reason:?}: {details}"
         );
     }
+}
+
+#[test]
+fn browser_shows_the_whole_prompt_and_reply_of_a_call() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let trace = traces::tiny();
+    let page = write_page("prompt.html", &trace, "a tiny run");
+    let (call, prompt) = trace
+        .events
+        .iter()
+        .enumerate()
+        .find_map(|(i, e)| match &e.event.kind {
+            EventKind::InferStart(start) => start.prompt.as_ref().map(|p| (i, p)),
+            _ => None,
+        })
+        .expect("the run recorded its prompts");
+    let dom = Dom::parse(
+        &chromium
+            .dump_dom(&page, &format!("event={call}"))
+            .expect("chromium loads the page"),
+    );
+    rendered(&dom);
+    let details = dom.text(dom.by_id("details").expect("the page has details"));
+    assert!(!prompt.messages.is_empty());
+    for message in &prompt.messages {
+        // Whole, not a 200-character preview (the viewer keeps whitespace as it is).
+        assert!(
+            details.contains(message.content().trim()),
+            "the details hold {:?}: {details}",
+            message.content()
+        );
+    }
+    let reply = trace.events[call + 1..]
+        .iter()
+        .find_map(|e| match &e.event.kind {
+            EventKind::InferEnd(end) => end.reply.clone(),
+            _ => None,
+        })
+        .expect("the reply was recorded");
+    assert!(details.contains(reply.content()), "{details}");
 }
 
 #[test]

@@ -35,7 +35,9 @@ pub struct Config {
     pub(crate) trace_id: Option<TraceId>,
     pub(crate) max_concurrency: Option<NonZeroUsize>,
     pub(crate) name: Option<Arc<str>>,
-    pub(crate) record_content: bool,
+    /// `record_content(false)`: stored inverted so that the derived default records.
+    pub(crate) omit_content: bool,
+    pub(crate) export_content: bool,
     pub(crate) clock: Option<Arc<dyn Clock>>,
     pub(crate) random_seed: Option<u64>,
     pub(crate) route_tools_through_config: bool,
@@ -131,12 +133,33 @@ impl Config {
         self
     }
 
-    /// Records message contents on the run's `tracing` spans: prompts and replies
-    /// (`gen_ai.input.messages`, `gen_ai.output.messages`), tool arguments and results. Off by
-    /// default, since they can hold secrets and personal data. Credentials are never recorded.
+    /// Whether the trace records content: every model call's whole request (messages, tools
+    /// offered, options) and reply, and every tool call's whole output. On by default, for
+    /// runs whose trace stays with whoever ran them; `record_content(false)` keeps only
+    /// previews and hashes (for traces of personal data, say). Tool arguments are always
+    /// recorded; credentials never are (providers keep them out of requests and errors).
     pub fn record_content(mut self, on: bool) -> Config {
-        self.record_content = on;
+        self.omit_content = !on;
         self
+    }
+
+    /// Also puts content on the run's `tracing` spans, which exporters send elsewhere:
+    /// prompts and replies (`gen_ai.input.messages`, `gen_ai.output.messages`), tool arguments
+    /// and results. Off by default, since they can hold secrets and personal data; only
+    /// takes effect while [`record_content`](Config::record_content) is on.
+    pub fn export_content(mut self, on: bool) -> Config {
+        self.export_content = on;
+        self
+    }
+
+    /// Whether the trace records content.
+    pub(crate) fn records_content(&self) -> bool {
+        !self.omit_content
+    }
+
+    /// Whether spans carry content.
+    pub(crate) fn exports_content(&self) -> bool {
+        self.export_content && !self.omit_content
     }
 
     /// Reads time from `clock` instead of tokio's: deadlines, waits, `op::now`, checkpoint
@@ -211,7 +234,8 @@ impl fmt::Debug for Config {
             .field("trace_id", &self.trace_id)
             .field("max_concurrency", &self.max_concurrency)
             .field("name", &self.name)
-            .field("record_content", &self.record_content)
+            .field("record_content", &!self.omit_content)
+            .field("export_content", &self.export_content)
             .field("clock", &self.clock.is_some())
             .field("random_seed", &self.random_seed)
             .field(

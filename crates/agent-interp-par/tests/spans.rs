@@ -378,7 +378,7 @@ fn both_interpreters_give_the_same_span_tree() {
 
 #[test]
 fn message_contents_are_recorded_only_on_opt_in() {
-    let (spans, _) = capture(false, config().record_content(true));
+    let (spans, _) = capture(false, config().export_content(true));
     let chat = spans
         .iter()
         .map(|(_, s)| s)

@@ -12,8 +12,8 @@ use agent_interp_seq::{
 use agent_op::agent::{AgentState, react};
 use agent_op::trace::jsonl::read_trace_file;
 use agent_op::{
-    Event, EventKind, EventType, FnTool, MemoryId, MicroUsd, Op, Prompt, ProviderError, Response,
-    Steering, Tag, ToolErrorKind, ToolSet, TraceId, op,
+    Event, EventKind, EventType, FnTool, MemoryId, Message, MicroUsd, Op, Prompt, ProviderError,
+    Response, Steering, Tag, ToolErrorKind, ToolSet, TraceId, op,
 };
 use agent_provider::ScriptedProvider;
 use common::{TestMemory, add_tool, types};
@@ -93,13 +93,36 @@ async fn infer_records_start_and_end_with_previews_usage_cost_and_iterations() {
 }
 
 #[tokio::test]
-async fn long_prompts_and_replies_are_previewed_not_stored() {
+async fn traces_hold_whole_prompts_and_replies_unless_content_recording_is_off() {
     let long = "x".repeat(10_000);
-    let provider = ScriptedProvider::new([Response::text(long.clone())]);
-    let program: Op<(), _> = op::infer_raw("m", Prompt::new().user(long.clone()));
-    let outcome = run(&Config::new().provider(provider), (), program)
+    let answer = "y".repeat(10_000);
+    let program = || -> Op<(), _> { op::infer_raw("m", Prompt::new().user(long.clone())) };
+    // By default: the whole request and reply.
+    let provider = ScriptedProvider::new([Response::text(answer.clone())]);
+    let outcome = run(&Config::new().provider(provider), (), program())
         .await
         .unwrap();
+    let start = outcome
+        .trace
+        .events_of(EventType::InferStart)
+        .next()
+        .unwrap();
+    let EventKind::InferStart(start) = &start.event.kind else {
+        unreachable!()
+    };
+    let prompt = start.prompt.as_ref().expect("the request is recorded");
+    assert_eq!(prompt.messages, vec![Message::user(long.clone())]);
+    let end = outcome.trace.events_of(EventType::InferEnd).next().unwrap();
+    let EventKind::InferEnd(end) = &end.event.kind else {
+        unreachable!()
+    };
+    assert_eq!(end.reply, Some(Message::assistant(answer.clone())));
+    // Previews stay short.
+    assert!(start.prompt_preview.chars().count() <= 201);
+    // Off: previews only.
+    let provider = ScriptedProvider::new([Response::text(answer.clone())]);
+    let config = Config::new().provider(provider).record_content(false);
+    let outcome = run(&config, (), program()).await.unwrap();
     let json = serde_json::to_string(&outcome.trace).unwrap();
     assert!(
         json.len() < 2_000,

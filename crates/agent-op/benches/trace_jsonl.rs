@@ -141,6 +141,7 @@ fn build_trace(events: usize) -> Trace {
             messages: 2 + iteration % 30,
             tools: 3,
             iteration,
+            prompt: None,
         }));
         let calls_tool = step % 2 == 0;
         kinds.push(EventKind::InferEnd(InferEnd {
@@ -157,6 +158,7 @@ fn build_trace(events: usize) -> Trace {
             cost: (step != 7).then(|| MicroUsd(rng.below(20_000))),
             duration_us: 50_000 + rng.below(2_000_000),
             iteration,
+            reply: None,
         }));
         if calls_tool {
             kinds.push(EventKind::ToolCall(ToolCall {
@@ -171,6 +173,7 @@ fn build_trace(events: usize) -> Trace {
                 output_preview: text(&mut rng, 100),
                 duration_us: 1_000 + rng.below(500_000),
                 iteration,
+                output: None,
             }));
         }
         kinds.push(EventKind::StateRead(StateAccess {

@@ -81,16 +81,26 @@ proptest! {
         prop_assert_eq!(read.torn, None);
         prop_assert_eq!(read.trace, trace.clone());
 
-        // One header line and one line per event, each a JSON object of version 1 ending in a
-        // newline (text with newlines is escaped).
+        // One header line and one line per event, each a JSON object of this version ending
+        // in a newline (text with newlines is escaped), with a content line before an event
+        // for each piece of content no line before it holds.
         prop_assert_eq!(bytes.last(), Some(&b'\n'));
         let lines: Vec<&[u8]> = bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()).collect();
-        prop_assert_eq!(lines.len(), trace.events.len() + 1);
+        let mut events = 0;
+        let mut hashes = std::collections::HashSet::new();
         for (i, line) in lines.iter().enumerate() {
             let value: Value = serde_json::from_slice(line).unwrap();
             prop_assert_eq!(&value["v"], &json!(FORMAT_VERSION));
             prop_assert_eq!(value.get("trace").is_some(), i == 0);
+            match value.get("content") {
+                Some(content) => {
+                    let hash = content["hash"].as_str().unwrap().to_owned();
+                    prop_assert!(hashes.insert(hash), "each piece is stored once");
+                }
+                None => events += usize::from(i > 0),
+            }
         }
+        prop_assert_eq!(events, trace.events.len());
     }
 
     #[test]
@@ -223,7 +233,7 @@ proptest! {
         let keep = 1 + ((content_len - 1) as f64 * frac) as usize;
         prop_assume!(keep < content_len);
         let read = load(&bytes[..last_start + keep]).unwrap();
-        prop_assert_eq!(read.torn, Some(TornLine { line: trace.events.len() + 1, bytes: keep }));
+        prop_assert_eq!(read.torn, Some(TornLine { line: starts.len() - 1, bytes: keep }));
         prop_assert_eq!(&read.trace.events[..], &trace.events[..trace.events.len() - 1]);
         prop_assert_eq!(&read.trace.id, &trace.id);
         prop_assert_eq!(read.trace.end, trace.end);
@@ -884,4 +894,111 @@ fn the_readable_prefix_of_a_corrupt_file_comes_with_the_first_error() {
     let (read, error) = agent_op::trace::jsonl::read_jsonl_prefix(clean.as_bytes()).unwrap();
     assert_eq!(read.trace.events.len(), 2);
     assert!(error.is_none());
+}
+
+/// A conversation of `turns` model calls, each sending everything so far (as an agent loop
+/// does) and recording its request and reply in full.
+fn conversation(turns: usize) -> Trace {
+    use agent_op::trace::event::{InferEnd, InferStart};
+    use agent_op::{FinishReason, Message, Prompt};
+    let mut trace = Trace::new(TraceId::from("long-talk-0001"));
+    let mut messages = vec![Message::system("You are a careful assistant. ".repeat(10))];
+    for turn in 0..turns {
+        messages.push(Message::user(format!(
+            "question {turn}: {}",
+            "why? ".repeat(60)
+        )));
+        let prompt = Prompt::from_messages(messages.clone());
+        let reply = Message::assistant(format!("answer {turn}: {}", "because. ".repeat(40)));
+        trace.append(Event::now(EventKind::InferStart(InferStart {
+            model: "m".into(),
+            prompt_preview: String::new(),
+            messages: messages.len() as u32,
+            tools: 0,
+            iteration: turn as u32,
+            prompt: Some(Box::new(prompt)),
+        })));
+        trace.append(Event::now(EventKind::InferEnd(InferEnd {
+            model: "m".into(),
+            response_preview: String::new(),
+            tool_calls: 0,
+            finish_reason: FinishReason::Stop,
+            input_tokens: 1,
+            output_tokens: 1,
+            cost: None,
+            duration_us: 1,
+            iteration: turn as u32,
+            reply: Some(reply.clone()),
+        })));
+        messages.push(reply);
+    }
+    trace
+}
+
+#[test]
+fn full_prompts_are_stored_once_so_files_grow_with_the_conversation_not_its_square() {
+    let sizes: Vec<usize> = [50, 100, 200]
+        .iter()
+        .map(|&turns| {
+            let trace = conversation(turns);
+            let bytes = to_bytes(&trace);
+            // Everything reads back whole.
+            assert_eq!(load(&bytes).unwrap().trace, trace);
+            bytes.len()
+        })
+        .collect();
+    // Doubling the turns doubles the file (plus a little): sending the whole conversation
+    // each time would quadruple it.
+    for pair in sizes.windows(2) {
+        let ratio = pair[1] as f64 / pair[0] as f64;
+        assert!(ratio < 2.2, "sizes {sizes:?}: ratio {ratio:.2}");
+    }
+    // And the file is the conversation itself plus a bounded cost per call (two event lines,
+    // two content lines' framing and the hashes naming a prefix and the new messages).
+    let trace = conversation(200);
+    let text: usize = match &trace.events[trace.events.len() - 2].event.kind {
+        EventKind::InferStart(start) => start
+            .prompt
+            .as_ref()
+            .unwrap()
+            .messages
+            .iter()
+            .map(|m| serde_json::to_string(m).unwrap().len())
+            .sum(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        sizes[2] < text + 200 * 1_200,
+        "{} bytes for {text} of text",
+        sizes[2]
+    );
+}
+
+#[test]
+fn content_that_does_not_match_its_hash_or_is_missing_is_a_malformed_line() {
+    let bytes = to_bytes(&conversation(3));
+    let text = String::from_utf8(bytes).unwrap();
+    // A content line whose value was changed.
+    let edited = text.replacen("question 1", "question 9", 1);
+    match load(edited.as_bytes()) {
+        Err(JsonlError::Malformed { line, message, .. }) => {
+            assert!(message.contains("does not match"), "{message}");
+            assert!(line > 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    // An event naming content no line holds.
+    let lines: Vec<&str> = text.lines().collect();
+    let first_content = lines
+        .iter()
+        .position(|l| l.contains("\"content\":{"))
+        .unwrap();
+    let mut without: Vec<&str> = lines.clone();
+    without.remove(first_content);
+    match load((without.join("\n") + "\n").as_bytes()) {
+        Err(JsonlError::Malformed { message, .. }) => {
+            assert!(message.contains("is not in the file"), "{message}")
+        }
+        other => panic!("{other:?}"),
+    }
 }

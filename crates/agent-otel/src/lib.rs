@@ -22,7 +22,7 @@
 //! set up inside a tokio runtime.
 //!
 //! What the spans hold is decided by the interpreters: message contents only when a run opts
-//! in with `Config::record_content`, credentials never.
+//! in with `Config::export_content`, credentials never.
 
 mod http_client;
 

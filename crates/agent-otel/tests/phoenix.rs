@@ -249,7 +249,7 @@ fn export(
             .enable_time()
             .build()
             .unwrap();
-        let config = config(name).record_content(true);
+        let config = config(name).export_content(true);
         run.block_on(agent_interp_par::run(&config, (), program()))
             .unwrap();
     });

@@ -97,6 +97,48 @@ fn write_data(page: &mut Vec<u8>, trace: &Trace) {
 
 const DATA_OPEN: &str = r#"<script type="application/json" id="trace-data""#;
 const EVENTS_OPEN: &[u8] = br#"<script type="application/json" class="trace-events">["#;
+const CONTENT_OPEN: &[u8] = br#"<script type="application/json" id="trace-content">["#;
+
+/// The messages, tools and replies of a page, each once: events name them by their index
+/// here, so a long conversation's page grows with the conversation, not with its square (each
+/// model call resends everything before it).
+#[derive(Default)]
+struct Contents {
+    index: std::collections::HashMap<String, usize>,
+    texts: Vec<String>,
+}
+
+impl Contents {
+    /// Replaces `value` by the index of its content.
+    fn intern(&mut self, value: &mut serde_json::Value) {
+        let text = value.to_string();
+        let next = self.texts.len();
+        let index = *self.index.entry(text.clone()).or_insert(next);
+        if index == next {
+            self.texts.push(text);
+        }
+        *value = serde_json::Value::from(index);
+    }
+
+    /// The entry's JSON with its prompt's messages and tools, and its reply, as indices.
+    fn entry(&mut self, entry: &agent_op::TraceEntry) -> serde_json::Result<serde_json::Value> {
+        let mut value = serde_json::to_value(entry)?;
+        let data = &mut value["event"]["data"];
+        for list in ["messages", "tools"] {
+            if let Some(items) = data
+                .get_mut("prompt")
+                .and_then(|p| p.get_mut(list))
+                .and_then(serde_json::Value::as_array_mut)
+            {
+                items.iter_mut().for_each(|item| self.intern(item));
+            }
+        }
+        if let Some(reply) = data.get_mut("reply") {
+            self.intern(reply);
+        }
+        Ok(value)
+    }
+}
 
 fn write_elements(page: &mut Vec<u8>, trace: &Trace) -> serde_json::Result<()> {
     // The header is the trace's own serialization without `events`; building it field by
@@ -117,6 +159,7 @@ fn write_elements(page: &mut Vec<u8>, trace: &Trace) -> serde_json::Result<()> {
     serde_json::to_writer(ScriptSafe(&mut *page), &header)?;
     page.extend_from_slice(b"</script>\n");
     let mut chunk_start = None;
+    let mut contents = Contents::default();
     for entry in &trace.events {
         match chunk_start {
             Some(start) if page.len() - start < CHUNK_BYTES => page.push(b','),
@@ -130,9 +173,26 @@ fn write_elements(page: &mut Vec<u8>, trace: &Trace) -> serde_json::Result<()> {
                 chunk_start = Some(page.len());
             }
         }
-        serde_json::to_writer(ScriptSafe(&mut *page), entry)?;
+        if entry.event.kind.has_shared_content() {
+            serde_json::to_writer(ScriptSafe(&mut *page), &contents.entry(entry)?)?;
+        } else {
+            serde_json::to_writer(ScriptSafe(&mut *page), entry)?;
+        }
     }
     if chunk_start.is_some() {
+        page.extend_from_slice(b"]</script>\n");
+    }
+    if !contents.texts.is_empty() {
+        page.extend_from_slice(CONTENT_OPEN);
+        for (i, text) in contents.texts.iter().enumerate() {
+            if i > 0 {
+                page.push(b',');
+            }
+            // Each text is JSON this function wrote; only `<` and `>` need escaping.
+            ScriptSafe(&mut *page)
+                .write_all(text.as_bytes())
+                .map_err(serde_json::Error::io)?;
+        }
         page.extend_from_slice(b"]</script>\n");
     }
     Ok(())

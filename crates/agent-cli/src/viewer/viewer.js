@@ -848,6 +848,35 @@
   const idLink = (id) => (M.laneIx.has(id) ? laneLink(M.laneIx.get(id)) : `<code>${esc(id)}</code> (no events)`);
   const eventLink = (i, label) => `<a class="lane-link" data-goto-event="${i}">${esc(label)}</a>`;
   const preview = (text) => `<div class="preview">${esc(text === undefined || text === null ? '' : text)}</div>`;
+  // A piece of recorded content: inline, or its index in the page's content table.
+  const piece = (v) => (isNum(v) && Array.isArray(M.trace.content) ? M.trace.content[v] : v);
+  // A message as the model saw it: its role, its text, the tool calls it asked for.
+  const messageHtml = (m) => {
+    m = piece(m);
+    if (!m || typeof m !== 'object') return preview('(missing)');
+    const calls = Array.isArray(m.tool_calls) && m.tool_calls.length
+      ? m.tool_calls.map((c) => `<div class="call">→ <code>${esc(c && c.name)}</code> ${esc(compact(c && c.arguments))}</div>`).join('')
+      : '';
+    const about = m.role === 'tool' ? ` <small>answers ${esc(m.tool_call_id)}</small>` : '';
+    return `<div class="msg ${esc(m.role)}"><span class="role">${esc(m.role)}</span>${about}` +
+      `<div class="preview">${esc(m.content || '')}</div>${calls}</div>`;
+  };
+  // The whole request of a model call, when the run recorded content.
+  const promptHtml = (p) => {
+    if (!p || typeof p !== 'object' || !Array.isArray(p.messages)) return '';
+    let html = `<h3>Prompt (${int(p.messages.length)} messages)</h3><div class="prompt">` +
+      p.messages.map(messageHtml).join('') + '</div>';
+    if (Array.isArray(p.tools) && p.tools.length) {
+      html += '<h3>Tools offered</h3><ul class="tools">' + p.tools.map((t) => {
+        t = piece(t) || {};
+        return `<li><code>${esc(t.name)}</code> ${esc(t.description || '')}</li>`;
+      }).join('') + '</ul>';
+    }
+    if (p.options && typeof p.options === 'object' && Object.keys(p.options).length) {
+      html += '<h3>Options</h3>' + preview(pretty(p.options));
+    }
+    return html;
+  };
   const pretty = (value) => {
     try {
       return JSON.stringify(value, null, 2);
@@ -962,8 +991,8 @@
           ['cost', e ? (isNum(e.cost) ? fmtCost(e.cost) : 'unknown') : ''],
           ['finish reason', e ? esc(fmtFinish(e.finish_reason)) : ''],
           ['end', end >= 0 ? eventLink(end, 'infer_end →') : ''],
-        ]) + '<h3>Prompt (last message)</h3>' + preview(d.prompt_preview);
-        if (e) body += '<h3>Response</h3>' + preview(e.response_preview);
+        ]) + (d.prompt ? promptHtml(d.prompt) : '<h3>Prompt (last message)</h3>' + preview(d.prompt_preview));
+        if (e) body += '<h3>Response</h3>' + (e.reply !== undefined ? messageHtml(e.reply) : preview(e.response_preview));
         break;
       }
       case 'infer_end': {
@@ -978,8 +1007,11 @@
           ['tool calls asked', int(d.tool_calls)],
           ['iteration', int(d.iteration)],
           ['start', start >= 0 ? eventLink(start, '← infer_start') : ''],
-        ]) + '<h3>Response</h3>' + preview(d.response_preview);
-        if (start >= 0) body += '<h3>Prompt (last message)</h3>' + preview(dataOf(start).prompt_preview);
+        ]) + '<h3>Response</h3>' + (d.reply !== undefined ? messageHtml(d.reply) : preview(d.response_preview));
+        if (start >= 0) {
+          const sd = dataOf(start);
+          body += sd.prompt ? promptHtml(sd.prompt) : '<h3>Prompt (last message)</h3>' + preview(sd.prompt_preview);
+        }
         break;
       }
       case 'context':
@@ -996,7 +1028,7 @@
           ['duration', r ? fmtDur(r.duration_us) : ''],
           ['result', res >= 0 ? eventLink(res, 'tool_result →') : ''],
         ]) + '<h3>Arguments</h3>' + preview(pretty(d.args));
-        if (r) body += '<h3>Result</h3>' + preview(r.output_preview);
+        if (r) body += '<h3>Result</h3>' + preview('output' in r ? (typeof r.output === 'string' ? r.output : pretty(r.output)) : r.output_preview);
         break;
       }
       case 'tool_result': {
@@ -1007,7 +1039,8 @@
           ['duration', fmtDur(d.duration_us)],
           ['iteration', int(d.iteration)],
           ['call', call >= 0 ? eventLink(call, '← tool_call') : ''],
-        ]) + `<h3>${d.success === false ? 'Error' : 'Output'}</h3>` + preview(d.output_preview);
+        ]) + `<h3>${d.success === false ? 'Error' : 'Output'}</h3>` +
+          preview('output' in d ? (typeof d.output === 'string' ? d.output : pretty(d.output)) : d.output_preview);
         if (call >= 0) body += '<h3>Arguments</h3>' + preview(pretty(dataOf(call).args));
         break;
       }
@@ -1325,6 +1358,10 @@
       for (let k = 0; k < chunk.length; k++) events.push(chunk[k]);
     }
     trace.events = events;
+    // Messages, tools and replies, each once; events name them by index.
+    const content = byId('trace-content');
+    trace.content = content ? JSON.parse(content.textContent) : [];
+    if (!Array.isArray(trace.content)) throw new Error('the trace-content element is not an array');
     const expected = Number(head.dataset.events);
     if (head.dataset.events !== undefined && expected !== events.length) {
       problem(`The page is incomplete: it should hold ${expected} events and holds ${events.length}.`);

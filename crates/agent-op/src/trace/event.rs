@@ -170,6 +170,16 @@ pub struct InferStart {
     pub tools: u32,
     /// How many model calls this branch made before this one.
     pub iteration: u32,
+    /// The whole request: every message, the tools offered and the options (the response
+    /// format among them), when the run records content (`Config::record_content`, on by
+    /// default). In a JSONL file each message and tool is stored once (see
+    /// `docs/TRACE_FORMAT.md`). *Since version 3.*
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::trace::content::prompt"
+    )]
+    pub prompt: Option<Box<crate::message::Prompt>>,
 }
 
 /// Payload of [`EventKind::InferEnd`].
@@ -194,6 +204,14 @@ pub struct InferEnd {
     pub duration_us: u64,
     /// The iteration of the matching [`InferStart`].
     pub iteration: u32,
+    /// The whole reply, as the assistant message it adds to the conversation (text and tool
+    /// calls), when the run records content. *Since version 3.*
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::trace::content::message"
+    )]
+    pub reply: Option<crate::message::Message>,
 }
 
 /// Payload of [`EventKind::ToolCall`].
@@ -224,6 +242,20 @@ pub struct ToolResult {
     pub duration_us: u64,
     /// The iteration of the matching [`ToolCall`].
     pub iteration: u32,
+    /// The whole output, or the error's text for a failure, when the run records content.
+    /// A tool that returned JSON `null` has `Some(Value::Null)` (written `"output":null`).
+    /// *Since version 3.*
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "present"
+    )]
+    pub output: Option<Value>,
+}
+
+/// A member that is there, even as `null`, is `Some`.
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Value::deserialize(d).map(Some)
 }
 
 /// Payload of [`EventKind::ToolDenied`].
@@ -485,6 +517,16 @@ impl EventKind {
         EventKind::Error(Failure {
             message: message.into(),
         })
+    }
+
+    /// Whether this event holds content a JSONL file stores once by hash (a recorded prompt
+    /// or reply).
+    pub fn has_shared_content(&self) -> bool {
+        match self {
+            EventKind::InferStart(e) => e.prompt.is_some(),
+            EventKind::InferEnd(e) => e.reply.is_some(),
+            _ => false,
+        }
     }
 
     /// The iteration number of model and tool events.

@@ -22,6 +22,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::serde_util::is_false;
+use crate::trace::content::{ContentStore, ContentWriter};
 use crate::trace::{Event, Timestamp, Trace, TraceEntry, TraceId};
 
 /// The trace format version this library writes (and the newest it reads).
@@ -141,6 +142,17 @@ struct AnyLine<'a> {
     event: Option<Event>,
     #[serde(default)]
     trace: Option<Header>,
+    #[serde(borrow, default)]
+    content: Option<ContentLine<'a>>,
+}
+
+/// A piece of content that events of the file name by hash (format version 3).
+#[derive(Deserialize)]
+struct ContentLine<'a> {
+    #[serde(borrow)]
+    hash: Cow<'a, str>,
+    #[serde(borrow)]
+    value: &'a serde_json::value::RawValue,
 }
 
 /// Just the version of a line, to name the version of a line that does not parse as this one.
@@ -149,14 +161,35 @@ struct VersionOnly {
     v: u64,
 }
 
-fn write_entry_line<W: Write>(w: &mut W, entry: &TraceEntry) -> io::Result<()> {
+/// Writes one event line, preceded by a content line for each piece of content it holds that
+/// the file does not hold yet.
+fn write_entry_line<W: Write>(
+    w: &mut W,
+    entry: &TraceEntry,
+    content: &mut ContentWriter,
+) -> io::Result<()> {
     let line = EntryLine {
         v: FORMAT_VERSION,
         trace_id: &entry.trace_id,
         cancelled: entry.cancelled,
         event: &entry.event,
     };
-    serde_json::to_writer(&mut *w, &line)?;
+    if !entry.event.kind.has_shared_content() {
+        serde_json::to_writer(&mut *w, &line)?;
+        return w.write_all(b"\n");
+    }
+    let (text, fresh) = content.serialize(|| serde_json::to_vec(&line));
+    let text = text?;
+    for (hash, value) in fresh {
+        // The hash is ASCII and the value JSON text: written as they are.
+        write!(
+            w,
+            "{{\"v\":{FORMAT_VERSION},\"content\":{{\"hash\":\"{hash}\",\"value\":"
+        )?;
+        w.write_all(value.as_bytes())?;
+        w.write_all(b"}}\n")?;
+    }
+    w.write_all(&text)?;
     w.write_all(b"\n")
 }
 
@@ -174,8 +207,9 @@ pub fn write_jsonl<W: Write>(trace: &Trace, writer: W) -> io::Result<()> {
     };
     serde_json::to_writer(&mut w, &header)?;
     w.write_all(b"\n")?;
+    let mut content = ContentWriter::default();
     for entry in &trace.events {
-        write_entry_line(&mut w, entry)?;
+        write_entry_line(&mut w, entry, &mut content)?;
     }
     w.flush()
 }
@@ -195,12 +229,19 @@ pub fn write_trace_file(path: impl AsRef<Path>, trace: &Trace) -> io::Result<()>
 enum Parsed {
     Header(Header),
     Entry(TraceEntry),
+    /// A content line, added to the file's store.
+    Content,
 }
 
 /// Parses one line. `last_id` lets consecutive lines of one branch share a single id
 /// allocation.
-fn parse_line(bytes: &[u8], last_id: &mut Option<TraceId>) -> Result<Parsed, LineError> {
-    let line: AnyLine<'_> = serde_json::from_slice(bytes).map_err(|e| {
+fn parse_line(
+    bytes: &[u8],
+    last_id: &mut Option<TraceId>,
+    store: &mut ContentStore,
+) -> Result<Parsed, LineError> {
+    let line = store.deserialize(|| serde_json::from_slice::<AnyLine<'_>>(bytes));
+    let line: AnyLine<'_> = line.map_err(|e| {
         // A line of another version may not fit this version's shape (a new event type, say):
         // report the version, not the mismatch.
         match serde_json::from_slice::<VersionOnly>(bytes) {
@@ -210,6 +251,17 @@ fn parse_line(bytes: &[u8], last_id: &mut Option<TraceId>) -> Result<Parsed, Lin
     })?;
     if !readable(line.v) {
         return Err(LineError::Version(line.v));
+    }
+    if let Some(content) = line.content {
+        if line.trace.is_some() || line.trace_id.is_some() || line.event.is_some() {
+            return Err(LineError::Malformed(
+                "a content line holds nothing but `content`".into(),
+            ));
+        }
+        store
+            .add(&content.hash, content.value.get())
+            .map_err(LineError::Malformed)?;
+        return Ok(Parsed::Content);
     }
     match (line.trace, line.trace_id, line.event) {
         (Some(header), None, None) => Ok(Parsed::Header(header)),
@@ -299,6 +351,7 @@ fn read_lines<R: BufRead>(
     let mut torn = None;
     let mut buf = Vec::with_capacity(1024);
     let mut last_id = None;
+    let mut store = ContentStore::default();
     let mut line_no = 0usize;
     loop {
         buf.clear();
@@ -311,8 +364,9 @@ fn read_lines<R: BufRead>(
         if content.is_empty() {
             continue;
         }
-        match parse_line(content, &mut last_id) {
+        match parse_line(content, &mut last_id, &mut store) {
             Ok(Parsed::Entry(entry)) => events.push(entry),
+            Ok(Parsed::Content) => {}
             Ok(Parsed::Header(h)) => match &header {
                 None => header = Some(h),
                 Some(existing) if existing.id == h.id => {}
@@ -409,6 +463,9 @@ pub fn read_trace_file(path: impl AsRef<Path>) -> Result<ReadTrace, JsonlError> 
 #[derive(Debug)]
 pub struct JsonlAppender {
     file: BufWriter<File>,
+    /// Content this appender wrote (content an earlier writer wrote is written again: a
+    /// repeated content line is harmless).
+    content: ContentWriter,
 }
 
 impl JsonlAppender {
@@ -427,6 +484,7 @@ impl JsonlAppender {
         Ok((
             JsonlAppender {
                 file: BufWriter::new(file),
+                content: ContentWriter::default(),
             },
             torn,
         ))
@@ -450,7 +508,7 @@ impl JsonlAppender {
 
     /// Appends one event line (buffered; see [`JsonlAppender::flush`]).
     pub fn append(&mut self, entry: &TraceEntry) -> Result<(), JsonlError> {
-        write_entry_line(&mut self.file, entry)?;
+        write_entry_line(&mut self.file, entry, &mut self.content)?;
         Ok(())
     }
 
@@ -516,7 +574,18 @@ fn repair_tail(file: &mut File) -> Result<Option<TornLine>, JsonlError> {
     file.seek(SeekFrom::Start(tail_start))?;
     file.read_to_end(&mut tail)?;
     let lines_before = count_lines(file, tail_start)?;
-    match parse_line(tail.trim_ascii(), &mut None) {
+    let line = tail.trim_ascii();
+    // An event line naming content of earlier lines does not parse on its own; it is
+    // complete all the same (a torn fragment is never a whole JSON object).
+    let whole = |line: &[u8]| {
+        serde_json::from_slice::<VersionOnly>(line).is_ok_and(|VersionOnly { v }| readable(v))
+    };
+    match parse_line(line, &mut None, &mut ContentStore::default()) {
+        Err(LineError::Malformed(_) | LineError::Json(_)) if whole(line) => {
+            file.seek(SeekFrom::End(0))?;
+            file.write_all(b"\n")?;
+            Ok(None)
+        }
         Ok(_) => {
             file.seek(SeekFrom::End(0))?;
             file.write_all(b"\n")?;

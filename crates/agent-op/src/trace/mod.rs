@@ -2,6 +2,7 @@
 //! JSONL format.
 
 mod checkpoint;
+mod content;
 pub mod event;
 mod id;
 pub mod jsonl;

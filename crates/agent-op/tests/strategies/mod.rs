@@ -144,16 +144,70 @@ pub fn budget() -> impl Strategy<Value = Budget> + Clone {
         })
 }
 
-pub fn infer_start() -> impl Strategy<Value = InferStart> + Clone {
-    (text(), text(), any::<u32>(), any::<u32>(), any::<u32>()).prop_map(
-        |(model, prompt_preview, messages, tools, iteration)| InferStart {
-            model,
-            prompt_preview,
-            messages,
-            tools,
-            iteration,
-        },
+/// A message of a conversation (few distinct texts, so prompts share messages as real
+/// conversations do and files store each once).
+pub fn message() -> impl Strategy<Value = agent_op::Message> + Clone {
+    let short = prop_oneof![
+        Just("Be brief.".to_owned()),
+        Just("What's the weather?".to_owned()),
+        text()
+    ];
+    prop_oneof![
+        short.clone().prop_map(agent_op::Message::system),
+        short.clone().prop_map(agent_op::Message::user),
+        (short.clone(), text(), json_value()).prop_map(|(content, name, arguments)| {
+            agent_op::Message::Assistant {
+                content,
+                tool_calls: vec![agent_op::ToolCall {
+                    id: "call_1".into(),
+                    name,
+                    arguments,
+                }],
+            }
+        }),
+        (text(), short).prop_map(|(id, content)| agent_op::Message::tool_result(id, content)),
+    ]
+}
+
+/// A recorded prompt: messages, tools and options.
+pub fn prompt() -> impl Strategy<Value = agent_op::Prompt> + Clone {
+    (
+        prop::collection::vec(message(), 0..4),
+        prop::collection::vec(
+            (text(), text(), json_value()).prop_map(|(name, description, parameters)| {
+                agent_op::ToolDefinition {
+                    name,
+                    description,
+                    parameters,
+                }
+            }),
+            0..2,
+        ),
+        prop::option::of(any::<u32>()),
     )
+        .prop_map(|(messages, tools, max_tokens)| {
+            let mut prompt = agent_op::Prompt::from_messages(messages);
+            prompt.tools = tools;
+            prompt.options.max_tokens = max_tokens;
+            prompt
+        })
+}
+
+pub fn infer_start() -> impl Strategy<Value = InferStart> + Clone {
+    (
+        (text(), text(), any::<u32>(), any::<u32>(), any::<u32>()),
+        prop::option::of(prompt()),
+    )
+        .prop_map(
+            |((model, prompt_preview, messages, tools, iteration), prompt)| InferStart {
+                model,
+                prompt_preview,
+                messages,
+                tools,
+                iteration,
+                prompt: prompt.map(Box::new),
+            },
+        )
 }
 
 pub fn infer_end() -> impl Strategy<Value = InferEnd> + Clone {
@@ -166,11 +220,13 @@ pub fn infer_end() -> impl Strategy<Value = InferEnd> + Clone {
             any::<u64>(),
             any::<u32>(),
         ),
+        prop::option::of(message()),
     )
         .prop_map(
             |(
                 (model, response_preview, tool_calls, finish_reason),
                 (input_tokens, output_tokens, cost, duration_us, iteration),
+                reply,
             )| InferEnd {
                 model,
                 response_preview,
@@ -181,6 +237,7 @@ pub fn infer_end() -> impl Strategy<Value = InferEnd> + Clone {
                 cost,
                 duration_us,
                 iteration,
+                reply,
             },
         )
 }
@@ -201,15 +258,20 @@ pub fn tool_call() -> impl Strategy<Value = ToolCall> + Clone {
 }
 
 pub fn tool_result() -> impl Strategy<Value = ToolResult> + Clone {
-    (text(), any::<bool>(), text(), any::<u64>(), any::<u32>()).prop_map(
-        |(name, success, output_preview, duration_us, iteration)| ToolResult {
-            name,
-            success,
-            output_preview,
-            duration_us,
-            iteration,
-        },
+    (
+        (text(), any::<bool>(), text(), any::<u64>(), any::<u32>()),
+        prop::option::of(json_value()),
     )
+        .prop_map(
+            |((name, success, output_preview, duration_us, iteration), output)| ToolResult {
+                name,
+                success,
+                output_preview,
+                duration_us,
+                iteration,
+                output,
+            },
+        )
 }
 
 pub fn state_access() -> impl Strategy<Value = StateAccess> + Clone {
@@ -540,6 +602,7 @@ pub fn infer_start_kind(iteration: u32) -> EventKind {
         messages: 2,
         tools: 1,
         iteration,
+        prompt: None,
     })
 }
 
@@ -554,6 +617,7 @@ pub fn infer_end_kind(cost: Option<u64>, input: u64, output: u64, duration_us: u
         cost: cost.map(MicroUsd),
         duration_us,
         iteration: 0,
+        reply: None,
     })
 }
 
@@ -573,6 +637,7 @@ pub fn tool_result_kind(name: &str, success: bool, output: &str, duration_us: u6
         output_preview: output.into(),
         duration_us,
         iteration: 0,
+        output: None,
     })
 }
 

@@ -211,7 +211,7 @@ where
         let iteration = self.iteration;
         let provider_name = provider.as_ref().map_or("unknown", |p| p.name());
         let span = spans::chat(self.parent_span(), provider_name, &model, self.seq);
-        if self.rt.config.record_content {
+        if self.rt.config.exports_content() {
             spans::chat_input(&span, &prompt);
         }
         self.record(EventKind::InferStart(InferStart {
@@ -224,6 +224,11 @@ where
             messages: count(prompt.messages.len()),
             tools: count(prompt.tools.len()),
             iteration,
+            prompt: self
+                .rt
+                .config
+                .records_content()
+                .then(|| Box::new(prompt.clone())),
         }));
         self.iteration = self.iteration.saturating_add(1);
         let started = self.rt.clock.now();
@@ -285,8 +290,13 @@ where
             cost: response.cost,
             duration_us: micros(self.rt.clock.now().saturating_duration_since(started)),
             iteration,
+            reply: self
+                .rt
+                .config
+                .records_content()
+                .then(|| response.to_message()),
         }));
-        spans::chat_ended(&span, &response, self.rt.config.record_content);
+        spans::chat_ended(&span, &response, self.rt.config.exports_content());
         spans::last_event(&span, self.last_seq());
         match exceeded {
             Some((scope, exhausted)) => Err(Unwind::Exit {
@@ -387,6 +397,11 @@ where
                 output_preview: preview(&error.to_string(), PREVIEW_CHARS),
                 duration_us: 0,
                 iteration,
+                output: self
+                    .rt
+                    .config
+                    .records_content()
+                    .then(|| Value::String(error.to_string())),
             }));
             let result: Result<Value, ToolError> = Err(error);
             spans::tool_ended(&span, None, &result, false);
@@ -404,7 +419,7 @@ where
             let permitted = self.permitted_tools();
             return Err(self.unknown_tool(&span, name, permitted));
         }
-        let content = self.rt.config.record_content;
+        let content = self.rt.config.exports_content();
         let recorded_args = (content && !span.is_disabled()).then(|| args.clone());
         let mut answer = self.journal_answer(|| Request::tool(&name, &args)).await?;
         if !answer.suffices(tool.is_some()) {
@@ -438,6 +453,10 @@ where
             output_preview: output,
             duration_us: micros(self.rt.clock.now().saturating_duration_since(started)),
             iteration,
+            output: self.rt.config.records_content().then(|| match &result {
+                Ok(value) => value.clone(),
+                Err(error) => Value::String(error.to_string()),
+            }),
         }));
         spans::tool_ended(&span, recorded_args.as_ref(), &result, content);
         spans::last_event(&span, self.last_seq());

@@ -1,0 +1,469 @@
+//! Full content in JSONL traces, each distinct piece stored once per file.
+//!
+//! Model calls resend the whole conversation, so a trace holding every request in full would
+//! grow with the square of a conversation's length. In a JSONL file, every message and tool
+//! definition of an `infer_start`'s `prompt` and an `infer_end`'s `reply` is written once, on a
+//! `content` line before the first event that uses it, and events name it by hash:
+//!
+//! ```text
+//! {"v":3,"content":{"hash":"sha256:<hex of the value's text>","value":{"role":"user","content":"Hi"}}}
+//! {"v":3,"trace_id":"…","event":{"at":"…","type":"infer_start","data":{…,"prompt":{"messages":["sha256:…"]}}}}
+//! ```
+//!
+//! A prompt usually repeats an earlier prompt's messages and adds a few, so listing every
+//! message's hash would still grow with the square of the conversation. The messages of a
+//! prompt are therefore written as the longest list of messages an earlier prompt of the file
+//! started with, named by its *chain hash*, followed by the hashes of the rest:
+//! `{"prefix":"sha256:…","then":["sha256:…"]}`. The chain hash of a list is
+//! `hash(chain hash of the list without its last message ‖ hash of that message)`, and of
+//! the empty list the empty string: writer and reader compute it alike, so no line spells
+//! chains out.
+//!
+//! Everywhere else (a `Trace` serialized with serde, an event on its own) content is inline.
+//! The JSONL writer and reader switch these helpers into their file mode with a thread-local
+//! scope around each line, so the event types keep ordinary serde derives.
+
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
+use std::fmt;
+use std::marker::PhantomData;
+
+use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+
+use crate::message::{InferOptions, Message, Prompt};
+use crate::tool::ToolDefinition;
+
+/// What the helpers do on this thread right now.
+enum Scope {
+    /// Writing a JSONL line: pieces become hashes; new ones are kept for content lines.
+    Writing {
+        state: WriterState,
+        fresh: Vec<(String, String)>,
+    },
+    /// Reading a JSONL line: hashes are looked up in the file's content lines.
+    Reading(ReaderState),
+}
+
+/// What a file being written already holds.
+#[derive(Debug, Default)]
+struct WriterState {
+    /// Pieces with a content line.
+    seen: HashSet<String>,
+    /// Chain hashes of the message lists of the prompts written.
+    chains: HashSet<String>,
+}
+
+/// What a file being read has shown so far.
+#[derive(Debug, Default)]
+struct ReaderState {
+    /// Pieces by hash: their JSON text.
+    pieces: HashMap<String, String>,
+    /// Message lists of prompts read, by chain hash: the chain without the last message, and
+    /// the last message's hash.
+    chains: HashMap<String, (String, String)>,
+}
+
+/// The chain hash of a list whose first messages have chain hash `before`, and then `message`.
+fn chain(before: &str, message: &str) -> String {
+    let mut text = String::with_capacity(before.len() + message.len());
+    text.push_str(before);
+    text.push_str(message);
+    hash_of(&text)
+}
+
+thread_local! {
+    static SCOPE: RefCell<Option<Scope>> = const { RefCell::new(None) };
+}
+
+/// `sha256:` and the lowercase hex SHA-256 of `text`.
+pub(crate) fn hash_of(text: &str) -> String {
+    use std::fmt::Write as _;
+    let digest = Sha256::digest(text.as_bytes());
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for byte in digest {
+        let _ = write!(out, "{byte:02x}");
+    }
+    out
+}
+
+/// The content of a file being written: which pieces it already holds.
+#[derive(Debug, Default)]
+pub(crate) struct ContentWriter {
+    state: WriterState,
+}
+
+impl ContentWriter {
+    /// Runs `serialize` in file mode; returns its result and the pieces it used that the file
+    /// does not hold yet (hash and JSON text), which the caller writes first.
+    pub(crate) fn serialize<R>(
+        &mut self,
+        serialize: impl FnOnce() -> R,
+    ) -> (R, Vec<(String, String)>) {
+        /// Takes the scope back, also when `serialize` panics.
+        struct Guard<'a> {
+            writer: &'a mut ContentWriter,
+            fresh: Vec<(String, String)>,
+        }
+        impl Guard<'_> {
+            fn finish(&mut self) {
+                if let Some(Scope::Writing { state, fresh }) = SCOPE.with(|s| s.borrow_mut().take())
+                {
+                    self.writer.state = state;
+                    self.fresh = fresh;
+                }
+            }
+        }
+        impl Drop for Guard<'_> {
+            fn drop(&mut self) {
+                self.finish();
+            }
+        }
+        let state = std::mem::take(&mut self.state);
+        SCOPE.with(|s| {
+            *s.borrow_mut() = Some(Scope::Writing {
+                state,
+                fresh: Vec::new(),
+            })
+        });
+        let mut guard = Guard {
+            writer: self,
+            fresh: Vec::new(),
+        };
+        let result = serialize();
+        guard.finish();
+        (result, std::mem::take(&mut guard.fresh))
+    }
+}
+
+/// The content lines of a file being read.
+#[derive(Debug, Default)]
+pub(crate) struct ContentStore {
+    state: ReaderState,
+}
+
+impl ContentStore {
+    /// Adds a piece read from a content line, checking that `hash` is the hash of `text`.
+    pub(crate) fn add(&mut self, hash: &str, text: &str) -> Result<(), String> {
+        let computed = hash_of(text);
+        if computed != hash {
+            return Err(format!(
+                "content {hash} does not match its value (whose hash is {computed})"
+            ));
+        }
+        self.state
+            .pieces
+            .entry(computed)
+            .or_insert_with(|| text.to_owned());
+        Ok(())
+    }
+
+    /// Runs `deserialize` with this file's content at hand, if it has any.
+    pub(crate) fn deserialize<R>(&mut self, deserialize: impl FnOnce() -> R) -> R {
+        if self.state.pieces.is_empty() {
+            return deserialize();
+        }
+        let state = std::mem::take(&mut self.state);
+        SCOPE.with(|s| *s.borrow_mut() = Some(Scope::Reading(state)));
+        struct Reset<'a>(&'a mut ContentStore);
+        impl Drop for Reset<'_> {
+            fn drop(&mut self) {
+                if let Some(Scope::Reading(state)) = SCOPE.with(|s| s.borrow_mut().take()) {
+                    self.0.state = state;
+                }
+            }
+        }
+        let _reset = Reset(self);
+        deserialize()
+    }
+}
+
+/// One piece of content: inline, or (in file mode) a hash.
+struct Piece<'a, T>(&'a T);
+
+impl<T: Serialize> Serialize for Piece<'_, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let writing = SCOPE.with(|scope| matches!(*scope.borrow(), Some(Scope::Writing { .. })));
+        if !writing {
+            return self.0.serialize(s);
+        }
+        let hash = register(self.0).map_err(serde::ser::Error::custom)?;
+        s.serialize_str(&hash)
+    }
+}
+
+/// The hash of `item`, whose content line the file gets if it has none yet (file mode only).
+fn register<T: Serialize>(item: &T) -> Result<String, serde_json::Error> {
+    let text = serde_json::to_string(item)?;
+    let hash = hash_of(&text);
+    SCOPE.with(|scope| {
+        if let Some(Scope::Writing { state, fresh }) = &mut *scope.borrow_mut()
+            && state.seen.insert(hash.clone())
+        {
+            fresh.push((hash.clone(), text));
+        }
+    });
+    Ok(hash)
+}
+
+/// A prompt's messages: in file mode, a known prefix and the rest, by hash.
+struct Messages<'a>(&'a [Message]);
+
+impl Serialize for Messages<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let writing = SCOPE.with(|scope| matches!(*scope.borrow(), Some(Scope::Writing { .. })));
+        if !writing {
+            return self.0.serialize(s);
+        }
+        let hashes = self
+            .0
+            .iter()
+            .map(register)
+            .collect::<Result<Vec<String>, _>>()
+            .map_err(serde::ser::Error::custom)?;
+        let mut chains = Vec::with_capacity(hashes.len());
+        let mut last = String::new();
+        for hash in &hashes {
+            last = chain(&last, hash);
+            chains.push(last.clone());
+        }
+        let known = SCOPE.with(|scope| match &mut *scope.borrow_mut() {
+            Some(Scope::Writing { state, .. }) => {
+                let known = chains.iter().rposition(|c| state.chains.contains(c));
+                state.chains.extend(chains.iter().cloned());
+                known
+            }
+            _ => None,
+        });
+        match known {
+            None => hashes.serialize(s),
+            Some(k) => {
+                let mut map = s.serialize_map(Some(2))?;
+                map.serialize_entry("prefix", &chains[k])?;
+                map.serialize_entry("then", &hashes[k + 1..])?;
+                map.end()
+            }
+        }
+    }
+}
+
+/// A prompt's messages read back: inline, by hash, or a known prefix and the rest.
+struct MessagesIn(Vec<Message>);
+
+impl<'de> Deserialize<'de> for MessagesIn {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MessagesIn, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Item {
+            Hash(String),
+            Inline(Message),
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            List(Vec<Item>),
+            Prefixed { prefix: String, then: Vec<String> },
+        }
+        let mut hashes: Vec<String> = match Form::deserialize(d)? {
+            Form::Prefixed { prefix, then } => {
+                let mut hashes = SCOPE
+                    .with(|scope| match &*scope.borrow() {
+                        Some(Scope::Reading(state)) => unchain(state, &prefix),
+                        _ => None,
+                    })
+                    .ok_or_else(|| {
+                        de::Error::custom(format_args!(
+                            "messages {prefix} are not in the file (no prompt before began with them)"
+                        ))
+                    })?;
+                hashes.extend(then);
+                hashes
+            }
+            Form::List(items) => {
+                if items.iter().all(|i| matches!(i, Item::Hash(_))) {
+                    items
+                        .into_iter()
+                        .filter_map(|i| match i {
+                            Item::Hash(h) => Some(h),
+                            Item::Inline(_) => None,
+                        })
+                        .collect()
+                } else {
+                    // Inline (or mixed): as written.
+                    let mut messages = Vec::with_capacity(items.len());
+                    for item in items {
+                        messages.push(match item {
+                            Item::Inline(m) => m,
+                            Item::Hash(h) => resolve::<Message, D::Error>(&h)?,
+                        });
+                    }
+                    return Ok(MessagesIn(messages));
+                }
+            }
+        };
+        // Remember this list's chains for the prompts after it.
+        SCOPE.with(|scope| {
+            if let Some(Scope::Reading(state)) = &mut *scope.borrow_mut() {
+                let mut last = String::new();
+                for hash in &hashes {
+                    let next = chain(&last, hash);
+                    state
+                        .chains
+                        .entry(next.clone())
+                        .or_insert_with(|| (last.clone(), hash.clone()));
+                    last = next;
+                }
+            }
+        });
+        let messages = hashes
+            .drain(..)
+            .map(|h| resolve::<Message, D::Error>(&h))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(MessagesIn(messages))
+    }
+}
+
+/// The message hashes of the list with chain hash `prefix`, first to last.
+fn unchain(state: &ReaderState, prefix: &str) -> Option<Vec<String>> {
+    let mut hashes = Vec::new();
+    let mut at = prefix;
+    while !at.is_empty() {
+        let (before, hash) = state.chains.get(at)?;
+        hashes.push(hash.clone());
+        at = before;
+    }
+    hashes.reverse();
+    Some(hashes)
+}
+
+/// The piece with this hash, from the file's content lines.
+fn resolve<T: DeserializeOwned, E: de::Error>(hash: &str) -> Result<T, E> {
+    SCOPE.with(|scope| match &*scope.borrow() {
+        Some(Scope::Reading(state)) => match state.pieces.get(hash) {
+            Some(text) => serde_json::from_str(text)
+                .map_err(|e| E::custom(format_args!("content {hash}: {e}"))),
+            None => Err(E::custom(format_args!(
+                "content {hash} is not in the file (no content line before it)"
+            ))),
+        },
+        _ => Err(E::custom(format_args!(
+            "content {hash} is not in the file (no content line before it)"
+        ))),
+    })
+}
+
+struct Pieces<'a, T>(&'a [T]);
+
+impl<T: Serialize> Serialize for Pieces<'_, T> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut seq = s.serialize_seq(Some(self.0.len()))?;
+        for item in self.0 {
+            seq.serialize_element(&Piece(item))?;
+        }
+        seq.end()
+    }
+}
+
+/// A piece read back: inline (an object) or a hash naming a content line.
+struct Owned<T>(T);
+
+impl<'de, T: DeserializeOwned> Deserialize<'de> for Owned<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Owned<T>, D::Error> {
+        struct PieceVisitor<T>(PhantomData<T>);
+        impl<'de, T: DeserializeOwned> Visitor<'de> for PieceVisitor<T> {
+            type Value = Owned<T>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a message or tool, or the hash of a content line")
+            }
+            fn visit_str<E: de::Error>(self, hash: &str) -> Result<Owned<T>, E> {
+                resolve(hash).map(Owned)
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Owned<T>, A::Error> {
+                T::deserialize(de::value::MapAccessDeserializer::new(map)).map(Owned)
+            }
+        }
+        d.deserialize_any(PieceVisitor(PhantomData))
+    }
+}
+
+/// `#[serde(with)]` for an event's recorded prompt: messages and tools by hash in a file.
+pub(crate) mod prompt {
+    use super::*;
+
+    #[derive(Serialize)]
+    struct Out<'a> {
+        messages: Messages<'a>,
+        #[serde(skip_serializing_if = "is_empty")]
+        tools: Pieces<'a, ToolDefinition>,
+        #[serde(skip_serializing_if = "is_default")]
+        options: &'a InferOptions,
+    }
+
+    fn is_empty<T>(pieces: &Pieces<'_, T>) -> bool {
+        pieces.0.is_empty()
+    }
+
+    fn is_default(options: &&InferOptions) -> bool {
+        **options == InferOptions::default()
+    }
+
+    #[derive(Deserialize)]
+    struct In {
+        messages: MessagesIn,
+        #[serde(default)]
+        tools: Vec<Owned<ToolDefinition>>,
+        #[serde(default)]
+        options: InferOptions,
+    }
+
+    pub(crate) fn serialize<S: Serializer>(
+        prompt: &Option<Box<Prompt>>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match prompt {
+            Some(p) => Out {
+                messages: Messages(&p.messages),
+                tools: Pieces(&p.tools),
+                options: &p.options,
+            }
+            .serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Box<Prompt>>, D::Error> {
+        Ok(Option::<In>::deserialize(d)?.map(|p| {
+            Box::new(Prompt {
+                messages: p.messages.0,
+                tools: p.tools.into_iter().map(|t| t.0).collect(),
+                options: p.options,
+            })
+        }))
+    }
+}
+
+/// `#[serde(with)]` for an event's recorded reply: by hash in a file.
+pub(crate) mod message {
+    use super::*;
+
+    pub(crate) fn serialize<S: Serializer>(
+        message: &Option<Message>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match message {
+            Some(m) => Piece(m).serialize(s),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Message>, D::Error> {
+        Ok(Option::<Owned<Message>>::deserialize(d)?.map(|m| m.0))
+    }
+}
