@@ -9,6 +9,14 @@
 //!   bytes.
 //!
 //! Both figures are in events/s (higher is better).
+//!
+//! - `trace.content_bytes_1000_turns`: the JSONL file of a 1,000-turn conversation whose every
+//!   model call records its whole prompt and reply, in bytes, against the same trace written
+//!   with content inline (each event serialized with serde); lower is better.
+//! - `trace.content_write_1000_turns`: writing that file, in events/s, against the inline
+//!   serde baseline (which writes the quadratic bytes).
+//! - `trace.content_read_1000_turns`: reading it back whole, in events/s, against serde
+//!   reading the inline file.
 
 use std::hint::black_box;
 use std::io::{BufRead, BufReader, BufWriter, Write};
@@ -262,7 +270,111 @@ fn rate(samples: &[Duration]) -> f64 {
     1.0 / bench_kit::median_per(samples, EVENTS as f64, bench_kit::secs)
 }
 
+/// A conversation of `turns` model calls, each sending everything so far and recording its
+/// whole request and reply (what an agent loop's trace holds).
+fn conversation(turns: usize) -> Trace {
+    use agent_op::{Message, Prompt};
+    let mut rng = Lcg(7);
+    let start = Timestamp::UNIX_EPOCH;
+    let mut trace = Trace::new(TraceId::from("long-talk-0001"));
+    trace.start = start;
+    let mut messages = vec![Message::system(text(&mut rng, 400))];
+    for turn in 0..turns {
+        messages.push(Message::user(text(&mut rng, 300)));
+        let at = start + chrono::Duration::milliseconds(turn as i64);
+        trace.events.push(TraceEntry {
+            trace_id: trace.id.clone(),
+            cancelled: false,
+            event: Event::at(
+                at,
+                EventKind::InferStart(InferStart {
+                    model: "small-model".into(),
+                    prompt_preview: String::new(),
+                    messages: messages.len() as u32,
+                    tools: 0,
+                    iteration: turn as u32,
+                    prompt: Some(Box::new(Prompt::from_messages(messages.clone()))),
+                }),
+            ),
+        });
+        let reply = Message::assistant(text(&mut rng, 300));
+        trace.events.push(TraceEntry {
+            trace_id: trace.id.clone(),
+            cancelled: false,
+            event: Event::at(
+                at,
+                EventKind::InferEnd(InferEnd {
+                    model: "small-model".into(),
+                    response_preview: String::new(),
+                    tool_calls: 0,
+                    finish_reason: FinishReason::Stop,
+                    input_tokens: 100,
+                    output_tokens: 50,
+                    cost: None,
+                    duration_us: 1_000,
+                    iteration: turn as u32,
+                    reply: Some(reply.clone()),
+                }),
+            ),
+        });
+        messages.push(reply);
+    }
+    trace
+}
+
+fn bench_content() {
+    const TURNS: usize = 1_000;
+    let trace = conversation(TURNS);
+    let events = trace.events.len() as f64;
+    let mut subject_bytes = Vec::new();
+    write_jsonl(&trace, &mut subject_bytes).expect("in memory");
+    let mut baseline_bytes = Vec::new();
+    write_baseline(&trace, &mut baseline_bytes);
+    assert!(
+        read_jsonl(&subject_bytes[..]).expect("valid trace").trace == trace,
+        "the content-addressed file reads back whole"
+    );
+    bench_kit::report(
+        "trace.content_bytes_1000_turns",
+        subject_bytes.len() as f64,
+        "bytes",
+        baseline_bytes.len() as f64,
+    );
+    let (subject, baseline) = bench_kit::interleaved(
+        ROUNDS,
+        || {
+            let mut sink = Vec::with_capacity(subject_bytes.len());
+            bench_kit::time(|| write_jsonl(black_box(&trace), &mut sink).expect("in memory")).0
+        },
+        || {
+            let mut sink = Vec::with_capacity(baseline_bytes.len());
+            bench_kit::time(|| write_baseline(black_box(&trace), &mut sink)).0
+        },
+    );
+    let rate = |samples: &[Duration]| 1.0 / bench_kit::median_per(samples, events, bench_kit::secs);
+    bench_kit::report(
+        "trace.content_write_1000_turns",
+        rate(&subject),
+        "events/s",
+        rate(&baseline),
+    );
+    let (subject, baseline) = bench_kit::interleaved(
+        ROUNDS,
+        || bench_kit::time(|| read_jsonl(black_box(&subject_bytes[..])).expect("valid")).0,
+        || bench_kit::time(|| read_baseline(black_box(&baseline_bytes))).0,
+    );
+    bench_kit::report(
+        "trace.content_read_1000_turns",
+        rate(&subject),
+        "events/s",
+        rate(&baseline),
+    );
+}
+
 fn main() {
+    if bench_kit::enabled("trace.content") {
+        bench_content();
+    }
     let bench_write = bench_kit::enabled("trace.jsonl_write");
     let bench_read = bench_kit::enabled("trace.jsonl_read");
     if !bench_write && !bench_read {

@@ -54,16 +54,35 @@ struct WriterState {
     seen: HashSet<String>,
     /// Chain hashes of the message lists of the prompts written.
     chains: HashSet<String>,
+    /// The message lists of the last few prompts written, with their hashes: a prompt that
+    /// begins like one of them is compared, not hashed again (hashing every message of every
+    /// prompt made writing a long conversation quadratic in hashing).
+    recent: std::collections::VecDeque<Vec<std::sync::Arc<Written>>>,
 }
 
+/// A message of a prompt written, with its hash and its list's chain hash up to it.
+#[derive(Debug)]
+struct Written {
+    message: Message,
+    hash: String,
+    chain: String,
+}
+
+/// How many recent prompts a writer compares a new one with (concurrent branches interleave
+/// their conversations).
+const RECENT: usize = 8;
+
 /// What a file being read has shown so far.
-#[derive(Debug, Default)]
+#[derive(Default)]
 struct ReaderState {
     /// Pieces by hash: their JSON text.
     pieces: HashMap<String, String>,
     /// Message lists of prompts read, by chain hash: the chain without the last message, and
     /// the last message's hash.
     chains: HashMap<String, (String, String)>,
+    /// Pieces already parsed (every prompt repeats the messages before it: parsing each once
+    /// and cloning it after is several times faster).
+    parsed: HashMap<String, Box<dyn std::any::Any>>,
 }
 
 /// The chain hash of a list whose first messages have chain hash `before`, and then `message`.
@@ -140,7 +159,7 @@ impl ContentWriter {
 }
 
 /// The content lines of a file being read.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub(crate) struct ContentStore {
     state: ReaderState,
 }
@@ -218,31 +237,59 @@ impl Serialize for Messages<'_> {
         if !writing {
             return self.0.serialize(s);
         }
-        let hashes = self
-            .0
-            .iter()
-            .map(register)
-            .collect::<Result<Vec<String>, _>>()
-            .map_err(serde::ser::Error::custom)?;
-        let mut chains = Vec::with_capacity(hashes.len());
-        let mut last = String::new();
-        for hash in &hashes {
-            last = chain(&last, hash);
-            chains.push(last.clone());
+        // The longest beginning this prompt shares with a recent one: those messages have
+        // their hashes and content lines already.
+        let base = SCOPE.with(|scope| match &*scope.borrow() {
+            Some(Scope::Writing { state, .. }) => state
+                .recent
+                .iter()
+                .map(|list| {
+                    let shared = list
+                        .iter()
+                        .zip(self.0)
+                        .take_while(|(w, m)| &w.message == *m)
+                        .count();
+                    (shared, list)
+                })
+                .max_by_key(|(shared, _)| *shared)
+                .map(|(shared, list)| list[..shared].to_vec())
+                .unwrap_or_default(),
+            _ => Vec::new(),
+        });
+        let shared = base.len();
+        let mut written = base;
+        written.reserve(self.0.len() - shared);
+        for message in &self.0[shared..] {
+            let hash = register(message).map_err(serde::ser::Error::custom)?;
+            let before = written.last().map_or("", |w| w.chain.as_str());
+            let chain = chain(before, &hash);
+            written.push(std::sync::Arc::new(Written {
+                message: message.clone(),
+                hash,
+                chain,
+            }));
         }
         let known = SCOPE.with(|scope| match &mut *scope.borrow_mut() {
             Some(Scope::Writing { state, .. }) => {
-                let known = chains.iter().rposition(|c| state.chains.contains(c));
-                state.chains.extend(chains.iter().cloned());
+                let known = written
+                    .iter()
+                    .rposition(|w| state.chains.contains(&w.chain));
+                let new = known.map_or(0, |k| k + 1);
+                state
+                    .chains
+                    .extend(written[new..].iter().map(|w| w.chain.clone()));
+                state.recent.push_front(written.clone());
+                state.recent.truncate(RECENT);
                 known
             }
             _ => None,
         });
+        let hashes: Vec<&str> = written.iter().map(|w| w.hash.as_str()).collect();
         match known {
             None => hashes.serialize(s),
             Some(k) => {
                 let mut map = s.serialize_map(Some(2))?;
-                map.serialize_entry("prefix", &chains[k])?;
+                map.serialize_entry("prefix", &written[k].chain)?;
                 map.serialize_entry("then", &hashes[k + 1..])?;
                 map.end()
             }
@@ -267,6 +314,9 @@ impl<'de> Deserialize<'de> for MessagesIn {
             List(Vec<Item>),
             Prefixed { prefix: String, then: Vec<String> },
         }
+        // The chain hash the list's new part starts from, and where that part starts: a
+        // prefix's chains are known already.
+        let (mut last, new_from);
         let mut hashes: Vec<String> = match Form::deserialize(d)? {
             Form::Prefixed { prefix, then } => {
                 let mut hashes = SCOPE
@@ -279,11 +329,14 @@ impl<'de> Deserialize<'de> for MessagesIn {
                             "messages {prefix} are not in the file (no prompt before began with them)"
                         ))
                     })?;
+                new_from = hashes.len();
+                last = prefix;
                 hashes.extend(then);
                 hashes
             }
             Form::List(items) => {
                 if items.iter().all(|i| matches!(i, Item::Hash(_))) {
+                    (last, new_from) = (String::new(), 0);
                     items
                         .into_iter()
                         .filter_map(|i| match i {
@@ -307,8 +360,7 @@ impl<'de> Deserialize<'de> for MessagesIn {
         // Remember this list's chains for the prompts after it.
         SCOPE.with(|scope| {
             if let Some(Scope::Reading(state)) = &mut *scope.borrow_mut() {
-                let mut last = String::new();
-                for hash in &hashes {
+                for hash in &hashes[new_from..] {
                     let next = chain(&last, hash);
                     state
                         .chains
@@ -340,15 +392,26 @@ fn unchain(state: &ReaderState, prefix: &str) -> Option<Vec<String>> {
 }
 
 /// The piece with this hash, from the file's content lines.
-fn resolve<T: DeserializeOwned, E: de::Error>(hash: &str) -> Result<T, E> {
-    SCOPE.with(|scope| match &*scope.borrow() {
-        Some(Scope::Reading(state)) => match state.pieces.get(hash) {
-            Some(text) => serde_json::from_str(text)
-                .map_err(|e| E::custom(format_args!("content {hash}: {e}"))),
-            None => Err(E::custom(format_args!(
-                "content {hash} is not in the file (no content line before it)"
-            ))),
-        },
+fn resolve<T: DeserializeOwned + Clone + 'static, E: de::Error>(hash: &str) -> Result<T, E> {
+    SCOPE.with(|scope| match &mut *scope.borrow_mut() {
+        Some(Scope::Reading(state)) => {
+            if let Some(known) = state.parsed.get(hash).and_then(|p| p.downcast_ref::<T>()) {
+                return Ok(known.clone());
+            }
+            match state.pieces.get(hash) {
+                Some(text) => {
+                    let value: T = serde_json::from_str(text)
+                        .map_err(|e| E::custom(format_args!("content {hash}: {e}")))?;
+                    state
+                        .parsed
+                        .insert(hash.to_owned(), Box::new(value.clone()));
+                    Ok(value)
+                }
+                None => Err(E::custom(format_args!(
+                    "content {hash} is not in the file (no content line before it)"
+                ))),
+            }
+        }
         _ => Err(E::custom(format_args!(
             "content {hash} is not in the file (no content line before it)"
         ))),
@@ -370,10 +433,10 @@ impl<T: Serialize> Serialize for Pieces<'_, T> {
 /// A piece read back: inline (an object) or a hash naming a content line.
 struct Owned<T>(T);
 
-impl<'de, T: DeserializeOwned> Deserialize<'de> for Owned<T> {
+impl<'de, T: DeserializeOwned + Clone + 'static> Deserialize<'de> for Owned<T> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Owned<T>, D::Error> {
         struct PieceVisitor<T>(PhantomData<T>);
-        impl<'de, T: DeserializeOwned> Visitor<'de> for PieceVisitor<T> {
+        impl<'de, T: DeserializeOwned + Clone + 'static> Visitor<'de> for PieceVisitor<T> {
             type Value = Owned<T>;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str("a message or tool, or the hash of a content line")
