@@ -9,6 +9,8 @@
 //!   same turns written by hand as a loop of `infer_raw` and `tool` with the same model,
 //!   tool and message bookkeeping — so the ratio is what the agent layer adds (the toolbox
 //!   scope, the `par` of tool calls, typed parsing).
+//! - `agent.loop_turn_recording_content`: the same agent loop recording whole prompts and
+//!   replies in its trace (the default), against `record_content(false)`.
 //! - `mcp.call`: µs per tool call through [`McpServer`](agent_agents::McpServer) to a local
 //!   stdio MCP server (this benchmark's own executable serving a toolbox with
 //!   [`ToolboxServer`](agent_agents::ToolboxServer)); baseline: the same tool called in
@@ -155,6 +157,29 @@ fn loop_turn() {
         bench_kit::median_per(&subject, TURNS as f64, bench_kit::us),
         "µs/turn",
         bench_kit::median_per(&baseline, TURNS as f64, bench_kit::us),
+    );
+
+    // What recording whole prompts and replies in the trace (the default) costs a turn.
+    let run_agent = |content: bool| {
+        let config = agent_interp_seq::Config::new()
+            .provider(model())
+            .tools(toolbox.tool_set())
+            .record_content(content);
+        let program = agent::<(), Done>("m", &toolbox, "go")
+            .max_turns(TURNS as u32)
+            .run();
+        bench_kit::time(|| {
+            let outcome = rt.block_on(agent_interp_seq::run(&config, (), program));
+            assert!(outcome.expect("runs").value.is_ok());
+        })
+        .0
+    };
+    let (with, without) = bench_kit::interleaved(9, || run_agent(true), || run_agent(false));
+    bench_kit::report(
+        "agent.loop_turn_recording_content",
+        bench_kit::median_per(&with, TURNS as f64, bench_kit::us),
+        "µs/turn",
+        bench_kit::median_per(&without, TURNS as f64, bench_kit::us),
     );
 }
 

@@ -293,7 +293,7 @@ fn conversation(turns: usize) -> Trace {
                     messages: messages.len() as u32,
                     tools: 0,
                     iteration: turn as u32,
-                    prompt: Some(Box::new(Prompt::from_messages(messages.clone()))),
+                    prompt: Some(std::sync::Arc::new(Prompt::from_messages(messages.clone()))),
                 }),
             ),
         });

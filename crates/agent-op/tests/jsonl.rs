@@ -916,7 +916,7 @@ fn conversation(turns: usize) -> Trace {
             messages: messages.len() as u32,
             tools: 0,
             iteration: turn as u32,
-            prompt: Some(Box::new(prompt)),
+            prompt: Some(std::sync::Arc::new(prompt)),
         })));
         trace.append(Event::now(EventKind::InferEnd(InferEnd {
             model: "m".into(),

@@ -483,7 +483,7 @@ pub(crate) mod prompt {
     }
 
     pub(crate) fn serialize<S: Serializer>(
-        prompt: &Option<Box<Prompt>>,
+        prompt: &Option<std::sync::Arc<Prompt>>,
         s: S,
     ) -> Result<S::Ok, S::Error> {
         match prompt {
@@ -499,9 +499,9 @@ pub(crate) mod prompt {
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
         d: D,
-    ) -> Result<Option<Box<Prompt>>, D::Error> {
+    ) -> Result<Option<std::sync::Arc<Prompt>>, D::Error> {
         Ok(Option::<In>::deserialize(d)?.map(|p| {
-            Box::new(Prompt {
+            std::sync::Arc::new(Prompt {
                 messages: p.messages.0,
                 tools: p.tools.into_iter().map(|t| t.0).collect(),
                 options: p.options,

@@ -179,7 +179,7 @@ pub struct InferStart {
         skip_serializing_if = "Option::is_none",
         with = "crate::trace::content::prompt"
     )]
-    pub prompt: Option<Box<crate::message::Prompt>>,
+    pub prompt: Option<std::sync::Arc<crate::message::Prompt>>,
 }
 
 /// Payload of [`EventKind::InferEnd`].

@@ -205,7 +205,7 @@ pub fn infer_start() -> impl Strategy<Value = InferStart> + Clone {
                 messages,
                 tools,
                 iteration,
-                prompt: prompt.map(Box::new),
+                prompt: prompt.map(std::sync::Arc::new),
             },
         )
 }

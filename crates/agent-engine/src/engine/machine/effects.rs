@@ -214,6 +214,8 @@ where
         if self.rt.config.exports_content() {
             spans::chat_input(&span, &prompt);
         }
+        // Shared with the trace, not copied: a long conversation's prompt is large.
+        let prompt = Arc::new(prompt);
         self.record(EventKind::InferStart(InferStart {
             model: model.clone(),
             prompt_preview: prompt
@@ -228,7 +230,7 @@ where
                 .rt
                 .config
                 .records_content()
-                .then(|| Box::new(prompt.clone())),
+                .then(|| Arc::clone(&prompt)),
         }));
         self.iteration = self.iteration.saturating_add(1);
         let started = self.rt.clock.now();
