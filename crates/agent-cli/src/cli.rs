@@ -149,7 +149,7 @@ pub enum TraceCommand {
         #[arg(long)]
         json: bool,
     },
-    /// Write the HTML viewer and print its path.
+    /// Write the HTML viewer and print its `file://` URL.
     View {
         /// The trace.
         file: PathBuf,
@@ -159,6 +159,9 @@ pub enum TraceCommand {
         /// Where to write it (default: beside the trace, `.html`).
         #[arg(long)]
         out: Option<PathBuf>,
+        /// Open it in the browser as well.
+        #[arg(long)]
+        open: bool,
     },
 }
 

@@ -68,9 +68,20 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
                 )
             } else {
                 eprintln!("trace: {}", answer.trace.display());
-                match answer.value {
-                    serde_json::Value::String(text) => format!("{text}\n"),
-                    other => format!("{other:#}\n"),
+                use std::io::IsTerminal as _;
+                // Streamed to the same terminal already: printing it again shows it twice.
+                // Redirected, stdout still gets it.
+                if answer.streamed
+                    && answer.value.is_string()
+                    && std::io::stdout().is_terminal()
+                    && std::io::stderr().is_terminal()
+                {
+                    String::new()
+                } else {
+                    match answer.value {
+                        serde_json::Value::String(text) => format!("{text}\n"),
+                        other => format!("{other:#}\n"),
+                    }
                 }
             }
         }
@@ -191,10 +202,19 @@ fn trace(command: TraceCommand) -> Result<u8, CliError> {
                 (trace_cmd::diff_text(&divergence, &left, &right), code)
             }
         }
-        TraceCommand::View { file, lenient, out } => {
+        TraceCommand::View {
+            file,
+            lenient,
+            out,
+            open,
+        } => {
             let trace = trace_cmd::read(&file, lenient)?;
             let path = trace_cmd::view(&trace, &file, out)?;
-            (format!("{}\n", path.display()), 0)
+            let url = trace_cmd::file_url(&path);
+            if open {
+                trace_cmd::open_in_browser(&url);
+            }
+            (format!("{url}\n"), 0)
         }
     };
     print(&out);

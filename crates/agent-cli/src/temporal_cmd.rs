@@ -106,6 +106,7 @@ pub async fn run(
             Ok(Answer {
                 value: outcome.value,
                 trace: trace_path.to_owned(),
+                streamed: false,
             })
         }
         Err(error @ TemporalError::Run { .. }) => {

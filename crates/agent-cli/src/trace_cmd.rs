@@ -817,6 +817,45 @@ pub fn view(trace: &Trace, trace_path: &Path, out: Option<PathBuf>) -> Result<Pa
     Ok(out)
 }
 
+/// The `file://` URL of `path` (made absolute), which terminals let you click.
+pub fn file_url(path: &Path) -> String {
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    let mut url = String::from("file://");
+    for byte in absolute.to_string_lossy().bytes() {
+        match byte {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'/' | b'-' | b'_' | b'.' | b'~' => {
+                url.push(byte as char)
+            }
+            b'\\' => url.push('/'),
+            other => url.push_str(&format!("%{other:02X}")),
+        }
+    }
+    url
+}
+
+/// Opens `url` in the desktop's browser (`xdg-open`, `open` on macOS, `start` on Windows),
+/// without waiting for it. A failure is a warning: the page was written all the same.
+pub fn open_in_browser(url: &str) {
+    let mut command = if cfg!(target_os = "macos") {
+        std::process::Command::new("open")
+    } else if cfg!(windows) {
+        let mut c = std::process::Command::new("cmd");
+        c.args(["/C", "start", ""]);
+        c
+    } else {
+        std::process::Command::new("xdg-open")
+    };
+    let spawned = command
+        .arg(url)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    if let Err(error) = spawned {
+        eprintln!("warning: could not open a browser ({error}); open {url} yourself");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::{counted, first_difference, human_duration};

@@ -170,8 +170,49 @@ fn the_offline_example_runs_and_its_trace_can_be_inspected() {
 
     let view = agent(&["trace", "view", trace_arg], dir.path());
     assert_eq!(view.status.code(), Some(0), "{}", stderr(&view));
-    let html = PathBuf::from(stdout(&view).trim());
+    let url = stdout(&view).trim().to_owned();
+    let html = PathBuf::from(url.strip_prefix("file://").expect("a file:// URL"));
+    assert!(html.is_absolute(), "{url}");
     assert!(std::fs::read_to_string(&html).unwrap().contains("<html"));
+
+    // --open hands the URL to the desktop's opener (here a stand-in that notes it).
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let bin = dir.path().join("bin");
+        std::fs::create_dir(&bin).unwrap();
+        let noted = dir.path().join("opened.txt");
+        let opener = bin.join("xdg-open");
+        std::fs::write(
+            &opener,
+            format!("#!/bin/sh\necho \"$1\" > '{}'\n", noted.display()),
+        )
+        .unwrap();
+        std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let path = format!(
+            "{}:{}",
+            bin.display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+            .args(["trace", "view", trace_arg, "--open"])
+            .current_dir(dir.path())
+            .env("PATH", path)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let written = || {
+            std::fs::read_to_string(&noted)
+                .ok()
+                .filter(|t| t.ends_with('\n'))
+        };
+        while written().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let opened = written().expect("the opener ran");
+        assert_eq!(opened.trim(), url);
+    }
 }
 
 #[test]
@@ -806,4 +847,49 @@ fn trace_diff_compares_whole_answers_and_shows_where_they_differ() {
     // A trace agrees with itself.
     let same = agent(&["trace", "diff", left, left], dir.path());
     assert_eq!(same.status.code(), Some(0), "{}", stdout(&same));
+}
+
+#[test]
+fn a_streamed_answer_is_shown_once_on_a_terminal_and_still_reaches_a_pipe() {
+    // `script` (util-linux) gives the command a terminal for stdout and stderr.
+    if Command::new("script").arg("--version").output().is_err() {
+        eprintln!("SKIPPED: the terminal test needs `script` (util-linux)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("once.toml");
+    std::fs::write(
+        &spec,
+        "[model]\nprovider = \"scripted\"\nname = \"m\"\nreplies = [\"The one and only answer.\"]\n\n[agent]\ngoal = \"x\"\n",
+    )
+    .unwrap();
+    let bin = env!("CARGO_BIN_EXE_agent");
+    let on_terminal = Command::new("script")
+        .args(["-qec", &format!("{bin} run once.toml"), "/dev/null"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&on_terminal.stdout);
+    assert_eq!(
+        shown.matches("The one and only answer.").count(),
+        1,
+        "{shown}"
+    );
+    // Piped, stdout gets the answer (the terminal still sees it streamed).
+    let piped = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{bin} run once.toml > answer.txt"),
+            "/dev/null",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        piped.status.success(),
+        "{}",
+        String::from_utf8_lossy(&piped.stdout)
+    );
+    let answer = std::fs::read_to_string(dir.path().join("answer.txt")).unwrap();
+    assert_eq!(answer, "The one and only answer.\n");
 }

@@ -42,6 +42,8 @@ pub struct Answer {
     pub value: Value,
     /// Where the trace was written.
     pub trace: PathBuf,
+    /// Whether the model's text was streamed to stderr as it came.
+    pub streamed: bool,
 }
 
 /// What a spec builds besides its program.
@@ -151,6 +153,7 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
         Ok(done) => Ok(Answer {
             value: done.value,
             trace: options.trace.clone(),
+            streamed: progress.streamed.load(Ordering::Relaxed),
         }),
         Err(_) if interrupted.load(Ordering::SeqCst) => {
             Err(CliError::Aborted(options.trace.clone()))
