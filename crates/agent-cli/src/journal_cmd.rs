@@ -5,7 +5,7 @@ use std::io::Read as _;
 use std::path::Path;
 
 use agent_journal::{Entry, Journal, JsonlJournal, SqliteJournal};
-use agent_op::journal::{Difference, compare};
+use agent_op::journal::{Difference, EntryKind, compare};
 use agent_op::preview;
 
 use crate::error::CliError;
@@ -26,10 +26,35 @@ pub async fn read(path: &Path) -> Result<Vec<Entry>, CliError> {
     let sqlite = file.read_exact(&mut header).is_ok() && &header == b"SQLite format 3\0";
     drop(file);
     if sqlite {
-        let db = SqliteJournal::open(path).await.map_err(journal)?;
-        let entries = db.entries().await.map_err(journal)?;
-        db.close().await.map_err(journal)?;
-        Ok(entries)
+        // Opening may create the database's `-wal` and `-shm` files; a database refused as
+        // damaged must not be left with them (a locked one's belong to its holder).
+        let sidecars: Vec<std::path::PathBuf> = ["-wal", "-shm"]
+            .iter()
+            .map(|suffix| {
+                let mut name = path.as_os_str().to_owned();
+                name.push(suffix);
+                std::path::PathBuf::from(name)
+            })
+            .filter(|p| !p.exists())
+            .collect();
+        let read = async {
+            let db = SqliteJournal::open(path).await?;
+            let entries = db.entries().await;
+            db.close().await?;
+            entries
+        }
+        .await;
+        match read {
+            Ok(entries) => Ok(entries),
+            Err(error) => {
+                if !matches!(error, agent_op::journal::JournalError::Locked { .. }) {
+                    for sidecar in &sidecars {
+                        let _ = std::fs::remove_file(sidecar);
+                    }
+                }
+                Err(journal(error))
+            }
+        }
     } else {
         JsonlJournal::read(path).map_err(journal)
     }
@@ -39,6 +64,22 @@ pub async fn read(path: &Path) -> Result<Vec<Entry>, CliError> {
 pub async fn show(path: &Path, json: bool) -> Result<String, CliError> {
     let entries = read(path).await?;
     let mut out = String::new();
+    if !json {
+        // Which run this journal is of, from its run entry.
+        if let Some(run) = entries.iter().find(|e| e.kind == EntryKind::Run) {
+            let _ = writeln!(
+                out,
+                "run {} started {}",
+                run.result["trace_id"].as_str().unwrap_or("?"),
+                run.result["started_at"].as_str().unwrap_or("?")
+            );
+        }
+        let _ = writeln!(
+            out,
+            "{:>6}  {:<12} {:>6}  {:<10} {:<15}  {:<48}  {}",
+            "#", "branch", "effect", "kind", "fingerprint", "request", "result"
+        );
+    }
     for (position, e) in entries.iter().enumerate() {
         if json {
             let _ = writeln!(out, "{}", serde_json::json!(e));
@@ -52,10 +93,11 @@ pub async fn show(path: &Path, json: bool) -> Result<String, CliError> {
         let short = e.fingerprint.get(..15).unwrap_or(&e.fingerprint);
         let _ = writeln!(
             out,
-            "{position:>6}  {branch:<12} {:>5}  {:<10} {short}  {}",
+            "{position:>6}  {branch:<12} {:>6}  {:<10} {short:<15}  {:<48}  {}",
             e.key.seq,
             e.kind.as_str(),
-            describe(&e.request)
+            describe(&e.request),
+            describe_result(&e.result)
         );
     }
     if !json {
@@ -75,10 +117,36 @@ fn describe(request: &serde_json::Value) -> String {
                 message["role"].as_str().unwrap_or("?"),
                 message["text"].as_str().unwrap_or("")
             ),
-            100,
+            48,
         ),
-        _ => preview(&request.to_string(), 100),
+        _ if request.is_null() => String::new(),
+        _ => preview(&request.to_string(), 48),
     }
+}
+
+/// A result in one line: a reply's text, a tool's output, an error as such.
+fn describe_result(result: &serde_json::Value) -> String {
+    let text = match result {
+        serde_json::Value::Object(o) if o.len() == 1 && o.contains_key("Ok") => match &o["Ok"] {
+            // A model reply: its text, or the tools it asked for.
+            serde_json::Value::Object(r) if r.contains_key("finish_reason") => {
+                match r.get("content").and_then(|c| c.as_str()) {
+                    Some(text) if !text.is_empty() => text.to_owned(),
+                    _ => format!(
+                        "asks for tools: {}",
+                        r.get("tool_calls").map_or(String::new(), |c| c.to_string())
+                    ),
+                }
+            }
+            serde_json::Value::String(text) => text.clone(),
+            other => other.to_string(),
+        },
+        serde_json::Value::Object(o) if o.len() == 1 && o.contains_key("Err") => {
+            format!("error: {}", o["Err"])
+        }
+        other => other.to_string(),
+    };
+    preview(&text.replace('\n', " "), 80)
 }
 
 /// `agent journal diff`: the text (or JSON) and the exit code (1 if they differ).

@@ -285,8 +285,8 @@ pub fn summary_text(summary: &Summary) -> String {
         };
         let _ = writeln!(
             out,
-            "  {name:<24} {:>6} calls {:>9} in {:>9} out {:>12}{unknown} {:>12}",
-            m.calls,
+            "  {name:<24} {:>12} {:>9} in {:>9} out {:>12}{unknown} {:>12}",
+            counted(m.calls, "call"),
             m.input_tokens,
             m.output_tokens,
             dollars(m.cost_micro_usd),
@@ -297,8 +297,8 @@ pub fn summary_text(summary: &Summary) -> String {
     for (name, t) in &summary.tools {
         let _ = writeln!(
             out,
-            "  {name:<24} {:>6} calls {:>6} failed {:>6} denied {:>12}",
-            t.calls,
+            "  {name:<24} {:>12} {:>6} failed {:>6} denied {:>12}",
+            counted(t.calls, "call"),
             t.failures,
             t.denied,
             human_duration(t.duration_us)

@@ -661,6 +661,37 @@ fn journals_show_their_entries_and_diff_where_the_runs_asked_differently() {
     let text = String::from_utf8_lossy(&shown.stdout);
     assert!(text.contains("3 entries"), "{text}");
     assert!(text.contains("model") && text.contains("Oslo"), "{text}");
+    // Which run, column headers, and what each effect returned.
+    let mut lines = text.lines();
+    assert!(lines.next().unwrap().starts_with("run "), "{text}");
+    let header = lines.next().unwrap();
+    for column in [
+        "branch",
+        "effect",
+        "kind",
+        "fingerprint",
+        "request",
+        "result",
+    ] {
+        assert!(header.contains(column), "{header}");
+    }
+    assert!(text.contains("re: Oslo"), "the model's reply: {text}");
+    assert!(
+        !dir.path().join("oslo.db-wal").exists(),
+        "show writes nothing"
+    );
+
+    // A damaged database is refused and left without the files opening it made.
+    let bytes = std::fs::read(dir.path().join("oslo.db")).unwrap();
+    std::fs::write(dir.path().join("torn.db"), &bytes[..bytes.len() / 2]).unwrap();
+    let torn = agent(&["journal", "show", "torn.db"], dir.path());
+    assert_eq!(torn.status.code(), Some(3), "{torn:?}");
+    for sidecar in ["torn.db-wal", "torn.db-shm"] {
+        assert!(
+            !dir.path().join(sidecar).exists(),
+            "{sidecar} was left behind"
+        );
+    }
 
     let same = agent(&["journal", "diff", "oslo.db", "oslo.db"], dir.path());
     assert_eq!(same.status.code(), Some(0), "{same:?}");

@@ -116,6 +116,7 @@ fn program() -> Op<(), ()> {
 fn config() -> Config {
     let provider = ScriptedProvider::from_fn(|_, _| {
         let mut reply = Response::text("sunny").with_usage(7, 2);
+        reply.cost = Some(agent_op::MicroUsd(1_500));
         // The provider names the model that answered more precisely than the request did.
         reply.model = Some("small-2026-11".into());
         Ok(reply)
@@ -374,6 +375,47 @@ fn both_interpreters_give_the_same_span_tree() {
     // The sequential interpreter never starts the race's losing branch's work, but both
     // open its span; the trees match line for line.
     assert_eq!(par_shape, seq_shape, "{par_shape:#?}");
+}
+
+#[test]
+fn the_agent_span_carries_what_the_run_spent_and_its_answer() {
+    for export in [false, true] {
+        let (spans, trace) = capture(true, config().export_content(export));
+        let root = spans
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s.name == "invoke_agent")
+            .unwrap();
+        let spent = trace.spend().total();
+        assert!(spent.calls > 0);
+        assert_eq!(
+            root.field("gen_ai.usage.input_tokens"),
+            Some(spent.tokens.input_tokens.to_string().as_str())
+        );
+        assert_eq!(
+            root.field("gen_ai.usage.output_tokens"),
+            Some(spent.tokens.output_tokens.to_string().as_str())
+        );
+        let cost: f64 = root
+            .field("effect_agents.cost.usd")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!((cost - spent.calls as f64 * 0.0015).abs() < 1e-9, "{cost}");
+        // Each call's own cost is on its chat span.
+        let chat = spans
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s.name == "chat")
+            .unwrap();
+        assert_eq!(chat.field("effect_agents.cost.usd"), Some("0.0015"));
+        // The answer (this program's is `()`) only when contents are exported.
+        let answer = root.field("gen_ai.output.messages");
+        match export {
+            true => assert!(answer.unwrap().contains(r#""content":"()""#), "{answer:?}"),
+            false => assert_eq!(answer, None),
+        }
+    }
 }
 
 #[test]

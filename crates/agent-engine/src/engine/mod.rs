@@ -460,7 +460,9 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         let mut machine = Machine::root(runtime.clone(), root.clone(), state, rebox::<A>, span);
         let result = machine.run_caught(program.into_node()).await;
         machine.finish();
-        drop(machine.end_spans(&result));
+        // Open until the run's end is known (what it spent, its answer); closed before the
+        // subscribers' end-of-run work, which is theirs.
+        let run_span = machine.end_spans(&result);
         // Markers and race outcomes after the run's last commit.
         let flushed = match &runtime.journal {
             Some(journal) => journal.flush().await,
@@ -484,6 +486,10 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         };
         let mut trace = root.take();
         let ended = outcome::run_end(&trace, result.as_ref());
+        if let agent_op::EventKind::RunEnd(end) = &ended.kind {
+            spans::run_ended(&run_span, end, config.exports_content());
+        }
+        drop(run_span);
         trace.events.push(TraceEntry {
             trace_id: trace.id.clone(),
             cancelled: false,

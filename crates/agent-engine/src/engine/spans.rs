@@ -41,12 +41,51 @@ pub(crate) fn run(trace_id: &TraceId, agent: Option<&str>) -> Span {
         effect_agents.trace_id = %trace_id,
         effect_agents.event.first = Empty,
         effect_agents.event.last = Empty,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        effect_agents.cost.usd = Empty,
+        gen_ai.output.messages = Empty,
         error.type = Empty,
+        otel.status_description = Empty,
     );
     if let Some(name) = agent {
         display_name(&span, || format!("invoke_agent {name}"));
     }
     span
+}
+
+/// How the run ended, on its span: what all its model calls used (tokens, and the cost when
+/// every call's is known, as `effect_agents.cost.usd`), its error's message, and with
+/// `content` its answer (the value's preview) as `gen_ai.output.messages`.
+pub(crate) fn run_ended(span: &Span, ended: &agent_op::RunEnd, content: bool) {
+    if span.is_disabled() {
+        return;
+    }
+    let (kept, lost) = (&ended.spent, &ended.discarded);
+    span.record(
+        "gen_ai.usage.input_tokens",
+        int(kept.input_tokens.saturating_add(lost.input_tokens)),
+    );
+    span.record(
+        "gen_ai.usage.output_tokens",
+        int(kept.output_tokens.saturating_add(lost.output_tokens)),
+    );
+    if let (Some(a), Some(b)) = (kept.cost, lost.cost) {
+        span.record("effect_agents.cost.usd", a.saturating_add(b).0 as f64 / 1e6);
+    }
+    if let Some(error) = &ended.error {
+        span.record("otel.status_description", error.message.as_str());
+    }
+    if let (true, Some(answer)) = (content, &ended.value_preview) {
+        let message = json!({
+            "role": "assistant",
+            "parts": [{"type": "text", "content": answer}],
+        });
+        span.record(
+            "gen_ai.output.messages",
+            Value::from(vec![message]).to_string(),
+        );
+    }
 }
 
 /// A `par` or `race` whose `fork` event is number `event` of its branch.
@@ -142,6 +181,7 @@ pub(crate) fn chat(parent: &Span, provider: &str, model: &str, event: u64) -> Sp
         gen_ai.system_instructions = Empty,
         gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
+        effect_agents.cost.usd = Empty,
         effect_agents.event.first = int(event),
         effect_agents.event.last = Empty,
         error.type = Empty,
@@ -178,6 +218,9 @@ pub(crate) fn chat_ended(span: &Span, response: &Response, content: bool) {
         "gen_ai.usage.output_tokens",
         int(response.usage.output_tokens),
     );
+    if let Some(cost) = response.cost {
+        span.record("effect_agents.cost.usd", cost.0 as f64 / 1e6);
+    }
     if content {
         let mut message = genai_message(&response.to_message());
         message["finish_reason"] = Value::from(reason);
