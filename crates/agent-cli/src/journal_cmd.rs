@@ -74,10 +74,18 @@ pub async fn show(path: &Path, json: bool) -> Result<String, CliError> {
                 run.result["started_at"].as_str().unwrap_or("?")
             );
         }
+        let [n, branch, effect, kind, fingerprint, request, result] = [
+            "#",
+            "branch",
+            "effect",
+            "kind",
+            "fingerprint",
+            "request",
+            "result",
+        ];
         let _ = writeln!(
             out,
-            "{:>6}  {:<12} {:>6}  {:<10} {:<15}  {:<48}  {}",
-            "#", "branch", "effect", "kind", "fingerprint", "request", "result"
+            "{n:>6}  {branch:<12} {effect:>6}  {kind:<10} {fingerprint:<15}  {request:<48}  {result}"
         );
     }
     for (position, e) in entries.iter().enumerate() {
