@@ -173,7 +173,12 @@ async fn the_tools_of_a_real_server_over_streamable_http_are_toolbox_entries() {
 #[tokio::test]
 async fn a_server_that_dies_or_never_starts_is_a_typed_error() {
     match McpServer::spawn("missing", "/nonexistent/mcp-server", &[]).await {
-        Err(McpError::Spawn { server, .. }) => assert_eq!(server, "missing"),
+        Err(error @ McpError::Spawn { .. }) => {
+            // The message names the server and the command that could not be started.
+            let text = error.to_string();
+            assert!(text.contains("`missing`"), "{text}");
+            assert!(text.contains("/nonexistent/mcp-server"), "{text}");
+        }
         other => panic!("{other:?}"),
     }
     // A process that exits at once: the handshake fails.

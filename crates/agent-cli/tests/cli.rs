@@ -924,3 +924,36 @@ fn a_streamed_answer_is_shown_once_on_a_terminal_and_still_reaches_a_pipe() {
     let answer = std::fs::read_to_string(dir.path().join("answer.txt")).unwrap();
     assert_eq!(answer, "The one and only answer.\n");
 }
+
+#[test]
+fn an_mcp_server_whose_command_is_missing_is_named_once_with_its_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("nomcp.toml");
+    std::fs::write(
+        &spec,
+        r#"
+[model]
+provider = "scripted"
+name = "m"
+replies = ["hi"]
+
+[agent]
+goal = "x"
+
+[[tools.mcp]]
+name = "ghost"
+command = "no-such-mcp-server-binary"
+capabilities = ["ghost"]
+"#,
+    )
+    .unwrap();
+    let out = agent(&["run", spec.to_str().unwrap(), "--quiet"], dir.path());
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("no-such-mcp-server-binary"), "{err}");
+    assert_eq!(
+        err.matches("`ghost`").count(),
+        1,
+        "the server is named once: {err}"
+    );
+}

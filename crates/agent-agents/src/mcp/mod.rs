@@ -21,10 +21,12 @@ use crate::toolbox::Toolbox;
 #[non_exhaustive]
 pub enum McpError {
     /// The server process could not be started.
-    #[error("could not start MCP server `{server}`: {source}")]
+    #[error("could not start MCP server `{server}` (command `{command}`): {source}")]
     Spawn {
         /// The server's name.
         server: String,
+        /// The command that could not be started.
+        command: String,
         /// The I/O error.
         #[source]
         source: std::io::Error,
@@ -89,10 +91,12 @@ impl McpServer {
         args: &[&str],
     ) -> Result<McpServer, McpError> {
         let name = name.into();
+        let shown = program.as_ref().to_string_lossy().into_owned();
         let mut command = tokio::process::Command::new(program);
         command.args(args);
         let transport = TokioChildProcess::new(command).map_err(|source| McpError::Spawn {
             server: name.clone(),
+            command: shown,
             source,
         })?;
         handshake(name, transport).await

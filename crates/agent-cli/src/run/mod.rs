@@ -275,14 +275,15 @@ async fn toolbox(spec: &Spec, base: &Path) -> Result<Toolbox, CliError> {
     }
     for mcp in &spec.tools.mcp {
         let args: Vec<&str> = mcp.args.iter().map(String::as_str).collect();
+        // MCP errors name their server already.
         let server = agent_agents::McpServer::spawn(mcp.name.clone(), &mcp.command, &args)
             .await
-            .map_err(|e| CliError::Environment(format!("MCP server `{}`: {e}", mcp.name)))?;
+            .map_err(|e| CliError::Environment(e.to_string()))?;
         let capabilities: Vec<&str> = mcp.capabilities.iter().map(String::as_str).collect();
         let served = server
             .toolbox(&capabilities)
             .await
-            .map_err(|e| CliError::Environment(format!("MCP server `{}`: {e}", mcp.name)))?;
+            .map_err(|e| CliError::Environment(e.to_string()))?;
         let set = served.tool_set();
         for name in served.names() {
             // Two definitions of one name would be refused by the model's API, or worse,
