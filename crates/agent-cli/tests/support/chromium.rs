@@ -20,6 +20,14 @@ pub const PAGE_LIMIT: Duration = Duration::from_secs(60);
 /// time only advances while the page is idle, so this costs nothing once it has settled.
 const SETTLE_MS: u32 = 5000;
 
+/// One browser at a time: tests run in parallel, and several Chromiums rendering at once on a
+/// 2-core machine could dump a page before its script finished its first render.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 const INSTALL_LIMIT: Duration = Duration::from_secs(20 * 60);
 
 /// A Chromium binary that answered `--version`.
@@ -225,6 +233,7 @@ impl Chromium {
     /// The DOM of `page` (a `file://` URL is made of the path; `fragment` is appended as the
     /// URL's `#...` part) once its scripts have run.
     pub fn dump_dom(&self, page: &Path, fragment: &str) -> Result<String, String> {
+        let _turn = one_at_a_time();
         let profile = tempfile::tempdir().map_err(|e| format!("no temp dir: {e}"))?;
         let mut cmd = self.command(profile.path());
         cmd.arg("--dump-dom").arg(file_url(page, fragment)?);
@@ -247,6 +256,7 @@ impl Chromium {
         width: u32,
         height: u32,
     ) -> Result<(), String> {
+        let _turn = one_at_a_time();
         let profile = tempfile::tempdir().map_err(|e| format!("no temp dir: {e}"))?;
         let mut cmd = self.command(profile.path());
         cmd.arg(format!("--screenshot={}", png.display()))
