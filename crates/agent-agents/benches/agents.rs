@@ -119,21 +119,24 @@ fn loop_turn() {
         .expect("runtime");
     let echo = tool("echo", "Echoes", |e: Echo| async move { Ok(e.text) });
     let toolbox = Toolbox::new("echo").with(echo);
+    // The agent's turns, recording whole prompts and replies in the trace or not.
+    let run_agent = |content: bool| {
+        let config = agent_interp_seq::Config::new()
+            .provider(model())
+            .tools(toolbox.tool_set())
+            .record_content(content);
+        let program = agent::<(), Done>("m", &toolbox, "go")
+            .max_turns(TURNS as u32)
+            .run();
+        bench_kit::time(|| {
+            let outcome = rt.block_on(agent_interp_seq::run(&config, (), program));
+            assert!(outcome.expect("runs").value.is_ok());
+        })
+        .0
+    };
     let (subject, baseline) = bench_kit::interleaved(
         9,
-        || {
-            let config = agent_interp_seq::Config::new()
-                .provider(model())
-                .tools(toolbox.tool_set());
-            let program = agent::<(), Done>("m", &toolbox, "go")
-                .max_turns(TURNS as u32)
-                .run();
-            bench_kit::time(|| {
-                let outcome = rt.block_on(agent_interp_seq::run(&config, (), program));
-                assert!(outcome.expect("runs").value.is_ok());
-            })
-            .0
-        },
+        || run_agent(true),
         || {
             let config = agent_interp_seq::Config::new()
                 .provider(model())
@@ -160,20 +163,6 @@ fn loop_turn() {
     );
 
     // What recording whole prompts and replies in the trace (the default) costs a turn.
-    let run_agent = |content: bool| {
-        let config = agent_interp_seq::Config::new()
-            .provider(model())
-            .tools(toolbox.tool_set())
-            .record_content(content);
-        let program = agent::<(), Done>("m", &toolbox, "go")
-            .max_turns(TURNS as u32)
-            .run();
-        bench_kit::time(|| {
-            let outcome = rt.block_on(agent_interp_seq::run(&config, (), program));
-            assert!(outcome.expect("runs").value.is_ok());
-        })
-        .0
-    };
     let (with, without) = bench_kit::interleaved(9, || run_agent(true), || run_agent(false));
     bench_kit::report(
         "agent.loop_turn_recording_content",

@@ -616,47 +616,21 @@ pub struct Difference {
 
 /// Where `a` and `b` first differ, depth first in member order.
 fn first_difference(a: &Value, b: &Value, path: &mut String) -> Option<Difference> {
-    let len = path.len();
-    let found = match (a, b) {
+    match (a, b) {
         _ if a == b => None,
         (Value::Object(x), Value::Object(y)) => x
             .keys()
             .chain(y.keys().filter(|k| !x.contains_key(*k)))
             .find_map(|key| {
-                let (p, q) = (x.get(key), y.get(key));
-                if p == q {
-                    return None;
-                }
-                path.truncate(len);
-                if !path.is_empty() {
-                    path.push('.');
-                }
-                path.push_str(key);
-                match (p, q) {
-                    (Some(p), Some(q)) => first_difference(p, q, path),
-                    (p, q) => Some(Difference {
-                        path: path.clone(),
-                        left: p.map(Value::to_string),
-                        right: q.map(Value::to_string),
-                    }),
-                }
+                let step = if path.is_empty() {
+                    key.clone()
+                } else {
+                    format!(".{key}")
+                };
+                member_difference(x.get(key), y.get(key), path, &step)
             }),
-        (Value::Array(x), Value::Array(y)) => (0..x.len().max(y.len())).find_map(|i| {
-            let (p, q) = (x.get(i), y.get(i));
-            if p == q {
-                return None;
-            }
-            path.truncate(len);
-            path.push_str(&format!("[{i}]"));
-            match (p, q) {
-                (Some(p), Some(q)) => first_difference(p, q, path),
-                (p, q) => Some(Difference {
-                    path: path.clone(),
-                    left: p.map(Value::to_string),
-                    right: q.map(Value::to_string),
-                }),
-            }
-        }),
+        (Value::Array(x), Value::Array(y)) => (0..x.len().max(y.len()))
+            .find_map(|i| member_difference(x.get(i), y.get(i), path, &format!("[{i}]"))),
         (Value::String(x), Value::String(y)) => {
             let (left, right) = excerpts(x, y);
             Some(Difference {
@@ -669,6 +643,28 @@ fn first_difference(a: &Value, b: &Value, path: &mut String) -> Option<Differenc
             path: path.clone(),
             left: Some(a.to_string()),
             right: Some(b.to_string()),
+        }),
+    }
+}
+
+/// Where members `p` and `q` (at `path` + `step`) first differ: deeper when both are there.
+fn member_difference(
+    p: Option<&Value>,
+    q: Option<&Value>,
+    path: &mut String,
+    step: &str,
+) -> Option<Difference> {
+    if p == q {
+        return None;
+    }
+    let len = path.len();
+    path.push_str(step);
+    let found = match (p, q) {
+        (Some(p), Some(q)) => first_difference(p, q, path),
+        (p, q) => Some(Difference {
+            path: path.clone(),
+            left: p.map(Value::to_string),
+            right: q.map(Value::to_string),
         }),
     };
     path.truncate(len);

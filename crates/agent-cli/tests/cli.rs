@@ -21,6 +21,20 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// `agent run SPEC --trace TRACE --quiet` in `dir`.
+fn run_quiet(spec: &Path, trace: &Path, dir: &Path) -> Output {
+    agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--quiet",
+        ],
+        dir,
+    )
+}
+
 fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples")
 }
@@ -109,16 +123,7 @@ fn the_offline_example_runs_and_its_trace_can_be_inspected() {
     // The same run twice agrees; a run with another answer diverges, and says where.
     let again = dir.path().join("again.trace.jsonl");
     let spec = examples().join("research.toml");
-    let rerun = agent(
-        &[
-            "run",
-            spec.to_str().unwrap(),
-            "--trace",
-            again.to_str().unwrap(),
-            "--quiet",
-        ],
-        dir.path(),
-    );
+    let rerun = run_quiet(&spec, &again, dir.path());
     assert_eq!(rerun.status.code(), Some(0), "{}", stderr(&rerun));
     let same = agent(
         &["trace", "diff", trace_arg, again.to_str().unwrap()],
@@ -135,16 +140,7 @@ fn the_offline_example_runs_and_its_trace_can_be_inspected() {
     let other_path = dir.path().join("other.toml");
     std::fs::write(&other_path, other_spec).unwrap();
     let other = dir.path().join("other.trace.jsonl");
-    let ran = agent(
-        &[
-            "run",
-            other_path.to_str().unwrap(),
-            "--trace",
-            other.to_str().unwrap(),
-            "--quiet",
-        ],
-        dir.path(),
-    );
+    let ran = run_quiet(&other_path, &other, dir.path());
     assert_eq!(ran.status.code(), Some(0), "{}", stderr(&ran));
     let diff = agent(
         &[
@@ -508,16 +504,7 @@ db = "mem.db"
     )
     .unwrap();
     let trace = dir.path().join("text.trace.jsonl");
-    let out = agent(
-        &[
-            "run",
-            spec.to_str().unwrap(),
-            "--trace",
-            trace.to_str().unwrap(),
-            "--quiet",
-        ],
-        dir.path(),
-    );
+    let out = run_quiet(&spec, &trace, dir.path());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "The file says alpha.");
     let events = stdout(&agent(
@@ -588,16 +575,7 @@ capabilities = ["mcp.everything"]
     )
     .unwrap();
     let trace = dir.path().join("mcp.trace.jsonl");
-    let out = agent(
-        &[
-            "run",
-            spec.to_str().unwrap(),
-            "--trace",
-            trace.to_str().unwrap(),
-            "--quiet",
-        ],
-        dir.path(),
-    );
+    let out = run_quiet(&spec, &trace, dir.path());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "done");
     let results = stdout(&agent(
@@ -751,16 +729,7 @@ calls = 1
     .unwrap();
     let trace = dir.path().join("broke.trace.jsonl");
     let trace_arg = trace.to_str().unwrap();
-    let out = agent(
-        &[
-            "run",
-            spec.to_str().unwrap(),
-            "--trace",
-            trace_arg,
-            "--quiet",
-        ],
-        dir.path(),
-    );
+    let out = run_quiet(&spec, &trace, dir.path());
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(
         stderr(&out).contains("the budget ran out"),
@@ -849,16 +818,7 @@ fn trace_diff_compares_whole_answers_and_shows_where_they_differ() {
         )
         .unwrap();
         let trace = dir.path().join(format!("{name}.trace.jsonl"));
-        let out = agent(
-            &[
-                "run",
-                spec.to_str().unwrap(),
-                "--trace",
-                trace.to_str().unwrap(),
-                "--quiet",
-            ],
-            dir.path(),
-        );
+        let out = run_quiet(&spec, &trace, dir.path());
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         traces.push(trace);
     }

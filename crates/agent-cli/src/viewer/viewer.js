@@ -861,6 +861,8 @@
     return `<div class="msg ${esc(m.role)}"><span class="role">${esc(m.role)}</span>${about}` +
       `<div class="preview">${esc(m.content || '')}</div>${calls}</div>`;
   };
+  // A tool's whole output when the run recorded it (text as it is, JSON pretty), else its preview.
+  const outputText = (d) => ('output' in d ? (typeof d.output === 'string' ? d.output : pretty(d.output)) : d.output_preview);
   // The whole request of a model call, when the run recorded content.
   const promptHtml = (p) => {
     if (!p || typeof p !== 'object' || !Array.isArray(p.messages)) return '';
@@ -1028,7 +1030,7 @@
           ['duration', r ? fmtDur(r.duration_us) : ''],
           ['result', res >= 0 ? eventLink(res, 'tool_result →') : ''],
         ]) + '<h3>Arguments</h3>' + preview(pretty(d.args));
-        if (r) body += '<h3>Result</h3>' + preview('output' in r ? (typeof r.output === 'string' ? r.output : pretty(r.output)) : r.output_preview);
+        if (r) body += '<h3>Result</h3>' + preview(outputText(r));
         break;
       }
       case 'tool_result': {
@@ -1040,7 +1042,7 @@
           ['iteration', int(d.iteration)],
           ['call', call >= 0 ? eventLink(call, '← tool_call') : ''],
         ]) + `<h3>${d.success === false ? 'Error' : 'Output'}</h3>` +
-          preview('output' in d ? (typeof d.output === 'string' ? d.output : pretty(d.output)) : d.output_preview);
+          preview(outputText(d));
         if (call >= 0) body += '<h3>Arguments</h3>' + preview(pretty(dataOf(call).args));
         break;
       }

@@ -253,13 +253,17 @@ fn config() -> Config {
         .trace_id(RUN_ID)
 }
 
-fn execute(program: Op<(), ()>) -> Trace {
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// Drives `future` to its end on a runtime of its own.
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
-        .expect("a tokio runtime");
-    runtime
-        .block_on(run(&config(), (), program))
+        .expect("a tokio runtime")
+        .block_on(future)
+}
+
+fn execute(program: Op<(), ()>) -> Trace {
+    block_on(run(&config(), (), program))
         .expect("the program runs")
         .trace
 }
@@ -354,12 +358,7 @@ pub fn tiny() -> Trace {
 /// A run that asks a model, then fails itself (`op::fail`) with [`FAILURE`].
 pub fn failed() -> Trace {
     let program: Op<(), ()> = ask("small-model", 0, "hello").then(op::fail::<(), ()>(FAILURE));
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("a tokio runtime");
-    runtime
-        .block_on(run(&config(), (), program))
+    block_on(run(&config(), (), program))
         .expect_err("the program fails")
         .trace
 }

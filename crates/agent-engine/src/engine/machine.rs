@@ -581,11 +581,12 @@ fn count(n: usize) -> u32 {
     u32::try_from(n).unwrap_or(u32::MAX)
 }
 
-fn micros(d: std::time::Duration) -> u64 {
+pub(super) fn micros(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-fn value_preview(value: &Value) -> String {
+/// A preview of a JSON value: a string as its text, anything else as its compact JSON.
+pub(super) fn value_preview(value: &Value) -> String {
     match value {
         Value::String(s) => preview(s, PREVIEW_CHARS),
         other => preview(&other.to_string(), PREVIEW_CHARS),

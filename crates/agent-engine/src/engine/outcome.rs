@@ -7,6 +7,7 @@ use agent_op::{Event, EventKind, PREVIEW_CHARS, Trace, preview};
 use chrono::Utc;
 use serde_json::Value;
 
+use super::machine::{micros, value_preview};
 use crate::error::ErrorKind;
 
 /// The `run_end` event of a run that produced `trace` and ended with `result`, stamped with
@@ -15,11 +16,7 @@ pub(crate) fn run_end<A: 'static>(trace: &Trace, result: Result<&A, &ErrorKind>)
     let end = trace.end.unwrap_or_else(Utc::now);
     let spend = trace.spend();
     let (outcome, value_preview, error) = match result {
-        Ok(value) => (
-            RunOutcome::Succeeded,
-            value_preview(value as &dyn Any),
-            None,
-        ),
+        Ok(value) => (RunOutcome::Succeeded, any_preview(value as &dyn Any), None),
         Err(kind) => (
             match kind {
                 ErrorKind::Aborted => RunOutcome::Aborted,
@@ -32,9 +29,7 @@ pub(crate) fn run_end<A: 'static>(trace: &Trace, result: Result<&A, &ErrorKind>)
             }),
         ),
     };
-    let duration_us = (end - trace.start)
-        .to_std()
-        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX));
+    let duration_us = (end - trace.start).to_std().map_or(0, micros);
     Event::at(
         end,
         EventKind::RunEnd(RunEnd {
@@ -50,7 +45,7 @@ pub(crate) fn run_end<A: 'static>(trace: &Trace, result: Result<&A, &ErrorKind>)
 
 /// A preview of values the engine can show without knowing their type: text, JSON, numbers,
 /// booleans and `()`.
-fn value_preview(value: &dyn Any) -> Option<String> {
+fn any_preview(value: &dyn Any) -> Option<String> {
     macro_rules! shown {
         ($($ty:ty),*) => {$(
             if let Some(v) = value.downcast_ref::<$ty>() {
@@ -65,10 +60,7 @@ fn value_preview(value: &dyn Any) -> Option<String> {
         return Some(preview(text, PREVIEW_CHARS));
     }
     if let Some(json) = value.downcast_ref::<Value>() {
-        return Some(match json {
-            Value::String(text) => preview(text, PREVIEW_CHARS),
-            other => preview(&other.to_string(), PREVIEW_CHARS),
-        });
+        return Some(value_preview(json));
     }
     if value.downcast_ref::<()>().is_some() {
         return Some("()".to_owned());
@@ -83,17 +75,17 @@ mod tests {
 
     #[test]
     fn values_of_known_types_are_previewed_and_others_are_not() {
-        assert_eq!(value_preview(&"hi".to_owned()).as_deref(), Some("hi"));
+        assert_eq!(any_preview(&"hi".to_owned()).as_deref(), Some("hi"));
         assert_eq!(
-            value_preview(&serde_json::json!({"a": 1})).as_deref(),
+            any_preview(&serde_json::json!({"a": 1})).as_deref(),
             Some(r#"{"a":1}"#)
         );
-        assert_eq!(value_preview(&42u32).as_deref(), Some("42"));
-        assert_eq!(value_preview(&()).as_deref(), Some("()"));
-        assert_eq!(value_preview(&vec![1u8]), None);
+        assert_eq!(any_preview(&42u32).as_deref(), Some("42"));
+        assert_eq!(any_preview(&()).as_deref(), Some("()"));
+        assert_eq!(any_preview(&vec![1u8]), None);
         let long = "x".repeat(500);
         assert_eq!(
-            value_preview(&long).map(|p| p.chars().count()),
+            any_preview(&long).map(|p| p.chars().count()),
             Some(PREVIEW_CHARS + 1)
         );
     }

@@ -31,7 +31,6 @@ use std::marker::PhantomData;
 use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-use sha2::{Digest, Sha256};
 
 use crate::message::{InferOptions, Message, Prompt};
 use crate::tool::ToolDefinition;
@@ -90,23 +89,11 @@ fn chain(before: &str, message: &str) -> String {
     let mut text = String::with_capacity(before.len() + message.len());
     text.push_str(before);
     text.push_str(message);
-    hash_of(&text)
+    crate::content_hash(&text)
 }
 
 thread_local! {
     static SCOPE: RefCell<Option<Scope>> = const { RefCell::new(None) };
-}
-
-/// `sha256:` and the lowercase hex SHA-256 of `text`.
-pub(crate) fn hash_of(text: &str) -> String {
-    use std::fmt::Write as _;
-    let digest = Sha256::digest(text.as_bytes());
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for byte in digest {
-        let _ = write!(out, "{byte:02x}");
-    }
-    out
 }
 
 /// The content of a file being written: which pieces it already holds.
@@ -167,7 +154,7 @@ pub(crate) struct ContentStore {
 impl ContentStore {
     /// Adds a piece read from a content line, checking that `hash` is the hash of `text`.
     pub(crate) fn add(&mut self, hash: &str, text: &str) -> Result<(), String> {
-        let computed = hash_of(text);
+        let computed = crate::content_hash(text);
         if computed != hash {
             return Err(format!(
                 "content {hash} does not match its value (whose hash is {computed})"
@@ -200,13 +187,17 @@ impl ContentStore {
     }
 }
 
+/// Whether this thread is writing a JSONL line (file mode).
+fn writing() -> bool {
+    SCOPE.with(|scope| matches!(*scope.borrow(), Some(Scope::Writing { .. })))
+}
+
 /// One piece of content: inline, or (in file mode) a hash.
 struct Piece<'a, T>(&'a T);
 
 impl<T: Serialize> Serialize for Piece<'_, T> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let writing = SCOPE.with(|scope| matches!(*scope.borrow(), Some(Scope::Writing { .. })));
-        if !writing {
+        if !writing() {
             return self.0.serialize(s);
         }
         let hash = register(self.0).map_err(serde::ser::Error::custom)?;
@@ -217,7 +208,7 @@ impl<T: Serialize> Serialize for Piece<'_, T> {
 /// The hash of `item`, whose content line the file gets if it has none yet (file mode only).
 fn register<T: Serialize>(item: &T) -> Result<String, serde_json::Error> {
     let text = serde_json::to_string(item)?;
-    let hash = hash_of(&text);
+    let hash = crate::content_hash(&text);
     SCOPE.with(|scope| {
         if let Some(Scope::Writing { state, fresh }) = &mut *scope.borrow_mut()
             && state.seen.insert(hash.clone())
@@ -233,8 +224,7 @@ struct Messages<'a>(&'a [Message]);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let writing = SCOPE.with(|scope| matches!(*scope.borrow(), Some(Scope::Writing { .. })));
-        if !writing {
+        if !writing() {
             return self.0.serialize(s);
         }
         // The longest beginning this prompt shares with a recent one: those messages have
@@ -393,28 +383,28 @@ fn unchain(state: &ReaderState, prefix: &str) -> Option<Vec<String>> {
 
 /// The piece with this hash, from the file's content lines.
 fn resolve<T: DeserializeOwned + Clone + 'static, E: de::Error>(hash: &str) -> Result<T, E> {
-    SCOPE.with(|scope| match &mut *scope.borrow_mut() {
-        Some(Scope::Reading(state)) => {
-            if let Some(known) = state.parsed.get(hash).and_then(|p| p.downcast_ref::<T>()) {
-                return Ok(known.clone());
-            }
-            match state.pieces.get(hash) {
-                Some(text) => {
-                    let value: T = serde_json::from_str(text)
-                        .map_err(|e| E::custom(format_args!("content {hash}: {e}")))?;
-                    state
-                        .parsed
-                        .insert(hash.to_owned(), Box::new(value.clone()));
-                    Ok(value)
-                }
-                None => Err(E::custom(format_args!(
-                    "content {hash} is not in the file (no content line before it)"
-                ))),
-            }
+    let found = SCOPE.with(|scope| {
+        let mut scope = scope.borrow_mut();
+        let Some(Scope::Reading(state)) = &mut *scope else {
+            return None;
+        };
+        if let Some(known) = state.parsed.get(hash).and_then(|p| p.downcast_ref::<T>()) {
+            return Some(Ok(known.clone()));
         }
-        _ => Err(E::custom(format_args!(
+        let text = state.pieces.get(hash)?;
+        let parsed = serde_json::from_str::<T>(text)
+            .map_err(|e| E::custom(format_args!("content {hash}: {e}")));
+        if let Ok(value) = &parsed {
+            state
+                .parsed
+                .insert(hash.to_owned(), Box::new(value.clone()));
+        }
+        Some(parsed)
+    });
+    found.unwrap_or_else(|| {
+        Err(E::custom(format_args!(
             "content {hash} is not in the file (no content line before it)"
-        ))),
+        )))
     })
 }
 
