@@ -25,7 +25,9 @@
 //!   [`ElideToolResults`], [`Compact`] (a model-written summary), applied before each turn;
 //! - MCP (feature `mcp`, default): [`McpServer`] connects to a server (a child process on
 //!   stdio, or a URL over streamable HTTP) and turns its tools into a [`Toolbox`], scoped by
-//!   the capabilities you grant them; [`ToolboxServer`] serves a toolbox to MCP clients.
+//!   the capabilities you grant them; [`McpCommand`] sets how a child server starts (its
+//!   stderr log, its handshake timeout) and kills its whole process group on every way out;
+//!   [`ToolboxServer`] serves a toolbox to MCP clients.
 //!
 //! ```
 //! use agent_agents::{infer_as, tool, with_toolbox, Toolbox};
@@ -69,7 +71,7 @@ mod toolbox;
 pub use agent_loop::{Agent, AgentError, SubAgent, agent};
 pub use infer_as::{Ask, Attempt, AttemptError, OutputError, Structured, infer_as};
 #[cfg(feature = "mcp")]
-pub use mcp::{McpError, McpServer, ToolboxServer};
+pub use mcp::{McpCommand, McpError, McpServer, ToolboxServer, kill_spawned_servers};
 pub use middleware::{
     Compact, ContextLayer, ElideToolResults, Truncate, elide_tool_results, truncate,
 };

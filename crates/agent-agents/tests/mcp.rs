@@ -14,6 +14,9 @@ mod everything;
 
 use everything::server_everything;
 
+#[path = "support/procs.rs"]
+mod procs;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tools_of_a_real_mcp_server_are_scoped_toolbox_entries() {
     let Some(entry) = server_everything() else {
@@ -186,6 +189,96 @@ async fn a_server_that_dies_or_never_starts_is_a_typed_error() {
         Err(McpError::Protocol { server, .. }) => assert_eq!(server, "dies"),
         other => panic!("{other:?}"),
     }
+}
+
+/// A launcher whose server never answers the handshake: when the handshake times out, the
+/// launcher and the child it started are both killed (checked by pid), and what the server
+/// said on stderr is in its log.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_never_answers_is_killed_with_its_children_and_its_stderr_is_logged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (pids, log) = (dir.path().join("pids"), dir.path().join("silent.log"));
+    let started = agent_agents::McpCommand::new("silent", "sh")
+        .args(["-c", &procs::silent_server_script(&pids)])
+        .stderr_log(&log)
+        .handshake_timeout(std::time::Duration::from_millis(1500))
+        .spawn()
+        .await;
+    match started {
+        Err(McpError::Timeout { server, after }) => {
+            assert_eq!(server, "silent");
+            assert_eq!(after, std::time::Duration::from_millis(1500));
+        }
+        other => panic!("{other:?}"),
+    }
+    let pids = procs::read_pids(&pids);
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    procs::wait_gone(&pids).unwrap_or_else(|left| panic!("still running: {left:?}"));
+    let logged = std::fs::read_to_string(&log).unwrap();
+    assert!(logged.contains("silent server starting"), "{logged:?}");
+}
+
+/// Dropping the future that is starting a server (what a Ctrl-C during startup does) kills
+/// the server and its children.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_starting_server_kills_its_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let pids = dir.path().join("pids");
+    let starting = agent_agents::McpCommand::new("silent", "sh")
+        .args(["-c", &procs::silent_server_script(&pids)])
+        .stderr_log(dir.path().join("silent.log"))
+        .handshake_timeout(std::time::Duration::from_secs(600))
+        .spawn();
+    let pids_file = pids.clone();
+    let written = tokio::task::spawn_blocking(move || procs::read_pids(&pids_file));
+    tokio::select! {
+        started = starting => panic!("the silent server cannot start: {started:?}"),
+        pids = written => {
+            let pids = pids.unwrap();
+            assert_eq!(pids.len(), 2, "{pids:?}");
+            assert!(pids.iter().all(|&p| procs::alive(p)), "{pids:?} run while starting");
+        }
+    }
+    let pids = procs::read_pids(&pids);
+    procs::wait_gone(&pids).unwrap_or_else(|left| panic!("still running: {left:?}"));
+}
+
+/// A server started through a launcher (a shell that runs node) runs in its own process
+/// group; once the server and its toolbox are dropped, nothing of that group is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_server_leaves_no_process_of_its_group() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/crashing_mcp_server.js"
+    );
+    // `; exit` keeps the shell from replacing itself with node, and the shell starts a child
+    // that, unlike node, does not stop when its stdin closes: three processes in the group.
+    let started = agent_agents::McpCommand::new("launched", "sh")
+        .args(["-c", "sleep 300 & node \"$0\"; exit", script])
+        .spawn()
+        .await;
+    let server = match started {
+        Ok(server) => server,
+        Err(McpError::Protocol { .. })
+            if std::process::Command::new("node")
+                .arg("-v")
+                .output()
+                .is_err() =>
+        {
+            eprintln!("SKIPPED: the MCP process-group test needs node");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let toolbox = server.toolbox(&[]).await.unwrap();
+    let group = server.process_id().expect("a spawned server has a pid");
+    let members = procs::group_members(group);
+    assert!(members.len() >= 3, "the shell, sleep and node: {members:?}");
+    drop(server);
+    assert!(procs::alive(group), "the toolbox still holds the server");
+    drop(toolbox);
+    procs::wait_gone(&members).unwrap_or_else(|left| panic!("still running: {left:?}"));
+    assert_eq!(procs::group_members(group), Vec::<u32>::new());
 }
 
 #[derive(serde::Deserialize, schemars::JsonSchema)]

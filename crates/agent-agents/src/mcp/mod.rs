@@ -10,7 +10,6 @@ use std::time::Duration;
 use agent_op::{BoxFuture, Tool, ToolError};
 use rmcp::model::{CallToolRequestParams, CallToolResult};
 use rmcp::service::RunningService;
-use rmcp::transport::TokioChildProcess;
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 
@@ -39,6 +38,17 @@ pub enum McpError {
         /// What failed.
         message: String,
     },
+    /// The file the server's stderr should go to could not be opened.
+    #[error("MCP server `{server}`: cannot write its stderr to {}", path.display())]
+    Log {
+        /// The server's name.
+        server: String,
+        /// The log file.
+        path: std::path::PathBuf,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
     /// The server did not answer in time.
     #[error("MCP server `{server}` did not answer within {after:?}")]
     Timeout {
@@ -49,7 +59,13 @@ pub enum McpError {
     },
 }
 
+mod command;
 mod http;
+mod process;
+
+pub use command::McpCommand;
+use process::ProcessGroup;
+pub use process::kill_spawned_servers;
 
 type Client = RunningService<RoleClient, ()>;
 
@@ -68,7 +84,7 @@ const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// tool errors (shown to the model), never a panic.
 pub struct McpServer {
     name: String,
-    client: Arc<Client>,
+    connection: Arc<Connection>,
     timeout: Duration,
 }
 
@@ -83,23 +99,15 @@ impl fmt::Debug for McpServer {
 
 impl McpServer {
     /// Starts `program` with `args` and connects to it over stdio (the MCP handshake is done
-    /// when this returns). The child is killed once the server and every toolbox made from it
-    /// are dropped.
+    /// when this returns). The server runs in its own process group, killed as a whole once
+    /// the server and every toolbox made from it are dropped. [`McpCommand`] sets more: where
+    /// the server's stderr goes, how long the handshake may take.
     pub async fn spawn(
         name: impl Into<String>,
         program: impl AsRef<std::ffi::OsStr>,
         args: &[&str],
     ) -> Result<McpServer, McpError> {
-        let name = name.into();
-        let shown = program.as_ref().to_string_lossy().into_owned();
-        let mut command = tokio::process::Command::new(program);
-        command.args(args);
-        let transport = TokioChildProcess::new(command).map_err(|source| McpError::Spawn {
-            server: name.clone(),
-            command: shown,
-            source,
-        })?;
-        handshake(name, transport).await
+        McpCommand::new(name, program).args(args).spawn().await
     }
 
     /// Connects to a server already listening on `io` (a socket, a pipe, one end of
@@ -108,7 +116,7 @@ impl McpServer {
     where
         IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
-        handshake(name.into(), io).await
+        handshake(name.into(), io, DEFAULT_TIMEOUT, None).await
     }
 
     /// Connects to a server over MCP's streamable-HTTP transport at `url` (for example
@@ -132,6 +140,8 @@ impl McpServer {
         handshake(
             name,
             StreamableHttpClientTransport::with_client(client, config),
+            DEFAULT_TIMEOUT,
+            None,
         )
         .await
     }
@@ -147,9 +157,16 @@ impl McpServer {
         &self.name
     }
 
+    /// The process id of the server this process spawned (also the id of its process
+    /// group); `None` for a server reached over a stream or HTTP.
+    pub fn process_id(&self) -> Option<u32> {
+        self.connection.group.as_ref()?.id()
+    }
+
     /// The server's tools as a toolbox named after it, each needing `capabilities`.
     pub async fn toolbox(&self, capabilities: &[&str]) -> Result<Toolbox, McpError> {
-        let listed = tokio::time::timeout(self.timeout, self.client.list_all_tools()).await;
+        let listed =
+            tokio::time::timeout(self.timeout, self.connection.client.list_all_tools()).await;
         let tools = match listed {
             Ok(Ok(tools)) => tools,
             Ok(Err(e)) => return Err(self.protocol(e.to_string())),
@@ -164,7 +181,7 @@ impl McpServer {
         for tool in tools {
             let mcp_tool = McpTool {
                 server: self.name.clone(),
-                client: self.client.clone(),
+                connection: self.connection.clone(),
                 name: tool.name.to_string(),
                 description: tool.description.map(Cow::into_owned).unwrap_or_default(),
                 schema: Value::Object((*tool.input_schema).clone()),
@@ -183,18 +200,24 @@ impl McpServer {
     }
 }
 
-/// Connects a client over `transport`, doing the MCP handshake within the default timeout.
-async fn handshake<T, E, A>(name: String, transport: T) -> Result<McpServer, McpError>
+/// Connects a client over `transport`, doing the MCP handshake within `timeout`. `group` is
+/// the server's process group, if this process spawned it: held by the server and its tools,
+/// and killed here if the handshake fails, times out or is dropped.
+async fn handshake<T, E, A>(
+    name: String,
+    transport: T,
+    timeout: Duration,
+    group: Option<ProcessGroup>,
+) -> Result<McpServer, McpError>
 where
     T: rmcp::transport::IntoTransport<RoleClient, E, A>,
     E: std::error::Error + Send + Sync + 'static,
 {
-    let timeout = DEFAULT_TIMEOUT;
     match tokio::time::timeout(timeout, ().serve(transport)).await {
         Ok(Ok(client)) => Ok(McpServer {
             name,
-            client: Arc::new(client),
-            timeout,
+            connection: Arc::new(Connection { client, group }),
+            timeout: DEFAULT_TIMEOUT,
         }),
         Ok(Err(e)) => Err(McpError::Protocol {
             server: name,
@@ -207,10 +230,17 @@ where
     }
 }
 
+/// A live connection, and the process group of the server behind it (if spawned here).
+struct Connection {
+    client: Client,
+    /// Dropped after the client: the group dies with the last server or tool holding it.
+    group: Option<ProcessGroup>,
+}
+
 /// One tool of an MCP server.
 struct McpTool {
     server: String,
-    client: Arc<Client>,
+    connection: Arc<Connection>,
     name: String,
     description: String,
     schema: Value,
@@ -242,7 +272,8 @@ impl Tool for McpTool {
                 }
             };
             let request = CallToolRequestParams::new(self.name.clone()).with_arguments(arguments);
-            let answer = tokio::time::timeout(self.timeout, self.client.call_tool(request)).await;
+            let answer =
+                tokio::time::timeout(self.timeout, self.connection.client.call_tool(request)).await;
             match answer {
                 Ok(Ok(result)) => result_value(result),
                 Ok(Err(e)) => Err(ToolError::failed(format!(
