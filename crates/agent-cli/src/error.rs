@@ -41,6 +41,10 @@ pub enum CliError {
     /// Ctrl-C stopped the run; its trace was still written.
     #[error("aborted (Ctrl-C); the trace so far is in {0}")]
     Aborted(PathBuf),
+    /// Ctrl-C stopped the command before a run started (MCP servers started so far were
+    /// killed).
+    #[error("aborted (Ctrl-C) before the run started")]
+    Interrupted,
     /// A journal could not be read.
     #[error("{path}: not a readable journal")]
     Journal {
@@ -92,7 +96,7 @@ impl CliError {
             } => 4,
             CliError::Journal { .. } => 3,
             CliError::Environment(_) => 4,
-            CliError::Aborted(_) => 130,
+            CliError::Aborted(_) | CliError::Interrupted => 130,
         }
     }
 }

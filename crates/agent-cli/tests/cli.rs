@@ -5,6 +5,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+#[path = "../../agent-agents/tests/support/procs.rs"]
+mod procs;
+
 fn agent(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_agent"))
         .args(args)
@@ -578,6 +581,10 @@ capabilities = ["mcp.everything"]
     let out = run_quiet(&spec, &trace, dir.path());
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(stdout(&out).trim(), "done");
+    // The server's own logging went to its log beside the trace, not to the terminal.
+    let log = std::fs::read_to_string(dir.path().join("mcp.everything.mcp.log")).unwrap();
+    assert!(log.contains("Starting"), "{log}");
+    assert!(!stderr(&out).contains("Starting"), "{}", stderr(&out));
     let results = stdout(&agent(
         &[
             "trace",
@@ -916,4 +923,77 @@ capabilities = ["ghost"]
         1,
         "the server is named once: {err}"
     );
+}
+
+/// A spec whose MCP server starts a child and never answers the handshake.
+fn silent_mcp_spec(dir: &Path, handshake_timeout_secs: u32) -> (PathBuf, PathBuf) {
+    let pids = dir.join("pids");
+    let spec = dir.join("silent.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"
+[model]
+provider = "scripted"
+name = "m"
+replies = ["hi"]
+
+[agent]
+goal = "x"
+
+[[tools.mcp]]
+name = "quiet"
+command = "sh"
+args = ["-c", '''{}''']
+handshake_timeout_secs = {handshake_timeout_secs}
+"#,
+            procs::silent_server_script(&pids)
+        ),
+    )
+    .unwrap();
+    (spec, pids)
+}
+
+#[test]
+fn an_mcp_server_that_never_answers_times_out_says_why_and_leaves_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let (spec, pids) = silent_mcp_spec(dir.path(), 1);
+    let out = agent(&["run", spec.to_str().unwrap(), "--quiet"], dir.path());
+    assert_eq!(out.status.code(), Some(4), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("`quiet` did not answer within 1s"), "{err}");
+    // What the server said on stderr went to its log, not the terminal, and the error shows
+    // its end.
+    assert!(err.contains("silent.quiet.mcp.log"), "{err}");
+    assert!(err.contains("silent server starting"), "{err}");
+    let log = std::fs::read_to_string(dir.path().join("silent.quiet.mcp.log")).unwrap();
+    assert!(log.contains("silent server starting"), "{log}");
+    let pids = procs::read_pids(&pids);
+    assert_eq!(pids.len(), 2, "the server and its child: {pids:?}");
+    procs::wait_gone(&pids).unwrap_or_else(|left| panic!("left running: {left:?}"));
+}
+
+#[test]
+fn ctrl_c_while_an_mcp_server_starts_kills_it_and_its_children() {
+    let dir = tempfile::tempdir().unwrap();
+    let (spec, pids) = silent_mcp_spec(dir.path(), 600);
+    let child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args(["run", spec.to_str().unwrap(), "--quiet"])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pids = procs::read_pids(&pids);
+    assert_eq!(pids.len(), 2, "the server and its child: {pids:?}");
+    assert!(pids.iter().all(|&p| procs::alive(p)));
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(stderr(&out).contains("aborted"), "{}", stderr(&out));
+    procs::wait_gone(&pids).unwrap_or_else(|left| panic!("left running: {left:?}"));
 }

@@ -55,12 +55,27 @@ pub(crate) struct Parts {
 }
 
 /// Reads the spec at `spec_path` and builds its provider (recording to `record`), toolbox
-/// and memory.
-pub(crate) async fn parts(spec_path: &Path, record: Option<&Path>) -> Result<Parts, CliError> {
+/// (MCP servers' stderr logged in `logs` unless the spec says where) and memory.
+///
+/// A Ctrl-C while MCP servers start stops here, with every server started so far killed.
+pub(crate) async fn parts(
+    spec_path: &Path,
+    record: Option<&Path>,
+    logs: &Path,
+) -> Result<Parts, CliError> {
     let spec = Spec::read(spec_path)?;
     let base = spec_path.parent().unwrap_or(Path::new("."));
     let provider = provider(&spec.model, base, record)?;
-    let toolbox = toolbox(&spec, base).await?;
+    let stem = spec_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "agent".into());
+    let logs = logs.join(stem);
+    let toolbox = tokio::select! {
+        toolbox = toolbox(&spec, base, &logs) => toolbox?,
+        // Dropping the unfinished toolbox future kills the servers it started.
+        Ok(()) = tokio::signal::ctrl_c() => return Err(CliError::Interrupted),
+    };
     let memory = match &spec.memory {
         Some(memory) => Some(crate::memory_cmd::open(&base.join(&memory.db), true).await?),
         None => None,
@@ -86,7 +101,12 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
         provider,
         toolbox,
         memory,
-    } = parts(spec_path, options.record.as_deref()).await?;
+    } = parts(
+        spec_path,
+        options.record.as_deref(),
+        trace_dir(&options.trace),
+    )
+    .await?;
 
     let mut config = Config::new()
         .shared_provider(provider)
@@ -130,6 +150,8 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
             // A second Ctrl-C while the run winds down stops at once.
             if tokio::signal::ctrl_c().await.is_ok() {
                 eprintln!("aborted again: exiting without waiting");
+                // `exit` runs no destructors: the MCP servers are killed here.
+                agent_agents::kill_spawned_servers();
                 std::process::exit(130);
             }
         })
@@ -255,8 +277,17 @@ fn scripted(i: usize, reply: &Reply) -> Response {
     }
 }
 
-/// The spec's tools as one toolbox.
-async fn toolbox(spec: &Spec, base: &Path) -> Result<Toolbox, CliError> {
+/// The directory a trace is written in (its MCP servers' logs go beside it).
+fn trace_dir(trace: &Path) -> &Path {
+    match trace.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    }
+}
+
+/// The spec's tools as one toolbox. MCP servers' stderr goes to the spec's `stderr_log`, else
+/// to `<logs>.<server>.mcp.log`.
+async fn toolbox(spec: &Spec, base: &Path, logs: &Path) -> Result<Toolbox, CliError> {
     let mut toolbox = Toolbox::new("spec");
     if let Some(read) = &spec.tools.read_file {
         let root = base.join(&read.root);
@@ -274,16 +305,30 @@ async fn toolbox(spec: &Spec, base: &Path) -> Result<Toolbox, CliError> {
         toolbox = toolbox.with(tool);
     }
     for mcp in &spec.tools.mcp {
-        let args: Vec<&str> = mcp.args.iter().map(String::as_str).collect();
+        let log = match &mcp.stderr_log {
+            Some(path) => base.join(path),
+            None => {
+                let mut name = logs.as_os_str().to_owned();
+                name.push(format!(".{}.mcp.log", mcp.name));
+                PathBuf::from(name)
+            }
+        };
+        let mut command = agent_agents::McpCommand::new(mcp.name.clone(), &mcp.command)
+            .args(&mcp.args)
+            .stderr_log(&log);
+        if let Some(secs) = mcp.handshake_timeout_secs {
+            command = command.handshake_timeout(Duration::from_secs_f64(secs));
+        }
+        if let Some(secs) = mcp.timeout_secs {
+            command = command.timeout(Duration::from_secs_f64(secs));
+        }
         // MCP errors name their server already.
-        let server = agent_agents::McpServer::spawn(mcp.name.clone(), &mcp.command, &args)
-            .await
-            .map_err(|e| CliError::Environment(e.to_string()))?;
+        let server = command.spawn().await.map_err(|e| mcp_failed(e, &log))?;
         let capabilities: Vec<&str> = mcp.capabilities.iter().map(String::as_str).collect();
         let served = server
             .toolbox(&capabilities)
             .await
-            .map_err(|e| CliError::Environment(e.to_string()))?;
+            .map_err(|e| mcp_failed(e, &log))?;
         let set = served.tool_set();
         for name in served.names() {
             // Two definitions of one name would be refused by the model's API, or worse,
@@ -300,6 +345,31 @@ async fn toolbox(spec: &Spec, base: &Path) -> Result<Toolbox, CliError> {
         }
     }
     Ok(toolbox)
+}
+
+/// An MCP server that would not start or list its tools, with the end of its stderr log
+/// (where servers say why).
+fn mcp_failed(error: agent_agents::McpError, log: &Path) -> CliError {
+    let said = std::fs::read(log)
+        .map(|bytes| {
+            let text = String::from_utf8_lossy(&bytes);
+            let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+            lines[lines.len().saturating_sub(5)..].join("\n    ")
+        })
+        .unwrap_or_default();
+    match error {
+        error @ (agent_agents::McpError::Spawn { .. } | agent_agents::McpError::Log { .. }) => {
+            CliError::Environment(error.to_string())
+        }
+        error if said.is_empty() => CliError::Environment(format!(
+            "{error} (its stderr, empty, is in {})",
+            log.display()
+        )),
+        error => CliError::Environment(format!(
+            "{error}; the end of its stderr ({}):\n    {said}",
+            log.display()
+        )),
+    }
 }
 
 /// Builds the agent's program from what was recalled from memory.

@@ -162,6 +162,13 @@ pub struct McpSpec {
     /// The capabilities its tools need.
     #[serde(default)]
     pub capabilities: Vec<String>,
+    /// Seconds it may take to start and answer the MCP handshake (default 30).
+    pub handshake_timeout_secs: Option<f64>,
+    /// Seconds each tool call may take (default 30).
+    pub timeout_secs: Option<f64>,
+    /// The file its stderr is appended to, relative to the spec (default:
+    /// `<spec name>.<server name>.mcp.log` beside the trace).
+    pub stderr_log: Option<PathBuf>,
 }
 
 /// Limits on the run.
@@ -219,6 +226,19 @@ impl Spec {
         let spec: Spec = toml::from_str(&text).map_err(|e| {
             CliError::Invalid(format!("{}: {}", path.display(), e.to_string().trim()))
         })?;
+        for (i, mcp) in spec.tools.mcp.iter().enumerate() {
+            for (key, secs) in [
+                ("handshake_timeout_secs", mcp.handshake_timeout_secs),
+                ("timeout_secs", mcp.timeout_secs),
+            ] {
+                if secs.is_some_and(|s| !(s.is_finite() && s > 0.0 && s <= 1e6)) {
+                    return Err(CliError::Invalid(format!(
+                        "{}: `tools.mcp[{i}].{key}` must be a number of seconds above 0 (at most 1000000)",
+                        path.display()
+                    )));
+                }
+            }
+        }
         if spec.output.kind == OutputKind::Json && spec.output.schema.is_none() {
             return Err(CliError::Invalid(format!(
                 "{}: `output.type = \"json\"` needs `output.schema`",
