@@ -35,6 +35,7 @@ use crate::tool::TypedTool;
 /// .needs("fs.read");
 /// let toolbox = Toolbox::new("reader").with(read);
 /// assert!(toolbox.capabilities().contains("fs.read"));
+/// assert_eq!(toolbox.needs("read_file"), Some(&["fs.read".to_owned()][..]));
 /// let nothing = toolbox.narrow("nothing", &[])?;
 /// assert!(nothing.is_empty());
 /// assert!(toolbox.narrow("writer", &["write_file"]).is_err());
@@ -131,6 +132,14 @@ impl Toolbox {
     /// The tools' names, in the order they were added.
     pub fn names(&self) -> impl Iterator<Item = &str> {
         self.tools.iter().map(|e| e.tool.name())
+    }
+
+    /// The capabilities the tool `name` needs, or `None` if the toolbox has no such tool.
+    pub fn needs(&self, name: &str) -> Option<&[String]> {
+        self.tools
+            .iter()
+            .find(|e| e.tool.name() == name)
+            .map(|e| e.needs.as_slice())
     }
 
     /// The names of the tools that need approval before each call.

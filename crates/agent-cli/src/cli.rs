@@ -60,6 +60,15 @@ pub enum Command {
         #[arg(long, default_value = "agents")]
         task_queue: String,
     },
+    /// List every tool a spec offers (built-in and from its MCP servers, which are started
+    /// for it): capabilities, description, and the JSON schema of the arguments.
+    Tools {
+        /// The spec.
+        spec: PathBuf,
+        /// Print one JSON object per tool, per line.
+        #[arg(long)]
+        json: bool,
+    },
     /// Inspect a JSONL trace.
     Trace {
         /// How.

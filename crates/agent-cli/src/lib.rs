@@ -4,6 +4,7 @@
 //! - [`cli`]: the command line (clap);
 //! - [`run`]: `agent run SPEC`, an agent described in TOML ([`run::spec`]) with built-in
 //!   tools ([`run::tools`]);
+//! - [`tools_cmd`]: `agent tools SPEC`, the tools a spec offers with their schemas;
 //! - [`trace_cmd`]: `agent trace summary | tree | events | diff | view`;
 //! - [`memory_cmd`]: `agent memory add | search | list | forget | prune | stats`;
 //! - [`journal_cmd`]: `agent journal show | diff`, for the journals of durable runs;
@@ -17,6 +18,7 @@ pub mod memory_cmd;
 pub mod run;
 #[cfg(feature = "temporal")]
 pub mod temporal_cmd;
+pub mod tools_cmd;
 pub mod trace_cmd;
 pub mod viewer;
 
@@ -91,6 +93,7 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
             temporal,
             task_queue,
         } => temporal_cmd::worker(&spec, &temporal, &task_queue).await?,
+        Command::Tools { spec, json } => tools_cmd::list(&spec, json).await?,
         Command::Trace { command } => return trace(command),
         Command::Memory { db, command } => match command {
             MemoryCommand::Add {

@@ -209,7 +209,7 @@ pub fn summarize(trace: &Trace) -> Summary {
 }
 
 /// `n` and `noun`, plural unless `n` is 1 ("1 call", "2 calls", "1 branch", "3 branches").
-fn counted(n: u64, noun: &str) -> String {
+pub fn counted(n: u64, noun: &str) -> String {
     match (n, noun.ends_with("ch")) {
         (1, _) => format!("1 {noun}"),
         (_, true) => format!("{n} {noun}es"),

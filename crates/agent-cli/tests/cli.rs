@@ -585,6 +585,20 @@ capabilities = ["mcp.everything"]
     let log = std::fs::read_to_string(dir.path().join("mcp.everything.mcp.log")).unwrap();
     assert!(log.contains("Starting"), "{log}");
     assert!(!stderr(&out).contains("Starting"), "{}", stderr(&out));
+    // `agent tools` lists the server's tools with their source and schema.
+    let listed = agent(&["tools", spec.to_str().unwrap(), "--json"], dir.path());
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    let tools: Vec<serde_json::Value> = stdout(&listed)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let echo = tools.iter().find(|t| t["name"] == "echo").expect("echo");
+    assert_eq!(echo["source"], "mcp:everything");
+    assert_eq!(echo["capabilities"], serde_json::json!(["mcp.everything"]));
+    assert!(
+        echo["parameters"]["properties"]["message"].is_object(),
+        "{echo}"
+    );
     let results = stdout(&agent(
         &[
             "trace",
@@ -996,4 +1010,49 @@ fn ctrl_c_while_an_mcp_server_starts_kills_it_and_its_children() {
     assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
     assert!(stderr(&out).contains("aborted"), "{}", stderr(&out));
     procs::wait_gone(&pids).unwrap_or_else(|left| panic!("left running: {left:?}"));
+}
+
+#[test]
+fn agent_tools_lists_a_specs_built_in_tools_with_their_capabilities_and_schemas() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("tools.toml");
+    std::fs::write(
+        &spec,
+        r#"
+[model]
+provider = "openai"
+name = "gpt"
+api_key_env = "NO_SUCH_KEY_IS_NEEDED_TO_LIST_TOOLS"
+
+[agent]
+goal = "x"
+
+[tools.read_file]
+root = "."
+
+[tools.http_get]
+allow = ["example.com"]
+"#,
+    )
+    .unwrap();
+    let out = agent(&["tools", spec.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("offers 2 tools"), "{text}");
+    assert!(
+        text.contains("read_file · built-in · needs fs.read"),
+        "{text}"
+    );
+    assert!(text.contains("http_get · built-in · needs net"), "{text}");
+    assert!(text.contains("allowed hosts: example.com"), "{text}");
+    assert!(text.contains("\"url\""), "the schema is shown: {text}");
+    let json = stdout(&agent(
+        &["tools", spec.to_str().unwrap(), "--json"],
+        dir.path(),
+    ));
+    let names: Vec<String> = json
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["name"].to_string())
+        .collect();
+    assert_eq!(names, ["\"read_file\"", "\"http_get\""]);
 }

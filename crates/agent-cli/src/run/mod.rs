@@ -54,10 +54,38 @@ pub(crate) struct Parts {
     pub(crate) memory: Option<agent_memory::SqliteBackend>,
 }
 
-/// Reads the spec at `spec_path` and builds its provider (recording to `record`), toolbox
-/// (MCP servers' stderr logged in `logs` unless the spec says where) and memory.
+/// The tools of a spec, and where each comes from.
+pub(crate) struct SpecTools {
+    /// Every tool the spec offers.
+    pub(crate) toolbox: Toolbox,
+    /// Each tool's name and its source: `built-in`, or `mcp:<server>`.
+    pub(crate) sources: Vec<(String, String)>,
+}
+
+/// Builds the toolbox of `spec` (read from `spec_path`), starting its MCP servers (their
+/// stderr logged in `logs` unless the spec says where).
 ///
 /// A Ctrl-C while MCP servers start stops here, with every server started so far killed.
+pub(crate) async fn started_toolbox(
+    spec: &Spec,
+    spec_path: &Path,
+    logs: &Path,
+) -> Result<SpecTools, CliError> {
+    let base = spec_path.parent().unwrap_or(Path::new("."));
+    let stem = spec_path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "agent".into());
+    let logs = logs.join(stem);
+    tokio::select! {
+        tools = toolbox(spec, base, &logs) => tools,
+        // Dropping the unfinished toolbox future kills the servers it started.
+        Ok(()) = tokio::signal::ctrl_c() => Err(CliError::Interrupted),
+    }
+}
+
+/// Reads the spec at `spec_path` and builds its provider (recording to `record`), toolbox
+/// (MCP servers' stderr logged in `logs` unless the spec says where) and memory.
 pub(crate) async fn parts(
     spec_path: &Path,
     record: Option<&Path>,
@@ -66,16 +94,7 @@ pub(crate) async fn parts(
     let spec = Spec::read(spec_path)?;
     let base = spec_path.parent().unwrap_or(Path::new("."));
     let provider = provider(&spec.model, base, record)?;
-    let stem = spec_path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "agent".into());
-    let logs = logs.join(stem);
-    let toolbox = tokio::select! {
-        toolbox = toolbox(&spec, base, &logs) => toolbox?,
-        // Dropping the unfinished toolbox future kills the servers it started.
-        Ok(()) = tokio::signal::ctrl_c() => return Err(CliError::Interrupted),
-    };
+    let toolbox = started_toolbox(&spec, spec_path, logs).await?.toolbox;
     let memory = match &spec.memory {
         Some(memory) => Some(crate::memory_cmd::open(&base.join(&memory.db), true).await?),
         None => None,
@@ -287,8 +306,9 @@ fn trace_dir(trace: &Path) -> &Path {
 
 /// The spec's tools as one toolbox. MCP servers' stderr goes to the spec's `stderr_log`, else
 /// to `<logs>.<server>.mcp.log`.
-async fn toolbox(spec: &Spec, base: &Path, logs: &Path) -> Result<Toolbox, CliError> {
+async fn toolbox(spec: &Spec, base: &Path, logs: &Path) -> Result<SpecTools, CliError> {
     let mut toolbox = Toolbox::new("spec");
+    let mut sources = Vec::new();
     if let Some(read) = &spec.tools.read_file {
         let root = base.join(&read.root);
         let tool = tools::read_file(&root).map_err(|e| {
@@ -298,11 +318,13 @@ async fn toolbox(spec: &Spec, base: &Path, logs: &Path) -> Result<Toolbox, CliEr
             ))
         })?;
         toolbox = toolbox.with(tool);
+        sources.push(("read_file".to_owned(), "built-in".to_owned()));
     }
     if let Some(http) = &spec.tools.http_get {
         let tool = tools::http_get(&http.allow)
             .map_err(|e| CliError::Environment(format!("no HTTP client: {e}")))?;
         toolbox = toolbox.with(tool);
+        sources.push(("http_get".to_owned(), "built-in".to_owned()));
     }
     for mcp in &spec.tools.mcp {
         let log = match &mcp.stderr_log {
@@ -341,10 +363,11 @@ async fn toolbox(spec: &Spec, base: &Path, logs: &Path) -> Result<Toolbox, CliEr
             }
             if let Some(tool) = set.get(name) {
                 toolbox = toolbox.with_tool(tool.clone(), &capabilities);
+                sources.push((name.to_owned(), format!("mcp:{}", mcp.name)));
             }
         }
     }
-    Ok(toolbox)
+    Ok(SpecTools { toolbox, sources })
 }
 
 /// An MCP server that would not start or list its tools, with the end of its stderr log
