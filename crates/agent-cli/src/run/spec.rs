@@ -1,5 +1,6 @@
 //! The TOML spec `agent run` reads. Every table refuses keys it does not know, naming the
-//! key and the ones it allows.
+//! key and the ones it allows. `docs/SPEC.md` is its reference, checked against these types
+//! (through their JSON schema) by a test.
 
 use std::path::{Path, PathBuf};
 
@@ -8,7 +9,7 @@ use serde::Deserialize;
 use crate::error::CliError;
 
 /// An agent described in a file.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Spec {
     /// The model and where it is served.
@@ -29,7 +30,7 @@ pub struct Spec {
 }
 
 /// Where the model is served.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case", tag = "provider")]
 pub enum ModelSpec {
     /// An OpenAI-compatible server.
@@ -78,7 +79,7 @@ impl ModelSpec {
 }
 
 /// One scripted reply: text, or tool calls.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Reply {
     /// A text reply.
@@ -91,18 +92,19 @@ pub enum Reply {
 }
 
 /// One scripted tool call.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedCall {
     /// The tool.
     pub tool: String,
     /// Its arguments.
     #[serde(default)]
+    #[schemars(with = "serde_json::Map<String, serde_json::Value>")]
     pub args: toml::Table,
 }
 
 /// What the agent is asked and told.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentSpec {
     /// Its name (the run's `invoke_agent` span).
@@ -120,7 +122,7 @@ pub struct AgentSpec {
 }
 
 /// The tools an agent may use.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsSpec {
     /// `read_file` under a root directory.
@@ -133,7 +135,7 @@ pub struct ToolsSpec {
 }
 
 /// `read_file`'s root.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadFileSpec {
     /// The directory files are read under, relative to the spec.
@@ -141,7 +143,7 @@ pub struct ReadFileSpec {
 }
 
 /// `http_get`'s allowed hosts.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpGetSpec {
     /// Host names it may fetch from.
@@ -149,7 +151,7 @@ pub struct HttpGetSpec {
 }
 
 /// An MCP server started on stdio.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpSpec {
     /// Its name.
@@ -172,7 +174,7 @@ pub struct McpSpec {
 }
 
 /// Limits on the run.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetSpec {
     /// Model calls.
@@ -186,7 +188,7 @@ pub struct BudgetSpec {
 }
 
 /// The memory database.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemorySpec {
     /// The SQLite file, relative to the spec (created if missing).
@@ -194,18 +196,19 @@ pub struct MemorySpec {
 }
 
 /// What the answer must be.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutputSpec {
     /// `text` (default) or `json`.
     #[serde(rename = "type", default)]
     pub kind: OutputKind,
     /// For `json`: the JSON schema the answer must satisfy.
+    #[schemars(with = "Option<serde_json::Map<String, serde_json::Value>>")]
     pub schema: Option<toml::Table>,
 }
 
 /// The kinds of answer.
-#[derive(Debug, Default, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputKind {
     /// Free text.
@@ -223,7 +226,12 @@ impl Spec {
             action: "reading",
             source,
         })?;
-        let spec: Spec = toml::from_str(&text).map_err(|e| {
+        Spec::parse(&text, path)
+    }
+
+    /// Parses and checks a spec's text; `path` names it in errors.
+    pub fn parse(text: &str, path: &Path) -> Result<Spec, CliError> {
+        let spec: Spec = toml::from_str(text).map_err(|e| {
             CliError::Invalid(format!("{}: {}", path.display(), e.to_string().trim()))
         })?;
         for (i, mcp) in spec.tools.mcp.iter().enumerate() {
