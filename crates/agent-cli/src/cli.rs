@@ -37,6 +37,9 @@ pub enum Command {
         /// Do not stream the model's text to stderr.
         #[arg(long)]
         quiet: bool,
+        /// The OpenTelemetry export of the run.
+        #[command(flatten)]
+        otlp: OtlpArgs,
         /// Run on the Temporal cluster at this address (`host:port`) instead of here; an
         /// `agent worker` of the same spec must serve the task queue.
         #[cfg(feature = "temporal")]
@@ -95,6 +98,27 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+/// Exporting a run's spans (GenAI semantic conventions) to an OpenTelemetry backend.
+#[derive(Debug, Clone, clap::Args)]
+pub struct OtlpArgs {
+    /// Export spans over OTLP: to ENDPOINT (`--otlp=http://127.0.0.1:4318`), else to
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`, else to the protocol's local default. Export is also on
+    /// whenever `OTEL_EXPORTER_OTLP_ENDPOINT` or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` is set.
+    /// The protocol comes from `OTEL_EXPORTER_OTLP_PROTOCOL` (`http/protobuf`, or `grpc`).
+    #[arg(
+        long,
+        value_name = "ENDPOINT",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = ""
+    )]
+    pub otlp: Option<String>,
+    /// Put prompts, replies and tool arguments and results on the exported spans (they stay
+    /// off the wire unless asked for).
+    #[arg(long)]
+    pub otlp_content: bool,
 }
 
 /// `agent trace …`.

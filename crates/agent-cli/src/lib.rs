@@ -36,6 +36,7 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
             record,
             json,
             quiet,
+            otlp,
             #[cfg(feature = "temporal")]
             temporal,
             #[cfg(feature = "temporal")]
@@ -53,9 +54,15 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
                 record,
                 json,
                 stream: !quiet,
+                otlp,
             };
             #[cfg(feature = "temporal")]
             let answer = match temporal {
+                Some(_) if options.otlp.otlp.is_some() => {
+                    return Err(CliError::Invalid(
+                        "--otlp exports a local run's spans; with --temporal the run is on the workers".into(),
+                    ));
+                }
                 Some(address) => {
                     temporal_cmd::run(&spec, &address, &task_queue, &options.trace).await?
                 }

@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 
 #[path = "../../agent-agents/tests/support/procs.rs"]
 mod procs;
+#[path = "../../agent-otel/tests/support/receiver.rs"]
+mod receiver;
 
 fn agent(args: &[&str], dir: &Path) -> Output {
     Command::new(env!("CARGO_BIN_EXE_agent"))
@@ -1055,4 +1057,100 @@ allow = ["example.com"]
         .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["name"].to_string())
         .collect();
     assert_eq!(names, ["\"read_file\"", "\"http_get\""]);
+}
+
+/// `agent run --otlp=URL` exports the run's spans: the agent span, its model calls and tool
+/// call nested under it, with prompts and replies only with `--otlp-content`; the standard
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` variable turns export on without the flag.
+#[test]
+fn agent_run_exports_its_spans_over_otlp_by_flag_or_by_the_standard_variable() {
+    let spec = examples().join("research.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.trace.jsonl");
+    let by_flag = receiver::Receiver::start();
+    let out = agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--quiet",
+            &format!("--otlp={}", by_flag.url()),
+            "--otlp-content",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // The run flushed its spans before exiting: they are all here already.
+    let spans = by_flag.spans.lock().unwrap().clone();
+    let root = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent researcher")
+        .unwrap_or_else(|| panic!("no agent span in {spans:#?}"));
+    assert_eq!(root.service, "researcher");
+    let chats: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("chat "))
+        .collect();
+    assert!(chats.len() >= 2, "{spans:#?}");
+    for chat in &chats {
+        assert_eq!(chat.parent_span_id, root.span_id, "{chat:?}");
+        assert!(
+            chat.attributes["gen_ai.input.messages"].contains("notes.md"),
+            "{chat:?}"
+        );
+    }
+    let tool = spans
+        .iter()
+        .find(|s| s.name == "execute_tool read_file")
+        .expect("a tool span");
+    assert_eq!(tool.parent_span_id, root.span_id);
+
+    let by_variable = receiver::Receiver::start();
+    let out = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--quiet",
+        ])
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", by_variable.url())
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+        .env("OTEL_SERVICE_NAME", "from-the-variable")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let spans = by_variable.spans.lock().unwrap().clone();
+    let chats: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name.starts_with("chat "))
+        .collect();
+    assert!(chats.len() >= 2, "{spans:#?}");
+    assert!(spans.iter().all(|s| s.service == "from-the-variable"));
+    assert!(
+        chats
+            .iter()
+            .all(|c| !c.attributes.contains_key("gen_ai.input.messages")),
+        "contents stay off the wire unless asked for"
+    );
+
+    // A flag value that is not a URL is refused before anything runs.
+    let out = agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--otlp=localhost",
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("http://127.0.0.1:4318"),
+        "{}",
+        stderr(&out)
+    );
 }

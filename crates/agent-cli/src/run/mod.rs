@@ -3,6 +3,7 @@
 //! writes the JSONL trace whatever happens (success, failure, Ctrl-C).
 
 pub mod spec;
+mod telemetry;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
@@ -33,6 +34,8 @@ pub struct RunOptions {
     pub json: bool,
     /// Stream the model's text to stderr as it arrives.
     pub stream: bool,
+    /// Where the run's spans are exported, if anywhere.
+    pub otlp: crate::cli::OtlpArgs,
 }
 
 /// The answer of a successful run.
@@ -134,6 +137,14 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
     if let Some(name) = &spec.agent.name {
         config = config.name(name.clone());
     }
+    let agent_name = spec.agent.name.clone().unwrap_or_else(|| {
+        spec_path
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "agent".into())
+    });
+    let telemetry = telemetry::start(&options.otlp, &agent_name)?;
+    config = config.export_content(options.otlp.otlp_content);
     if let Some(memory) = memory {
         config = config.memory(memory);
     }
@@ -178,6 +189,7 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
     let outcome = agent_interp_par::run(&config, (), program).await;
     watcher.abort();
     progress.finish();
+    telemetry::finish(telemetry);
 
     let trace = match &outcome {
         Ok(done) => &done.trace,
