@@ -25,18 +25,17 @@ pub enum Command {
     Run {
         /// The spec.
         spec: PathBuf,
-        /// Where to write the trace (default: `<spec name>.trace.jsonl` here).
-        #[arg(long)]
-        trace: Option<PathBuf>,
+        /// Run durably: commit every model reply, tool result and memory answer to this
+        /// journal (SQLite; a `.jsonl` name for JSON Lines) before the agent sees it, so
+        /// `agent resume` continues after a crash and `agent replay` re-runs it for free.
+        #[arg(long, value_name = "FILE")]
+        journal: Option<PathBuf>,
         /// Record the model's replies to this cassette, to replay the run offline.
         #[arg(long)]
         record: Option<PathBuf>,
-        /// Print `{"answer": …, "trace": …}` instead of the answer alone.
-        #[arg(long)]
-        json: bool,
-        /// Do not stream the model's text to stderr.
-        #[arg(long)]
-        quiet: bool,
+        /// Where the answer and trace go.
+        #[command(flatten)]
+        output: RunOutput,
         /// The OpenTelemetry export of the run.
         #[command(flatten)]
         otlp: OtlpArgs,
@@ -49,6 +48,37 @@ pub enum Command {
         #[cfg(feature = "temporal")]
         #[arg(long, default_value = "agents")]
         task_queue: String,
+    },
+    /// Continue the durable run of a journal (`agent run --journal`) after a crash or Ctrl-C:
+    /// what it committed is replayed with no calls made, then it goes on live, committing.
+    Resume {
+        /// The journal.
+        journal: PathBuf,
+        /// The spec it was run from (unchanged: a changed request is a divergence).
+        spec: PathBuf,
+        /// Where the answer and trace go.
+        #[command(flatten)]
+        output: RunOutput,
+        /// The OpenTelemetry export of the run.
+        #[command(flatten)]
+        otlp: OtlpArgs,
+    },
+    /// Re-run a journal's run with no model or tool calls: the same answer and trace. A spec
+    /// that asks something the journal did not record stops with the divergence (exit 1).
+    Replay {
+        /// The journal.
+        journal: PathBuf,
+        /// The spec to run (the recorded one, or a changed one with
+        /// `--live-after-divergence`).
+        spec: PathBuf,
+        /// Answer from the journal while the run asks what it recorded, then run live (for
+        /// iterating on a spec without paying for the unchanged start). The journal is not
+        /// changed.
+        #[arg(long)]
+        live_after_divergence: bool,
+        /// Where the answer and trace go.
+        #[command(flatten)]
+        output: RunOutput,
     },
     /// Serve a spec's agent, and the model, tool and memory calls of its task queue, as a
     /// Temporal worker (until Ctrl-C).
@@ -98,6 +128,20 @@ pub enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+}
+
+/// Where a run's answer and trace go.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RunOutput {
+    /// Where to write the trace (default: `<spec name>.trace.jsonl` here).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Print `{"answer": …, "trace": …}` instead of the answer alone.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not stream the model's text to stderr.
+    #[arg(long)]
+    pub quiet: bool,
 }
 
 /// Exporting a run's spans (GenAI semantic conventions) to an OpenTelemetry backend.

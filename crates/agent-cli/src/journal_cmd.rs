@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::io::Read as _;
 use std::path::Path;
+use std::sync::Arc;
 
 use agent_journal::{Entry, Journal, JsonlJournal, SqliteJournal};
 use agent_op::journal::{Difference, EntryKind, compare};
@@ -17,15 +18,7 @@ pub async fn read(path: &Path) -> Result<Vec<Entry>, CliError> {
         path: path.to_path_buf(),
         source,
     };
-    let mut header = [0u8; 16];
-    let mut file = std::fs::File::open(path).map_err(|source| CliError::Io {
-        path: path.to_path_buf(),
-        action: "reading",
-        source,
-    })?;
-    let sqlite = file.read_exact(&mut header).is_ok() && &header == b"SQLite format 3\0";
-    drop(file);
-    if sqlite {
+    if is_sqlite(path)? {
         // Opening may create the database's `-wal` and `-shm` files; a database refused as
         // damaged must not be left with them (a locked one's belong to its holder).
         let sidecars: Vec<std::path::PathBuf> = ["-wal", "-shm"]
@@ -57,6 +50,47 @@ pub async fn read(path: &Path) -> Result<Vec<Entry>, CliError> {
         }
     } else {
         JsonlJournal::read(path).map_err(journal)
+    }
+}
+
+/// Whether the file at `path` is a SQLite database (by its header).
+fn is_sqlite(path: &Path) -> Result<bool, CliError> {
+    let mut header = [0u8; 16];
+    let mut file = std::fs::File::open(path).map_err(|source| CliError::Io {
+        path: path.to_path_buf(),
+        action: "reading",
+        source,
+    })?;
+    Ok(file.read_exact(&mut header).is_ok() && &header == b"SQLite format 3\0")
+}
+
+/// Opens the journal at `path` for a run: an existing file by what it holds (a SQLite
+/// database, else JSON Lines), a new one by its name (`.jsonl`: JSON Lines, else SQLite).
+/// With `existing`, a missing file is an error rather than a new journal.
+pub(crate) async fn open_for_run(
+    path: &Path,
+    existing: bool,
+) -> Result<Arc<dyn Journal>, CliError> {
+    let journal = |source| CliError::Journal {
+        path: path.to_path_buf(),
+        source,
+    };
+    let sqlite = if path.exists() {
+        is_sqlite(path)?
+    } else if existing {
+        return Err(CliError::Invalid(format!(
+            "{}: no journal there (`agent run --journal FILE` makes one)",
+            path.display()
+        )));
+    } else {
+        path.extension().is_none_or(|e| e != "jsonl")
+    };
+    if sqlite {
+        Ok(Arc::new(SqliteJournal::open(path).await.map_err(journal)?))
+    } else {
+        Ok(Arc::new(
+            JsonlJournal::open(path, agent_journal::Fsync::EveryEntry).map_err(journal)?,
+        ))
     }
 }
 

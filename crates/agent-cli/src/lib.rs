@@ -32,35 +32,27 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
     let out = match command {
         Command::Run {
             spec,
-            trace,
+            journal,
             record,
-            json,
-            quiet,
+            output,
             otlp,
             #[cfg(feature = "temporal")]
             temporal,
             #[cfg(feature = "temporal")]
             task_queue,
         } => {
-            let trace = trace.unwrap_or_else(|| {
-                let stem = spec
-                    .file_stem()
-                    .map(|s| s.to_string_lossy().into_owned())
-                    .unwrap_or_else(|| "agent".into());
-                std::path::PathBuf::from(format!("{stem}.trace.jsonl"))
-            });
-            let options = run::RunOptions {
-                trace,
-                record,
-                json,
-                stream: !quiet,
-                otlp,
-            };
+            let mode = journal.map_or(run::Mode::Live, run::Mode::Durable);
+            let options = run_options(&spec, mode, record, &output, otlp);
             #[cfg(feature = "temporal")]
             let answer = match temporal {
                 Some(_) if options.otlp.otlp.is_some() => {
                     return Err(CliError::Invalid(
                         "--otlp exports a local run's spans; with --temporal the run is on the workers".into(),
+                    ));
+                }
+                Some(_) if !matches!(options.mode, run::Mode::Live) => {
+                    return Err(CliError::Invalid(
+                        "--journal makes a local run durable; a run with --temporal is durable on the cluster already".into(),
                     ));
                 }
                 Some(address) => {
@@ -70,29 +62,33 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
             };
             #[cfg(not(feature = "temporal"))]
             let answer = run::run(&spec, &options).await?;
-            if json {
-                format!(
-                    "{}\n",
-                    serde_json::json!({"answer": answer.value, "trace": answer.trace})
-                )
-            } else {
-                eprintln!("trace: {}", answer.trace.display());
-                use std::io::IsTerminal as _;
-                // Streamed to the same terminal already: printing it again shows it twice.
-                // Redirected, stdout still gets it.
-                if answer.streamed
-                    && answer.value.is_string()
-                    && std::io::stdout().is_terminal()
-                    && std::io::stderr().is_terminal()
-                {
-                    String::new()
-                } else {
-                    match answer.value {
-                        serde_json::Value::String(text) => format!("{text}\n"),
-                        other => format!("{other:#}\n"),
-                    }
-                }
-            }
+            answered(answer, output.json)
+        }
+        Command::Resume {
+            journal,
+            spec,
+            output,
+            otlp,
+        } => {
+            let options = run_options(&spec, run::Mode::Resume(journal), None, &output, otlp);
+            answered(run::run(&spec, &options).await?, output.json)
+        }
+        Command::Replay {
+            journal,
+            spec,
+            live_after_divergence,
+            output,
+        } => {
+            let mode = run::Mode::Replay {
+                journal,
+                live_after_divergence,
+            };
+            let otlp = cli::OtlpArgs {
+                otlp: None,
+                otlp_content: false,
+            };
+            let options = run_options(&spec, mode, None, &output, otlp);
+            answered(run::run(&spec, &options).await?, output.json)
         }
         #[cfg(feature = "temporal")]
         Command::Worker {
@@ -138,6 +134,78 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
     };
     print(&out);
     Ok(0)
+}
+
+/// The options of a run of `spec`: the trace goes to `--trace`, else `<spec name>.trace.jsonl`
+/// here.
+fn run_options(
+    spec: &std::path::Path,
+    mode: run::Mode,
+    record: Option<std::path::PathBuf>,
+    output: &cli::RunOutput,
+    otlp: cli::OtlpArgs,
+) -> run::RunOptions {
+    let trace = output.trace.clone().unwrap_or_else(|| {
+        let stem = spec
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "agent".into());
+        std::path::PathBuf::from(format!("{stem}.trace.jsonl"))
+    });
+    run::RunOptions {
+        mode,
+        trace,
+        record,
+        json: output.json,
+        stream: !output.quiet,
+        otlp,
+    }
+}
+
+/// What a run prints: the answer (or `{"answer", "trace", "journal"}` with `json`); where the
+/// trace went and what the journal answered go to stderr.
+fn answered(answer: run::Answer, json: bool) -> String {
+    let journal = answer.journal.as_ref().map(|report| {
+        serde_json::json!({
+            "replayed": report.replayed,
+            "live": report.live,
+            "diverged": report.diverged.as_ref().map(ToString::to_string),
+        })
+    });
+    if json {
+        let mut out = serde_json::json!({"answer": answer.value, "trace": answer.trace});
+        if let Some(journal) = journal {
+            out["journal"] = journal;
+        }
+        return format!("{out}\n");
+    }
+    eprintln!("trace: {}", answer.trace.display());
+    if let Some(report) = &answer.journal {
+        let left = match &report.diverged {
+            Some(divergence) => format!("; left the journal at {divergence}"),
+            None => String::new(),
+        };
+        eprintln!(
+            "journal: {} answered from it, {} run live{left}",
+            trace_cmd::counted(report.replayed, "effect"),
+            report.live
+        );
+    }
+    use std::io::IsTerminal as _;
+    // Streamed to the same terminal already: printing it again shows it twice.
+    // Redirected, stdout still gets it.
+    if answer.streamed
+        && answer.value.is_string()
+        && std::io::stdout().is_terminal()
+        && std::io::stderr().is_terminal()
+    {
+        String::new()
+    } else {
+        match answer.value {
+            serde_json::Value::String(text) => format!("{text}\n"),
+            other => format!("{other:#}\n"),
+        }
+    }
 }
 
 fn trace(command: TraceCommand) -> Result<u8, CliError> {

@@ -29,7 +29,7 @@ fn failed(error: TemporalError) -> CliError {
 /// Serves the agent `spec_path` describes (the program named after the spec) and the model,
 /// tool and memory calls of every program on `task_queue`, until Ctrl-C.
 pub async fn worker(spec_path: &Path, address: &str, task_queue: &str) -> Result<String, CliError> {
-    let parts = run::parts(spec_path, None, Path::new(".")).await?;
+    let parts = run::parts(spec_path, None, Path::new("."), false).await?;
     let name = program_name(&parts.spec, spec_path);
     // Built once here so a spec that cannot make a program fails now, not in a workflow.
     let _checked = run::agent_program(&parts.spec, &parts.toolbox)?;
@@ -107,6 +107,7 @@ pub async fn run(
                 value: outcome.value,
                 trace: trace_path.to_owned(),
                 streamed: false,
+                journal: None,
             })
         }
         Err(error @ TemporalError::Run { .. }) => {

@@ -632,7 +632,7 @@ fn first_difference(a: &Value, b: &Value, path: &mut String) -> Option<Differenc
         (Value::Array(x), Value::Array(y)) => (0..x.len().max(y.len()))
             .find_map(|i| member_difference(x.get(i), y.get(i), path, &format!("[{i}]"))),
         (Value::String(x), Value::String(y)) => {
-            let (left, right) = excerpts(x, y);
+            let (left, right) = agent_op::difference_excerpts(x, y);
             Some(Difference {
                 path: path.clone(),
                 left: Some(left),
@@ -669,24 +669,6 @@ fn member_difference(
     };
     path.truncate(len);
     found
-}
-
-/// The parts of two texts around their first differing character: up to 40 characters
-/// before it and 80 from it, with `…` where they were cut.
-fn excerpts(x: &str, y: &str) -> (String, String) {
-    let at = x.chars().zip(y.chars()).take_while(|(a, b)| a == b).count();
-    let cut = |text: &str| {
-        let from = at.saturating_sub(40);
-        let part: String = text.chars().skip(from).take(at - from + 80).collect();
-        let before = if from > 0 { "…" } else { "" };
-        let after = if text.chars().count() > at + 80 {
-            "…"
-        } else {
-            ""
-        };
-        format!("{before}{part}{after}")
-    };
-    (cut(x), cut(y))
 }
 
 /// The first divergence of two traces, comparing their canonical forms (timings left out,

@@ -1154,3 +1154,240 @@ fn agent_run_exports_its_spans_over_otlp_by_flag_or_by_the_standard_variable() {
         stderr(&out)
     );
 }
+
+/// An HTTP server on 127.0.0.1 answering every GET with the same page, or, while `hang` is
+/// set, accepting and never answering.
+fn page_server(hang: std::sync::Arc<std::sync::atomic::AtomicBool>) -> u16 {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for mut stream in listener.incoming().flatten() {
+            if hang.load(std::sync::atomic::Ordering::SeqCst) {
+                held.push(stream);
+                continue;
+            }
+            let mut request = [0u8; 2048];
+            let _ = stream.read(&mut request);
+            let body = "the page";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+/// A spec whose model fetches a page, then answers; `model` is its `[model]` table.
+fn fetching_spec(dir: &Path, name: &str, port: u16, model: &str) -> PathBuf {
+    let spec = dir.join(name);
+    std::fs::write(
+        &spec,
+        format!(
+            "{model}\n[agent]\ngoal = \"Fetch the page.\"\n\n[tools.http_get]\nallow = [\"127.0.0.1:{port}\"]\n"
+        ),
+    )
+    .unwrap();
+    spec
+}
+
+/// `agent run --journal`, stopped by Ctrl-C while a tool call hangs, is continued by `agent
+/// resume` without repeating the committed model call; `agent replay` then re-runs it with
+/// no calls, and a changed spec diverges (or, with `--live-after-divergence`, goes on live).
+#[test]
+fn a_durable_run_stopped_by_ctrl_c_resumes_and_replays_from_its_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let hang = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let port = page_server(hang.clone());
+    // Record the model's two replies once (scripted), to serve them by request (cassette).
+    let scripted = format!(
+        "[model]\nprovider = \"scripted\"\nname = \"m\"\nreplies = [{{ calls = [{{ tool = \"http_get\", args = {{ url = \"http://127.0.0.1:{port}/\" }} }}] }}, \"It says: the page.\"]\n"
+    );
+    let recording = fetching_spec(dir.path(), "scripted.toml", port, &scripted);
+    let cassette = dir.path().join("cassette.jsonl");
+    let out = agent(
+        &[
+            "run",
+            recording.to_str().unwrap(),
+            "--quiet",
+            "--record",
+            cassette.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let replayed =
+        "[model]\nprovider = \"cassette\"\nname = \"m\"\ncassette = \"cassette.jsonl\"\n";
+    let spec = fetching_spec(dir.path(), "fetch.toml", port, replayed);
+    let journal = dir.path().join("run.db");
+    let trace = dir.path().join("fetch.trace.jsonl");
+
+    // The durable run: the model's first reply is committed, then the fetch hangs; Ctrl-C.
+    hang.store(true, std::sync::atomic::Ordering::SeqCst);
+    let child = Command::new(env!("CARGO_BIN_EXE_agent"))
+        .args([
+            "run",
+            spec.to_str().unwrap(),
+            "--quiet",
+            "--journal",
+            journal.to_str().unwrap(),
+        ])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !std::fs::read_to_string(&trace).is_ok_and(|t| t.contains("tool_call")) {
+        assert!(Instant::now() < deadline, "the tool call never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let killed = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+
+    // A second durable run into the same journal is refused, pointing at resume.
+    let again = agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--quiet",
+            "--journal",
+            journal.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(again.status.code(), Some(3), "{}", stderr(&again));
+    assert!(
+        stderr(&again).contains("agent resume"),
+        "{}",
+        stderr(&again)
+    );
+
+    // Resume: the committed model call is answered from the journal, the fetch and the
+    // second model call run live.
+    hang.store(false, std::sync::atomic::Ordering::SeqCst);
+    let resumed = agent(
+        &[
+            "resume",
+            journal.to_str().unwrap(),
+            spec.to_str().unwrap(),
+            "--quiet",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
+    let resumed: serde_json::Value = serde_json::from_str(&stdout(&resumed)).unwrap();
+    assert_eq!(resumed["answer"], "It says: the page.");
+    assert!(
+        resumed["journal"]["replayed"].as_u64().unwrap() >= 1,
+        "{resumed}"
+    );
+    assert!(
+        resumed["journal"]["live"].as_u64().unwrap() >= 2,
+        "{resumed}"
+    );
+
+    // Replay: everything from the journal, nothing live, even with the page server hanging
+    // and no cassette.
+    hang.store(true, std::sync::atomic::Ordering::SeqCst);
+    std::fs::remove_file(&cassette).unwrap();
+    let replay = agent(
+        &[
+            "replay",
+            journal.to_str().unwrap(),
+            spec.to_str().unwrap(),
+            "--quiet",
+            "--json",
+        ],
+        dir.path(),
+    );
+    assert_eq!(replay.status.code(), Some(0), "{}", stderr(&replay));
+    let replay: serde_json::Value = serde_json::from_str(&stdout(&replay)).unwrap();
+    assert_eq!(replay["answer"], "It says: the page.");
+    assert_eq!(replay["journal"]["live"], 0, "{replay}");
+
+    // A changed goal diverges at the first model call, showing the change.
+    let changed_text = std::fs::read_to_string(&spec)
+        .unwrap()
+        .replace("Fetch the page.", "Fetch the page, quickly.");
+    let changed = dir.path().join("changed.toml");
+    std::fs::write(
+        &changed,
+        changed_text.replace("cassette.jsonl", "none.jsonl"),
+    )
+    .unwrap();
+    std::fs::write(dir.path().join("none.jsonl"), "").unwrap();
+    let diverged = agent(
+        &[
+            "replay",
+            journal.to_str().unwrap(),
+            changed.to_str().unwrap(),
+            "--quiet",
+        ],
+        dir.path(),
+    );
+    assert_eq!(diverged.status.code(), Some(1), "{}", stderr(&diverged));
+    assert!(
+        stderr(&diverged).contains("diverged"),
+        "{}",
+        stderr(&diverged)
+    );
+    assert!(
+        stderr(&diverged).contains("quickly"),
+        "{}",
+        stderr(&diverged)
+    );
+
+    // With --live-after-divergence the changed spec runs live from there (its model is
+    // scripted here) and the journal is left as it was.
+    let live_text = std::fs::read_to_string(&recording)
+        .unwrap()
+        .replace("Fetch the page.", "Fetch the page, quickly.")
+        .replace("It says: the page.", "Quickly: the page.");
+    let live = dir.path().join("live.toml");
+    std::fs::write(&live, live_text).unwrap();
+    hang.store(false, std::sync::atomic::Ordering::SeqCst);
+    let before = agent(
+        &["journal", "show", journal.to_str().unwrap(), "--json"],
+        dir.path(),
+    );
+    let went_on = agent(
+        &[
+            "replay",
+            journal.to_str().unwrap(),
+            live.to_str().unwrap(),
+            "--quiet",
+            "--json",
+            "--live-after-divergence",
+        ],
+        dir.path(),
+    );
+    assert_eq!(went_on.status.code(), Some(0), "{}", stderr(&went_on));
+    let went_on: serde_json::Value = serde_json::from_str(&stdout(&went_on)).unwrap();
+    assert_eq!(went_on["answer"], "Quickly: the page.");
+    assert!(
+        went_on["journal"]["diverged"]
+            .as_str()
+            .unwrap()
+            .contains("quickly"),
+        "{went_on}"
+    );
+    let after = agent(
+        &["journal", "show", journal.to_str().unwrap(), "--json"],
+        dir.path(),
+    );
+    assert_eq!(
+        stdout(&before),
+        stdout(&after),
+        "the journal is not changed"
+    );
+}

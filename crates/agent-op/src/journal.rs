@@ -735,16 +735,24 @@ fn walk_diff(path: &str, a: &Value, b: &Value, lines: &mut Vec<String>, more: &m
                 }
             }
         }
-        _ => push_line(
-            lines,
-            more,
-            format!(
-                "{}: {} → {}",
-                if path.is_empty() { "request" } else { path },
-                show(a),
-                show(b)
-            ),
-        ),
+        _ => {
+            let (shown_a, shown_b) = match (a, b) {
+                // Long texts that differ late would show two equal beginnings.
+                (Value::String(x), Value::String(y)) => {
+                    let (x, y) = crate::difference_excerpts(x, y);
+                    (format!("{x:?}"), format!("{y:?}"))
+                }
+                _ => (show(a), show(b)),
+            };
+            push_line(
+                lines,
+                more,
+                format!(
+                    "{}: {shown_a} → {shown_b}",
+                    if path.is_empty() { "request" } else { path },
+                ),
+            )
+        }
     }
 }
 

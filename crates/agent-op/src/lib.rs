@@ -91,7 +91,7 @@ pub use message::{
     Usage,
 };
 pub use op::Op;
-pub use preview::{PREVIEW_CHARS, preview};
+pub use preview::{PREVIEW_CHARS, difference_excerpts, preview};
 pub use provider::{Delta, Provider, ProviderError};
 pub use steering::Steering;
 pub use tool::{

@@ -23,9 +23,32 @@ use serde_json::Value;
 use crate::error::CliError;
 use spec::{ModelSpec, OutputKind, Reply, Spec};
 
+/// How a run uses a journal.
+#[derive(Clone, Debug, Default)]
+pub enum Mode {
+    /// No journal.
+    #[default]
+    Live,
+    /// Durably: every nondeterministic result committed to a new journal at this path
+    /// before the agent sees it.
+    Durable(PathBuf),
+    /// Continuing the durable run of the journal at this path.
+    Resume(PathBuf),
+    /// Answered from the journal at this path, with no model or tool calls; with
+    /// `live_after_divergence`, live from the first request it did not record.
+    Replay {
+        /// The journal.
+        journal: PathBuf,
+        /// Go on live where the run leaves the journal, instead of stopping.
+        live_after_divergence: bool,
+    },
+}
+
 /// What `agent run` was asked for besides the spec.
 #[derive(Debug)]
 pub struct RunOptions {
+    /// Whether and how the run is journaled.
+    pub mode: Mode,
     /// Where the trace goes.
     pub trace: PathBuf,
     /// Record the model's replies to this cassette (to replay the run offline).
@@ -47,6 +70,8 @@ pub struct Answer {
     pub trace: PathBuf,
     /// Whether the model's text was streamed to stderr as it came.
     pub streamed: bool,
+    /// For a journaled run: what it took from the journal and what it ran live.
+    pub journal: Option<agent_interp_seq::JournalReport>,
 }
 
 /// What a spec builds besides its program.
@@ -89,14 +114,22 @@ pub(crate) async fn started_toolbox(
 
 /// Reads the spec at `spec_path` and builds its provider (recording to `record`), toolbox
 /// (MCP servers' stderr logged in `logs` unless the spec says where) and memory.
+///
+/// With `offline` (a replay, which calls no model) the spec's model server is not set up:
+/// replaying needs neither it nor its API key.
 pub(crate) async fn parts(
     spec_path: &Path,
     record: Option<&Path>,
     logs: &Path,
+    offline: bool,
 ) -> Result<Parts, CliError> {
     let spec = Spec::read(spec_path)?;
     let base = spec_path.parent().unwrap_or(Path::new("."));
-    let provider = provider(&spec.model, base, record)?;
+    let provider: Arc<dyn Provider> = if offline {
+        Arc::new(agent_provider::ScriptedProvider::new(Vec::<Response>::new()))
+    } else {
+        provider(&spec.model, base, record)?
+    };
     let toolbox = started_toolbox(&spec, spec_path, logs).await?.toolbox;
     let memory = match &spec.memory {
         Some(memory) => Some(crate::memory_cmd::open(&base.join(&memory.db), true).await?),
@@ -127,8 +160,39 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
         spec_path,
         options.record.as_deref(),
         trace_dir(&options.trace),
+        matches!(
+            options.mode,
+            Mode::Replay {
+                live_after_divergence: false,
+                ..
+            }
+        ),
     )
     .await?;
+    let journal = match &options.mode {
+        Mode::Live => None,
+        Mode::Durable(path) => {
+            let journal = crate::journal_cmd::open_for_run(path, false).await?;
+            let held = journal
+                .entries()
+                .await
+                .map_err(|source| CliError::Journal {
+                    path: path.clone(),
+                    source,
+                })?;
+            if !held.is_empty() {
+                return Err(CliError::Invalid(format!(
+                    "{}: already holds a run ({} entries): `agent resume {0} SPEC` continues it; give a new file for a new run",
+                    path.display(),
+                    held.len()
+                )));
+            }
+            Some(journal)
+        }
+        Mode::Resume(path) | Mode::Replay { journal: path, .. } => {
+            Some(crate::journal_cmd::open_for_run(path, true).await?)
+        }
+    };
 
     let mut config = Config::new()
         .shared_provider(provider)
@@ -186,7 +250,25 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
             }
         })
     };
-    let outcome = agent_interp_par::run(&config, (), program).await;
+    let outcome = match (&options.mode, journal) {
+        (Mode::Durable(_), Some(journal)) => {
+            agent_interp_par::run_durable(&config, journal, (), program).await
+        }
+        (Mode::Resume(_), Some(journal)) => {
+            agent_interp_par::resume(&config, journal, (), program).await
+        }
+        (
+            Mode::Replay {
+                live_after_divergence: false,
+                ..
+            },
+            Some(journal),
+        ) => agent_interp_par::replay(&config, &*journal, (), program).await,
+        (Mode::Replay { .. }, Some(journal)) => {
+            agent_interp_par::replay_then_live(&config, &*journal, None, (), program).await
+        }
+        _ => agent_interp_par::run(&config, (), program).await,
+    };
     watcher.abort();
     progress.finish();
     telemetry::finish(telemetry);
@@ -207,6 +289,7 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
             value: done.value,
             trace: options.trace.clone(),
             streamed: progress.streamed.load(Ordering::Relaxed),
+            journal: done.journal,
         }),
         Err(_) if interrupted.load(Ordering::SeqCst) => {
             Err(CliError::Aborted(options.trace.clone()))
