@@ -1,6 +1,10 @@
-//! `viewer.render_100k`: milliseconds from navigation start to the viewer's first complete
-//! render (the page's own `data-render-ms`) of a 100,000-event trace in headless Chromium.
-//! Baseline: the same for a 10-event trace, in the same run. Target: under 2,000 ms.
+//! Milliseconds from navigation start to the viewer's first complete render (the page's own
+//! `data-render-ms`) in headless Chromium:
+//!
+//! - `viewer.render_100k`: a 100,000-event trace (100 branches);
+//! - `viewer.render_5000_branches`: an 11,000-event trace of 5,000 branches in one `par`.
+//!
+//! Baseline for both: the same for a 10-event trace, in the same run. Target: under 2,000 ms.
 
 #[path = "../tests/support/chromium.rs"]
 mod chromium;
@@ -14,6 +18,7 @@ use std::path::Path;
 use agent_cli::viewer::render;
 
 const NAME: &str = "viewer.render_100k";
+const WIDE: &str = "viewer.render_5000_branches";
 const RUNS: usize = 5;
 
 /// The page's first-render time, as it recorded it.
@@ -40,50 +45,65 @@ fn render_ms(chromium: &chromium::Chromium, page: &Path) -> Result<f64, String> 
 }
 
 fn main() {
-    if !bench_kit::enabled(NAME) {
+    let (large_wanted, wide_wanted) = (bench_kit::enabled(NAME), bench_kit::enabled(WIDE));
+    if !large_wanted && !wide_wanted {
         return;
     }
     let chromium = match chromium::find_or_install() {
         Ok(chromium) => chromium,
         Err(reason) => {
-            eprintln!("{NAME}: not measured, chromium is unavailable ({reason})");
+            eprintln!("{NAME}, {WIDE}: not measured, chromium is unavailable ({reason})");
             return;
         }
     };
     let dir = tempfile::tempdir().expect("a temp dir");
-    let large = traces::large(100_000);
     let tiny = traces::tiny();
-    let large_page = dir.path().join("large.html");
     let tiny_page = dir.path().join("tiny.html");
-    let html = render(&large, "100,000 events");
-    eprintln!(
-        "{NAME}: {} events, page of {:.1} MB; baseline {} events",
-        large.events.len(),
-        html.len() as f64 / 1e6,
-        tiny.events.len()
-    );
-    std::fs::write(&large_page, html).expect("the page can be written");
     std::fs::write(&tiny_page, render(&tiny, "10 events")).expect("the page can be written");
-    // Page loads alternate so both see the same machine; the first of each warms the caches.
-    // A cold first load of the large page can outlast Chromium's virtual-time budget, so the
-    // warm-up gets one more try; measured loads get none.
-    let warm = |page: &Path| render_ms(&chromium, page).or_else(|_| render_ms(&chromium, page));
-    let measured = warm(&large_page)
-        .and_then(|_| warm(&tiny_page))
-        .and_then(|_| {
-            let mut large_ms = Vec::new();
-            let mut tiny_ms = Vec::new();
-            for _ in 0..RUNS {
-                large_ms.push(render_ms(&chromium, &large_page)?);
-                tiny_ms.push(render_ms(&chromium, &tiny_page)?);
-            }
-            Ok((
-                bench_kit::stats(&large_ms).median,
-                bench_kit::stats(&tiny_ms).median,
-            ))
-        });
-    match measured {
-        Ok((value, baseline)) => bench_kit::report(NAME, value, "ms", baseline),
-        Err(problem) => eprintln!("{NAME}: not measured: {problem}"),
+    let mut pages = Vec::new();
+    if large_wanted {
+        pages.push((NAME, traces::large(100_000), "100,000 events"));
     }
+    if wide_wanted {
+        pages.push((WIDE, traces::wide(5_000), "5,000 branches"));
+    }
+    for (name, trace, title) in pages {
+        let page = dir.path().join(format!("{name}.html"));
+        let html = render(&trace, title);
+        eprintln!(
+            "{name}: {} events, page of {:.1} MB; baseline {} events",
+            trace.events.len(),
+            html.len() as f64 / 1e6,
+            tiny.events.len()
+        );
+        std::fs::write(&page, html).expect("the page can be written");
+        match measure(&chromium, &page, &tiny_page) {
+            Ok((value, baseline)) => bench_kit::report(name, value, "ms", baseline),
+            Err(problem) => eprintln!("{name}: not measured: {problem}"),
+        }
+    }
+}
+
+/// The median first-render times of `page` and of `baseline`, loaded alternately.
+fn measure(
+    chromium: &chromium::Chromium,
+    page: &Path,
+    baseline: &Path,
+) -> Result<(f64, f64), String> {
+    // Page loads alternate so both see the same machine; the first of each warms the caches.
+    // A cold first load of a large page can outlast Chromium's virtual-time budget, so the
+    // warm-up gets one more try; measured loads get none.
+    let warm = |page: &Path| render_ms(chromium, page).or_else(|_| render_ms(chromium, page));
+    warm(page)?;
+    warm(baseline)?;
+    let mut page_ms = Vec::new();
+    let mut baseline_ms = Vec::new();
+    for _ in 0..RUNS {
+        page_ms.push(render_ms(chromium, page)?);
+        baseline_ms.push(render_ms(chromium, baseline)?);
+    }
+    Ok((
+        bench_kit::stats(&page_ms).median,
+        bench_kit::stats(&baseline_ms).median,
+    ))
 }

@@ -487,10 +487,231 @@ fn browser_renders_100k_events() {
     assert_eq!(totals(&dom, "calls"), trace.infer_calls() as u64);
     let lanes = dom.by_id("lanes").expect("the page has lanes");
     assert_eq!(dom.children(lanes).len(), ids(&trace).len());
+    // A branch's 400 calls are drawn as fewer, merged bars that still count every call.
+    let branch = TraceId::from(RUN_ID).child(0);
+    let lane = drawn_lanes(&dom)[branch.as_str()];
+    let bars = dom.descendants_with_class(lane, "call");
+    let counted: f64 = bars.iter().map(|&b| number(&dom, b, "data-calls")).sum();
+    let calls = trace
+        .events
+        .iter()
+        .filter(|e| {
+            e.trace_id == branch
+                && matches!(
+                    e.event.kind,
+                    EventKind::InferStart(_) | EventKind::ToolCall(_)
+                )
+        })
+        .count();
+    assert_eq!(counted as usize, calls);
+    assert!(
+        !bars.is_empty() && bars.len() <= 250,
+        "{} bars for {calls} calls",
+        bars.len()
+    );
     let shown = dom.children(dom.by_id("event-rows").expect("the page has an event list"));
     assert!(
         !shown.is_empty() && shown.len() <= 200,
         "{} event rows in the DOM",
         shown.len()
     );
+}
+
+/// The lane elements the timeline drew, by their branch id.
+fn drawn_lanes(dom: &Dom) -> BTreeMap<String, usize> {
+    let lanes = dom.by_id("lanes").expect("the page has lanes");
+    dom.children(lanes)
+        .into_iter()
+        .filter_map(|l| Some((dom.attr(l, "data-id")?.to_owned(), l)))
+        .collect()
+}
+
+fn number(dom: &Dom, element: usize, attribute: &str) -> f64 {
+    dom.attr(element, attribute)
+        .unwrap_or_else(|| panic!("no {attribute}"))
+        .parse()
+        .unwrap_or_else(|e| panic!("{attribute}: {e}"))
+}
+
+/// The `left: …%` of an element's style.
+fn left_percent(dom: &Dom, element: usize) -> f64 {
+    let style = dom.attr(element, "style").expect("a positioned element");
+    let at = style.find("left:").expect("a left position") + 5;
+    style[at..]
+        .split('%')
+        .next()
+        .and_then(|n| n.trim().parse().ok())
+        .expect("a percentage")
+}
+
+#[test]
+fn browser_draws_calls_within_their_lanes_and_labels_branches_by_what_they_run() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let trace = traces::par_and_race(100);
+    let page = write_page("calls.html", &trace, "survey of 100 cities");
+    let dom = Dom::parse(
+        &chromium
+            .dump_dom(&page, "")
+            .expect("chromium loads the page"),
+    );
+    rendered(&dom);
+    let lanes = drawn_lanes(&dom);
+    let branch = TraceId::from(RUN_ID).child(5);
+    let lane = lanes[branch.as_str()];
+    // The branch asks a model, then looks a city up: one bar of each, each naming its event.
+    let calls = dom.descendants_with_class(lane, "call");
+    let kinds: Vec<&str> = calls
+        .iter()
+        .map(|&c| {
+            if dom.has_class(c, "model") {
+                "model"
+            } else {
+                "tool"
+            }
+        })
+        .collect();
+    assert_eq!(kinds, ["model", "tool"], "the branch's two calls, in order");
+    for (&call, expected) in calls.iter().zip(["infer_start", "tool_call"]) {
+        let event: usize = number(&dom, call, "data-event") as usize;
+        assert_eq!(
+            trace.events[event].event.kind.event_type().as_str(),
+            expected
+        );
+        assert_eq!(trace.events[event].trace_id, branch);
+    }
+    assert!(left_percent(&dom, calls[0]) <= left_percent(&dom, calls[1]));
+    // Labelled by what it runs, not only by its id.
+    let label = dom.text(lane);
+    assert!(label.contains("small-model → lookup"), "{label}");
+    let loser = dom.text(lanes[TraceId::from(RUN_ID).child(102).as_str()]);
+    assert!(loser.contains("slow-model"), "{loser}");
+}
+
+#[test]
+fn browser_zooms_to_the_range_in_the_address_and_follows_the_filter() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let trace = traces::par_and_race(100);
+    let page = write_page("zoom.html", &trace, "survey of 100 cities");
+    let whole = Dom::parse(
+        &chromium
+            .dump_dom(&page, "")
+            .expect("chromium loads the page"),
+    );
+    rendered(&whole);
+    let timeline = whole.by_id("timeline").expect("a timeline");
+    let span = number(&whole, timeline, "data-view-to");
+    assert_eq!(number(&whole, timeline, "data-view-from"), 0.0);
+    // Zoom to the time before the race: the racers fall outside, the survey inside.
+    let run = TraceId::from(RUN_ID);
+    let lanes = drawn_lanes(&whole);
+    let race_start = (100..103)
+        .map(|k| number(&whole, lanes[run.child(k).as_str()], "data-start-us"))
+        .fold(f64::INFINITY, f64::min);
+    let to = (race_start - 1.0).floor();
+    assert!(
+        to > 0.0 && to < span,
+        "the race starts inside the run: {to} of {span}"
+    );
+    let zoomed = Dom::parse(
+        &chromium
+            .dump_dom(&page, &format!("zoom=0-{to}"))
+            .expect("chromium loads the page"),
+    );
+    rendered(&zoomed);
+    let timeline = zoomed.by_id("timeline").expect("a timeline");
+    assert_eq!(number(&zoomed, timeline, "data-view-to"), to);
+    let ticks = zoomed.descendants_with_class(zoomed.by_id("axis").unwrap(), "tick");
+    assert!(!ticks.is_empty());
+    assert!(ticks.iter().all(|&t| number(&zoomed, t, "data-us") <= to));
+    let zoomed_lanes = drawn_lanes(&zoomed);
+    for k in 100..103 {
+        assert!(zoomed.has_class(zoomed_lanes[run.child(k).as_str()], "outside"));
+    }
+    let survey = run.child(50);
+    assert!(!zoomed.has_class(zoomed_lanes[survey.as_str()], "outside"));
+    // The same moment sits further right in the narrower range: span / to times further.
+    let bar = |dom: &Dom, lanes: &BTreeMap<String, usize>| {
+        left_percent(
+            dom,
+            dom.descendants_with_class(lanes[survey.as_str()], "bar")[0],
+        )
+    };
+    let (before, after) = (bar(&whole, &lanes), bar(&zoomed, &zoomed_lanes));
+    let expected = before * span / to;
+    assert!(
+        (after - expected).abs() < 0.5,
+        "left {before}% of the run is {expected}% of the zoomed range, drawn at {after}%"
+    );
+    // A search draws only the lanes that hold a match (and the run, which leads to them).
+    let filtered = Dom::parse(
+        &chromium
+            .dump_dom(&page, "q=city-42")
+            .expect("chromium loads the page"),
+    );
+    rendered(&filtered);
+    let shown: BTreeSet<String> = drawn_lanes(&filtered).into_keys().collect();
+    let expected: BTreeSet<String> = [run.to_string(), run.child(42).to_string()].into();
+    assert_eq!(shown, expected);
+}
+
+#[test]
+fn browser_stays_usable_with_5000_branches() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let trace = traces::wide(5_000);
+    assert!(
+        trace.events.len() >= 11_000,
+        "{} events",
+        trace.events.len()
+    );
+    let page = write_page("wide.html", &trace, "5,000 branches");
+    let dom = Dom::parse(
+        &chromium
+            .dump_dom(&page, "")
+            .expect("chromium loads the page"),
+    );
+    let ms = rendered(&dom);
+    eprintln!(
+        "viewer: {} events in 5,000 branches, first render after {ms} ms (the benchmark viewer.render_5000_branches times it)",
+        trace.events.len()
+    );
+    assert_eq!(totals(&dom, "events"), trace.events.len() as u64);
+    assert_eq!(totals(&dom, "lanes"), 5_001);
+    // The timeline draws a screenful: the run, the first branches, and one row for the rest.
+    let lanes = dom.by_id("lanes").expect("the page has lanes");
+    let rows = dom.children(lanes);
+    assert!(rows.len() <= 30, "{} timeline rows", rows.len());
+    let group = *rows
+        .iter()
+        .find(|&&r| dom.has_class(r, "group"))
+        .expect("the rest of the fork is grouped");
+    let grouped = number(&dom, group, "data-lanes") as usize;
+    assert_eq!(
+        rows.len() - 2 + grouped,
+        5_000,
+        "every branch is drawn or grouped"
+    );
+    assert!(
+        dom.text(group).contains("more branches"),
+        "{}",
+        dom.text(group)
+    );
+    // Selecting a grouped branch (here, by the address) opens its group and draws it.
+    let deep = TraceId::from(RUN_ID).child(4_321);
+    let opened = Dom::parse(
+        &chromium
+            .dump_dom(&page, &format!("lane={deep}"))
+            .expect("chromium loads the page"),
+    );
+    rendered(&opened);
+    let lanes = opened.by_id("lanes").expect("the page has lanes");
+    assert_eq!(number(&opened, lanes, "data-rows"), 5_001.0);
+    let drawn = drawn_lanes(&opened);
+    assert!(drawn.len() < 200, "{} lanes in the DOM", drawn.len());
+    assert!(opened.has_class(drawn[deep.as_str()], "selected"));
 }

@@ -14,6 +14,15 @@
   // Branches start collapsed past this many lanes: a 100-way `par` then reads as one fork
   // with a hundred one-line branches.
   const EXPAND_LANES = 24;
+  // A fork with more branches than this draws the first GROUP_SHOWN in the timeline and one
+  // row for the rest, until that row is opened.
+  const GROUP_LANES = 200;
+  const GROUP_SHOWN = 20;
+  // About this many call bars per lane across the visible range (short calls close together
+  // are merged).
+  const CALL_BARS = 120;
+  // The narrowest range the timeline zooms to.
+  const MIN_ZOOM_US = 10;
 
   const FLAG_CANCELLED = 1;
   const FLAG_PROBLEM = 2;
@@ -152,6 +161,12 @@
       depth: 0,
       parent: -1,
       fork: null,
+      // Model and tool calls as [start, end, kind (0 model, 1 tool), event] (µs since t0),
+      // the forks it made as {event, kids: [lane…]}, what it runs (models and tools by name).
+      bars: [],
+      forks: [],
+      runs: new Map(),
+      what: '',
     };
   }
 
@@ -175,6 +190,9 @@
     };
     let minAt = Infinity;
     let maxAt = -Infinity;
+    // Calls under way in each lane (a lane's calls run one after another): [start event].
+    const openModel = [];
+    const openTool = [];
 
     for (let i = 0; i < n; i++) {
       const entry = entries[i] || {};
@@ -210,13 +228,22 @@
         flags[i] |= FLAG_CANCELLED;
       }
       const d = ev.data && typeof ev.data === 'object' ? ev.data : {};
+      const named = (name) => {
+        if (typeof name === 'string' && name) lane.runs.set(name, (lane.runs.get(name) || 0) + 1);
+      };
       switch (type) {
         case 'infer_start':
           totals.calls++;
           lane.calls++;
           if (cancelled) totals.discardedCalls++;
+          named(d.model);
+          openModel[li] = i;
           break;
         case 'infer_end': {
+          if (openModel[li] !== undefined) {
+            lane.bars.push([openModel[li], i, 0]);
+            openModel[li] = undefined;
+          }
           const inTok = isNum(d.input_tokens) ? d.input_tokens : 0;
           const outTok = isNum(d.output_tokens) ? d.output_tokens : 0;
           totals.inTok += inTok;
@@ -234,8 +261,14 @@
         case 'tool_call':
           totals.tools++;
           lane.tools++;
+          named(d.name);
+          openTool[li] = i;
           break;
         case 'tool_result':
+          if (openTool[li] !== undefined) {
+            lane.bars.push([openTool[li], i, 1]);
+            openTool[li] = undefined;
+          }
           if (d.success === false) {
             totals.failedTools++;
             lane.failedTools++;
@@ -312,6 +345,30 @@
     order.forEach((li, k) => {
       laneRank[li] = k;
     });
+    // A call with no end ran until its branch was cancelled, or until the branch's last event.
+    lanes.forEach((lane, li) => {
+      const stop = isNum(lane.cancelAt) ? Math.max(lane.cancelAt, lane.last) : lane.last;
+      for (const open of [openModel[li], openTool[li]]) {
+        if (open !== undefined) lane.bars.push([open, -1, open === openModel[li] ? 0 : 1]);
+      }
+      lane.bars = lane.bars
+        .map(([s, e, kind]) => [at[s], e >= 0 ? at[e] : stop, kind, s])
+        .filter((b) => isNum(b[0]) && isNum(b[1]))
+        .sort((a, b) => a[0] - b[0]);
+      const names = [...lane.runs.keys()];
+      lane.what = names.length <= 2 ? names.join(' → ') : `${names[0]} → ${names[1]} +${names.length - 2}`;
+    });
+    // Each lane's forks and their branches, in id order.
+    const forkKids = new Map();
+    for (const li of order) {
+      const f = lanes[li].fork;
+      if (f === null) continue;
+      if (!forkKids.has(f.event)) forkKids.set(f.event, []);
+      forkKids.get(f.event).push(li);
+    }
+    for (const [event, kids] of [...forkKids.entries()].sort((a, b) => a[0] - b[0])) {
+      lanes[laneOf[event]].forks.push({ event, kids });
+    }
 
     const start = parseTime(trace.start);
     const end = parseTime(trace.end);
@@ -359,6 +416,13 @@
     selRef: -1,
     drawn: '',
     lanesDrawn: '',
+    // The timeline: its rows (a lane, or -1 - g for group g), groups, each lane's row, the
+    // forks whose group was opened, and the zoomed range (µs since the start) or null.
+    tlRows: [],
+    tlGroups: [],
+    laneRow: null,
+    openGroups: new Set(),
+    zoom: null,
   };
 
   const typeName = (i) => M.types[M.typeOf[i]].name;
@@ -429,74 +493,244 @@
   // Timeline
   // --------------------------------------------------------------------------------------
 
+  // The visible range, in µs since the run's start: the whole run unless zoomed.
+  const range = () => (view.zoom ? view.zoom : [0, M.span]);
+  // Where `t` (µs since the start) falls on a track, in percent of its width.
+  const pct = (t) => {
+    const [from, to] = range();
+    return ((t - from) / Math.max(to - from, 1e-3)) * 100;
+  };
+
   function renderAxis() {
     const axis = byId('axis');
     const width = axis.clientWidth || 800;
-    const target = M.span / Math.max(2, Math.floor(width / 110));
+    const [from, to] = range();
+    const span = Math.max(to - from, 1e-3);
+    const target = span / Math.max(2, Math.floor(width / 110));
     const pow = Math.pow(10, Math.floor(Math.log10(target)));
     const step = [1, 2, 5, 10].map((k) => k * pow).find((s) => s >= target) || 10 * pow;
     let html = '';
-    for (let t = 0; t <= M.span + 1e-6 && html.length < 20000; t += step) {
-      html += `<span class="tick" style="left:${((t / M.span) * 100).toFixed(3)}%">${esc(fmtDur(t))}</span>`;
+    for (let t = Math.ceil(from / step) * step; t <= to + 1e-6 && html.length < 20000; t += step) {
+      html += `<span class="tick" data-us="${Math.round(t)}" style="left:${pct(t).toFixed(3)}%">${esc(fmtDur(t))}</span>`;
     }
     axis.innerHTML = html;
+    const box = byId('timeline');
+    box.dataset.viewFrom = String(Math.round(from));
+    box.dataset.viewTo = String(Math.round(to));
+    byId('zoom-range').textContent = view.zoom ? `${fmtRel(from)} – ${fmtRel(to)} of ${fmtDur(M.span)}` : '';
+    byId('zoom-reset').hidden = !view.zoom;
   }
 
-  function laneHtml(li, top) {
+  // Which lanes the timeline draws, in tree order: what the event tree's collapsing and
+  // filter leave, with the branches of a very wide fork grouped after the first few.
+  function rebuildTimeline() {
+    const rows = [];
+    const groups = [];
+    const rowOfLane = new Int32Array(M.lanes.length).fill(-1);
+    const seen = new Uint8Array(M.lanes.length);
+    const active = filtering();
+    const shown = (li) => !active || (view.laneCount !== null && view.laneCount[li] > 0);
+    function walk(li) {
+      if (seen[li]) return;
+      seen[li] = 1;
+      if (!shown(li)) return;
+      rowOfLane[li] = rows.length;
+      rows.push(li);
+      if (view.collapsed.has(li)) return;
+      for (const fork of M.lanes[li].forks) {
+        const kids = active ? fork.kids.filter(shown) : fork.kids;
+        if (kids.length <= GROUP_LANES || view.openGroups.has(fork.event)) {
+          for (const kid of kids) walk(kid);
+          continue;
+        }
+        for (const kid of kids.slice(0, GROUP_SHOWN)) walk(kid);
+        const rest = kids.slice(GROUP_SHOWN);
+        for (const kid of rest) seen[kid] = 1;
+        rows.push(-1 - groups.length);
+        groups.push({ event: fork.event, parent: li, lanes: rest });
+      }
+    }
+    const roots = view.branch >= 0 ? [view.branch] : M.roots;
+    for (const li of roots) walk(li);
+    if (view.branch < 0) for (const li of M.order) if (!seen[li]) walk(li);
+    view.tlRows = rows;
+    view.tlGroups = groups;
+    view.laneRow = rowOfLane;
+    view.lanesDrawn = '';
+  }
+
+  // The calls of a lane as bars within the visible range. Short calls close together are
+  // merged into one bar ("12 calls", its kind `mixed` when it holds both), so a lane draws
+  // about CALL_BARS bars however many calls it made; zooming in separates them.
+  function callBars(L) {
+    const [from, to] = range();
+    const span = Math.max(to - from, 1e-3);
+    const px = span / Math.max(byId('axis').clientWidth || 800, 100);
+    const bucket = Math.max(px, span / CALL_BARS);
+    let html = '';
+    let cur = null;
+    const flush = () => {
+      if (!cur) return;
+      const left = pct(cur[0] - M.t0);
+      const width = Math.max(pct(cur[1] - M.t0) - left, 0);
+      const d = dataOf(cur[3]);
+      const kind = cur[2] === 0 ? 'model' : cur[2] === 1 ? 'tool' : 'mixed';
+      const what = cur[2] === 0 ? `model ${d.model || ''}` : `tool ${d.name || ''}`;
+      const tip = cur[4] > 1 ? `${int(cur[4])} calls over ${fmtDur(cur[1] - cur[0])}: zoom in to tell them apart`
+        : `${what} · ${fmtDur(cur[1] - cur[0])}`;
+      html += `<i class="call ${kind}" data-event="${cur[3]}" data-calls="${cur[4]}" ` +
+        `style="left:${left.toFixed(3)}%;width:${width.toFixed(3)}%" title="${esc(tip)}"></i>`;
+      cur = null;
+    };
+    for (const b of L.bars) {
+      const s = b[0] - M.t0;
+      const e = b[1] - M.t0;
+      if (e < from || s > to) continue;
+      if (cur && b[1] - b[0] < bucket && b[0] - cur[1] < bucket && b[1] - cur[0] < 2 * bucket) {
+        cur[1] = Math.max(cur[1], b[1]);
+        if (cur[2] !== b[2]) cur[2] = 2;
+        cur[4]++;
+        continue;
+      }
+      flush();
+      cur = [b[0], b[1], b[2], b[3], 1];
+    }
+    flush();
+    return html;
+  }
+
+  // The lane rows in (or near) the timeline's view; only they get call bars, so a trace of
+  // 100 lanes × 400 calls does not put 40,000 bars in the page.
+  function visibleRows() {
+    const scroll = byId('lanes-scroll');
+    const first = Math.max(0, Math.floor(scroll.scrollTop / LANE_H) - OVERSCAN);
+    const last = Math.ceil((scroll.scrollTop + (scroll.clientHeight || 300)) / LANE_H) + OVERSCAN;
+    return [first, last];
+  }
+
+  // Adds call bars to the drawn lanes that came into view without them.
+  function fillCalls() {
+    const box = byId('lanes');
+    const [first, last] = visibleRows();
+    for (let k = first; k < Math.min(last, box.children.length); k++) {
+      const el = box.children[k];
+      if (el.dataset.calls !== undefined || el.dataset.lane === undefined) continue;
+      const L = M.lanes[Number(el.dataset.lane)];
+      const track = el.querySelector('.lane-track');
+      if (track && !el.classList.contains('outside')) track.insertAdjacentHTML('beforeend', callBars(L));
+      el.dataset.calls = '1';
+    }
+  }
+
+  function laneHtml(li, top, calls) {
     const L = M.lanes[li];
-    const cls = 'lane' + (L.cancelled ? ' cancelled' : '') + (L.won ? ' won' : '') +
-      (L.errors ? ' error' : '') + (view.selKind === 1 && view.selRef === li ? ' selected' : '');
     const first = isNum(L.first) ? L.first - M.t0 : 0;
     const last = isNum(L.last) ? L.last - M.t0 : first;
-    const left = (first / M.span) * 100;
-    const width = ((last - first) / M.span) * 100;
+    const [from, to] = range();
+    const outside = last < from || first > to;
+    const cls = 'lane' + (L.cancelled ? ' cancelled' : '') + (L.won ? ' won' : '') +
+      (L.errors ? ' error' : '') + (outside ? ' outside' : '') +
+      (view.selKind === 1 && view.selRef === li ? ' selected' : '');
+    const left = pct(first);
+    const width = pct(last) - left;
     const badges = (L.cancelled ? '<span class="badge cancelled">cancelled</span>' : '') +
       (L.won ? '<span class="badge won">won</span>' : '') +
       (L.errors ? '<span class="badge error">error</span>' : '');
-    const tip = `${L.id}\nfrom ${fmtRel(first)} for ${fmtDur(last - first)}\n` +
+    const tip = `${L.id}${L.what ? ' · ' + L.what : ''}\nfrom ${fmtRel(first)} for ${fmtDur(last - first)}\n` +
       `${int(L.events.length)} events, ${int(L.calls)} model calls, ${int(L.tools)} tool calls, ${fmtCost(L.cost)}` +
       (L.cancelled ? '\ncancelled' : '') + (L.won ? '\nwon its race' : '');
     const style = top === null ? '' : ` style="position:absolute;left:0;right:0;top:${top}px"`;
+    const name = L.depth ? shortId(L.id) : L.id;
     return `<div class="${cls}" data-lane="${li}" data-id="${esc(L.id)}" data-depth="${L.depth}"` +
-      ` data-start-us="${Math.round(first)}" data-end-us="${Math.round(last)}" title="${esc(tip)}"${style}>` +
+      ` data-start-us="${Math.round(first)}" data-end-us="${Math.round(last)}"` +
+      `${calls ? ' data-calls="1"' : ''} title="${esc(tip)}"${style}>` +
       `<div class="lane-label" style="padding-left:${6 + Math.min(L.depth, 12) * 10}px">` +
-      `${esc(L.depth ? shortId(L.id) : L.id)}${badges}</div>` +
+      `${esc(name)}${L.what ? ` <span class="what">${esc(L.what)}</span>` : ''}${badges}</div>` +
       `<div class="lane-track"><div class="bar" style="left:${left.toFixed(3)}%;width:${Math.max(width, 0).toFixed(3)}%"></div>` +
-      tailHtml(L, last) + '</div></div>';
+      (outside || !calls ? '' : callBars(L)) + tailHtml(L, last) + '</div></div>';
+  }
+
+  // The branches of a wide fork past the first few, as one row that opens on a click.
+  function groupHtml(g, top) {
+    const G = view.tlGroups[g];
+    let first = Infinity;
+    let last = -Infinity;
+    let cancelled = 0;
+    let failed = 0;
+    for (const li of G.lanes) {
+      const L = M.lanes[li];
+      if (L.first < first) first = L.first;
+      if (L.last > last) last = L.last;
+      if (L.cancelled) cancelled++;
+      if (L.errors) failed++;
+    }
+    first = isNum(first) ? first - M.t0 : 0;
+    last = isNum(last) ? last - M.t0 : first;
+    const left = pct(first);
+    const width = pct(last) - left;
+    const depth = M.lanes[G.parent].depth + 1;
+    const notes = (cancelled ? ` <span class="badge cancelled">${int(cancelled)} cancelled</span>` : '') +
+      (failed ? ` <span class="badge error">${int(failed)} failed</span>` : '');
+    const style = top === null ? '' : ` style="position:absolute;left:0;right:0;top:${top}px"`;
+    return `<div class="lane group" data-group="${g}" data-lanes="${G.lanes.length}"` +
+      ` title="${esc(`${int(G.lanes.length)} more branches of this fork: click to show them`)}"${style}>` +
+      `<div class="lane-label" style="padding-left:${6 + Math.min(depth, 12) * 10}px">▸ ` +
+      `${esc(count(G.lanes.length, 'more branch', 'more branches'))}${notes}</div>` +
+      `<div class="lane-track"><div class="bar" style="left:${left.toFixed(3)}%;width:${Math.max(width, 0).toFixed(3)}%"></div></div></div>`;
   }
 
   // From a cancelled branch's last event to the moment it was stopped.
   function tailHtml(L, last) {
     const stop = L.cancelAt - M.t0;
     if (!isNum(stop) || stop <= last) return '';
-    const left = (last / M.span) * 100;
-    const width = ((stop - last) / M.span) * 100;
+    const left = pct(last);
+    const width = pct(stop) - left;
     return `<div class="tail" style="left:${left.toFixed(3)}%;width:${width.toFixed(3)}%" ` +
       `title="running until cancelled at ${esc(fmtRel(stop))}"></div>`;
   }
 
+  const rowHtmlOf = (row, top, calls) => (row >= 0 ? laneHtml(row, top, calls) : groupHtml(-1 - row, top));
+
   function renderLanes(force) {
     const box = byId('lanes');
-    const order = M.order;
-    byId('lane-count').textContent = `${int(order.length)} lane${order.length === 1 ? '' : 's'} (run and branches)`;
-    box.dataset.laneCount = String(order.length);
-    if (order.length <= LANE_DOM_CAP) {
+    const rows = view.tlRows;
+    const hidden = M.lanes.length - rows.filter((r) => r >= 0).length;
+    byId('lane-count').textContent = `${int(M.lanes.length)} lane${M.lanes.length === 1 ? '' : 's'} (run and branches)` +
+      (hidden ? `, ${int(hidden)} not drawn (collapsed, grouped or filtered out)` : '');
+    box.dataset.laneCount = String(M.lanes.length);
+    box.dataset.rows = String(rows.length);
+    if (rows.length <= LANE_DOM_CAP) {
       if (!force && view.lanesDrawn === 'all') return;
       box.style.height = '';
-      box.innerHTML = order.map((li) => laneHtml(li, null)).join('');
+      const [vf, vl] = visibleRows();
+      box.innerHTML = rows.map((r, k) => rowHtmlOf(r, null, k >= vf && k < vl)).join('');
       view.lanesDrawn = 'all';
       return;
     }
     const scroll = byId('lanes-scroll');
     const first = Math.max(0, Math.floor(scroll.scrollTop / LANE_H) - OVERSCAN);
-    const last = Math.min(order.length, Math.ceil((scroll.scrollTop + (scroll.clientHeight || 300)) / LANE_H) + OVERSCAN);
+    const last = Math.min(rows.length, Math.ceil((scroll.scrollTop + (scroll.clientHeight || 300)) / LANE_H) + OVERSCAN);
     const key = first + ':' + last;
     if (!force && view.lanesDrawn === key) return;
-    box.style.height = order.length * LANE_H + 'px';
+    box.style.height = rows.length * LANE_H + 'px';
     let html = '';
-    for (let k = first; k < last; k++) html += laneHtml(order[k], k * LANE_H);
+    for (let k = first; k < last; k++) html += rowHtmlOf(rows[k], k * LANE_H, true);
     box.innerHTML = html;
     view.lanesDrawn = key;
+  }
+
+  // Zooms to [from, to] (µs since the start), kept within the run; `null` shows it all.
+  function setZoom(from, to) {
+    if (from === null) {
+      view.zoom = null;
+    } else {
+      const span = Math.min(Math.max(to - from, MIN_ZOOM_US), M.span);
+      from = Math.min(Math.max(from, 0), M.span - span);
+      view.zoom = span >= M.span ? null : [from, from + span];
+    }
+    renderAxis();
+    renderLanes(true);
+    if (M.ready) saveHash();
   }
 
   // --------------------------------------------------------------------------------------
@@ -636,6 +870,9 @@
       ? `${int(total)} of ${int(M.n)} events`
       : `${int(M.n)} events · ${int(kind.length)} rows`;
     byId('match-count').dataset.matches = String(total);
+    // The timeline follows what the tree shows.
+    rebuildTimeline();
+    renderLanes(true);
   }
 
   function eventSummary(i) {
@@ -713,7 +950,9 @@
         ? `${int(view.laneCount[ref])} of ${count(L.events.length, 'event', 'events')}`
         : count(L.events.length, 'event', 'events');
       const meta = [events];
-      if (L.fork) meta.push(`${L.fork.kind} branch ${L.fork.index}`);
+      // What it runs says more than its place in the fork.
+      if (L.what) meta.unshift(L.what);
+      else if (L.fork) meta.push(`${L.fork.kind} branch ${L.fork.index}`);
       if (L.calls) meta.push(count(L.calls, 'model call', 'model calls'));
       if (L.tools) meta.push(count(L.tools, 'tool call', 'tool calls'));
       if (L.cost) meta.push(fmtCost(L.cost));
@@ -804,6 +1043,14 @@
   function select(kind, ref) {
     view.selKind = kind;
     view.selRef = ref;
+    // A branch of a wide fork's group is shown by opening the group.
+    const li = kind === 0 ? M.laneOf[ref] : ref;
+    const fork = M.lanes[li].fork;
+    if (view.laneRow && view.laneRow[li] < 0 && fork && !view.openGroups.has(fork.event)) {
+      view.openGroups.add(fork.event);
+      rebuildTimeline();
+      renderLanes(true);
+    }
     if (M.ready) saveHash();
     renderDetails();
     renderRows(true);
@@ -817,12 +1064,15 @@
 
   function scrollLaneIntoView(li) {
     const box = byId('lanes-scroll');
-    const top = M.laneRank[li] * LANE_H;
+    const row = view.laneRow ? view.laneRow[li] : -1;
+    if (row < 0) return;
+    const top = row * LANE_H;
     if (top < box.scrollTop || top + LANE_H > box.scrollTop + box.clientHeight) {
       box.scrollTop = Math.max(0, top - box.clientHeight / 3);
     }
-    // Past the DOM cap, lanes come into view only when drawn.
-    renderLanes(false);
+    // Past the DOM cap, lanes come into view only when drawn; below it, their calls.
+    if (view.tlRows.length <= LANE_DOM_CAP) fillCalls();
+    else renderLanes(false);
   }
 
   function setBranch(li) {
@@ -1168,6 +1418,7 @@
     if (view.branch >= 0) p.set('branch', M.lanes[view.branch].id);
     if (view.selKind === 0) p.set('event', String(view.selRef));
     if (view.selKind === 1) p.set('lane', M.lanes[view.selRef].id);
+    if (view.zoom) p.set('zoom', `${Math.round(view.zoom[0])}-${Math.round(view.zoom[1])}`);
     const hash = p.toString();
     try {
       history.replaceState(null, '', hash ? '#' + hash : location.pathname + location.search);
@@ -1184,6 +1435,14 @@
     byId('search').value = view.query;
     byId('type-filter').value = view.type;
     byId('hide-cancelled').checked = view.hideCancelled;
+    // `zoom=FROM-TO`, in µs since the start.
+    const zoom = /^(\d+(?:\.\d+)?)-(\d+(?:\.\d+)?)$/.exec(p.get('zoom') || '');
+    view.zoom = null;
+    if (zoom && Number(zoom[2]) > Number(zoom[1])) {
+      const from = Math.max(0, Number(zoom[1]));
+      const to = Math.min(M.span, Number(zoom[2]));
+      if (to - from >= MIN_ZOOM_US && to - from < M.span) view.zoom = [from, to];
+    }
     const branch = p.get('branch');
     setBranch(branch !== null && M.laneIx.has(branch) ? M.laneIx.get(branch) : -1);
     if (filtering() || view.branch >= 0) view.collapsed.clear();
@@ -1244,16 +1503,81 @@
       renderRows(false);
     });
     byId('lanes').addEventListener('click', (e) => {
+      // The end of a drag that panned the timeline is not a click on what it ends over.
+      if (dragged) return;
+      const call = e.target.closest('.call');
+      if (call) {
+        reveal(0, Number(call.dataset.event));
+        return;
+      }
+      const group = e.target.closest('.group');
+      if (group) {
+        view.openGroups.add(view.tlGroups[Number(group.dataset.group)].event);
+        rebuildTimeline();
+        renderLanes(true);
+        return;
+      }
       const lane = e.target.closest('.lane');
       if (lane) reveal(1, Number(lane.dataset.lane));
     });
+    // Zoom with the wheel over the tracks or the axis (around the pointer); pan with a drag,
+    // shift+wheel or a sideways wheel; a double click or the button shows the whole run.
+    const timeline = byId('timeline');
+    const trackX = (e) => {
+      const r = byId('axis').getBoundingClientRect();
+      return Math.min(Math.max((e.clientX - r.left) / Math.max(r.width, 1), 0), 1);
+    };
+    timeline.addEventListener('wheel', (e) => {
+      if (!e.target.closest('.lane-track, #axis')) return;
+      e.preventDefault();
+      const [from, to] = range();
+      const span = to - from;
+      if (e.shiftKey || Math.abs(e.deltaX) > Math.abs(e.deltaY)) {
+        const delta = e.shiftKey ? e.deltaY || e.deltaX : e.deltaX;
+        setZoom(from + (delta / 500) * span, to + (delta / 500) * span);
+        return;
+      }
+      const at = from + trackX(e) * span;
+      const next = span * Math.exp(e.deltaY * 0.002);
+      const frac = (at - from) / Math.max(span, 1e-3);
+      setZoom(at - frac * next, at - frac * next + next);
+    }, { passive: false });
+    let drag = null;
+    let dragged = false;
+    timeline.addEventListener('mousedown', (e) => {
+      if (e.button !== 0 || !e.target.closest('.lane-track, #axis')) return;
+      drag = { x: e.clientX, range: range() };
+      dragged = false;
+    });
+    window.addEventListener('mousemove', (e) => {
+      if (!drag) return;
+      const dx = e.clientX - drag.x;
+      if (!dragged && Math.abs(dx) < 4) return;
+      dragged = true;
+      const width = Math.max(byId('axis').getBoundingClientRect().width, 1);
+      const [from, to] = drag.range;
+      const shift = (-dx / width) * (to - from);
+      setZoom(from + shift, to + shift);
+    });
+    window.addEventListener('mouseup', () => {
+      drag = null;
+      // The click that follows a drag's mouseup is ignored, then clicks count again.
+      setTimeout(() => {
+        dragged = false;
+      }, 0);
+    });
+    timeline.addEventListener('dblclick', (e) => {
+      if (e.target.closest('.lane-track, #axis')) setZoom(null);
+    });
+    byId('zoom-reset').addEventListener('click', () => setZoom(null));
     let lanePending = false;
     byId('lanes-scroll').addEventListener('scroll', () => {
-      if (lanePending || M.order.length <= LANE_DOM_CAP) return;
+      if (lanePending) return;
       lanePending = true;
       requestAnimationFrame(() => {
         lanePending = false;
-        renderLanes(false);
+        if (view.tlRows.length <= LANE_DOM_CAP) fillCalls();
+        else renderLanes(false);
       });
     });
     byId('details').addEventListener('click', (e) => {
@@ -1306,6 +1630,7 @@
     // Only edits by hand fire this (`replaceState` does not): apply them.
     window.addEventListener('hashchange', () => {
       const selected = loadHash();
+      renderAxis();
       refresh();
       if (selected) reveal(selected[0], selected[1]);
     });
@@ -1390,7 +1715,6 @@
     renderTypeOptions();
     const selected = loadHash();
     renderAxis();
-    renderLanes(true);
     rebuildRows();
     if (selected) reveal(selected[0], selected[1]);
     else renderRows(true);

@@ -232,7 +232,26 @@ impl Chromium {
 
     /// The DOM of `page` (a `file://` URL is made of the path; `fragment` is appended as the
     /// URL's `#...` part) once its scripts have run.
+    ///
+    /// On a loaded machine Chromium can dump a page before the viewer's first frame, which
+    /// leaves no `data-rendered` mark: such a dump is retried (twice), and the last one is
+    /// returned either way, for the caller's checks to judge.
     pub fn dump_dom(&self, page: &Path, fragment: &str) -> Result<String, String> {
+        let mut tries = 0;
+        loop {
+            let dom = self.dump_dom_once(page, fragment)?;
+            tries += 1;
+            if dom.contains("data-rendered=") || tries == 3 {
+                return Ok(dom);
+            }
+            eprintln!(
+                "chromium dumped {} before its first render; trying again",
+                page.display()
+            );
+        }
+    }
+
+    fn dump_dom_once(&self, page: &Path, fragment: &str) -> Result<String, String> {
         let _turn = one_at_a_time();
         let profile = tempfile::tempdir().map_err(|e| format!("no temp dir: {e}"))?;
         let mut cmd = self.command(profile.path());

@@ -365,3 +365,21 @@ pub fn failed() -> Trace {
 
 /// The error [`failed`] fails with.
 pub const FAILURE: &str = "the answer does not satisfy the schema: \"city\" is required";
+
+/// A run that fans out `branches` branches in one `par`: each looks a city up (a tool call),
+/// and every tenth also asks a model first; about 11,000 events for 5,000 branches.
+pub fn wide(branches: usize) -> Trace {
+    let fan = (0..branches)
+        .map(|k| {
+            let lookup = op::tool("lookup", json!({ "city": format!("city-{k}") })).map(|_| ());
+            if k % 10 == 0 {
+                ask("small-model", 0, &format!("which city is {k}"))
+                    .then(lookup)
+                    .map(|_| ())
+            } else {
+                lookup
+            }
+        })
+        .collect();
+    execute(op::par(fan).map(|_| ()))
+}
