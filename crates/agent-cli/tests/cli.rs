@@ -1088,6 +1088,15 @@ fn agent_run_exports_its_spans_over_otlp_by_flag_or_by_the_standard_variable() {
         .find(|s| s.name == "invoke_agent researcher")
         .unwrap_or_else(|| panic!("no agent span in {spans:#?}"));
     assert_eq!(root.service, "researcher");
+    // With content: the agent's goal and its whole answer, on the agent span.
+    assert!(
+        root.attributes["gen_ai.input.messages"].contains("deterministic and safe"),
+        "{root:?}"
+    );
+    assert!(
+        root.attributes["gen_ai.output.messages"].contains("Recorded runs replay offline"),
+        "{root:?}"
+    );
     let chats: Vec<_> = spans
         .iter()
         .filter(|s| s.name.starts_with("chat "))

@@ -35,6 +35,7 @@ pub struct Config {
     pub(crate) trace_id: Option<TraceId>,
     pub(crate) max_concurrency: Option<NonZeroUsize>,
     pub(crate) name: Option<Arc<str>>,
+    pub(crate) goal: Option<Arc<str>>,
     /// `record_content(false)`: stored inverted so that the derived default records.
     pub(crate) omit_content: bool,
     pub(crate) export_content: bool,
@@ -130,6 +131,15 @@ impl Config {
     /// `gen_ai.agent.name` set.
     pub fn name(mut self, name: impl Into<String>) -> Config {
         self.name = Some(Arc::from(name.into()));
+        self
+    }
+
+    /// What the agent this run is was asked: with [`export_content`](Config::export_content),
+    /// its `invoke_agent` span carries it as `gen_ai.input.messages` (a user message), beside
+    /// the answer as `gen_ai.output.messages`, so a backend shows the run's question and
+    /// answer at its top.
+    pub fn goal(mut self, goal: impl Into<String>) -> Config {
+        self.goal = Some(Arc::from(goal.into()));
         self
     }
 

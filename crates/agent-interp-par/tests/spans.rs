@@ -418,6 +418,57 @@ fn the_agent_span_carries_what_the_run_spent_and_its_answer() {
     }
 }
 
+/// With content exported and `Config::goal` set, the agent span shows the run's question and
+/// its whole answer (not the event's 200-character preview).
+#[test]
+fn the_agent_span_carries_the_goal_and_the_whole_answer() {
+    let answer = "a long answer ".repeat(40);
+    for export in [false, true] {
+        let capture = Capture::default();
+        let subscriber = tracing_subscriber::registry().with(capture.clone());
+        let config = Config::new()
+            .goal("What is the long answer?")
+            .export_content(export);
+        let expected = answer.clone();
+        tracing::subscriber::with_default(subscriber, || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_time()
+                .build()
+                .unwrap();
+            let value = rt
+                .block_on(agent_interp_par::run(
+                    &config,
+                    (),
+                    op::pure::<(), String>(expected),
+                ))
+                .unwrap()
+                .value;
+            assert_eq!(value.len(), 560);
+        });
+        let spans = capture.spans.lock().unwrap().clone();
+        let root = spans
+            .iter()
+            .map(|(_, s)| s)
+            .find(|s| s.name == "invoke_agent")
+            .unwrap();
+        let (input, output) = (
+            root.field("gen_ai.input.messages"),
+            root.field("gen_ai.output.messages"),
+        );
+        if !export {
+            assert_eq!((input, output), (None, None));
+            continue;
+        }
+        let input: serde_json::Value = serde_json::from_str(input.unwrap()).unwrap();
+        assert_eq!(
+            input,
+            serde_json::json!([{"role": "user", "parts": [{"type": "text", "content": "What is the long answer?"}]}])
+        );
+        let output: serde_json::Value = serde_json::from_str(output.unwrap()).unwrap();
+        assert_eq!(output[0]["parts"][0]["content"], answer.as_str());
+    }
+}
+
 #[test]
 fn message_contents_are_recorded_only_on_opt_in() {
     let (spans, _) = capture(false, config().export_content(true));

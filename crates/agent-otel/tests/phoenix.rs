@@ -196,6 +196,21 @@ fn check(spans: &[Value], root_name: &str) {
         // agent → chat: the fork and branch spans are below the exporter's default level.
         assert_eq!(chat["parent_id"], root["context"]["span_id"], "{chat}");
     }
+    // The agent span: what the run spent, and (content is exported) its goal and answer.
+    let a = attrs(root);
+    assert_eq!(a["gen_ai.usage.input_tokens"], 22, "{root}");
+    assert_eq!(a["effect_agents.cost.usd"], 0.003, "{root}");
+    // Phoenix shows the goal as the agent's input message; the answer travels as the
+    // convention's output messages.
+    assert_eq!(a["llm.input_messages.0.message.role"], "user", "{root}");
+    assert_eq!(
+        a["llm.input_messages.0.message.content"],
+        run::GOAL,
+        "{root}"
+    );
+    let output: Value =
+        serde_json::from_str(a["gen_ai.output.messages"].as_str().unwrap_or("null")).unwrap();
+    assert_eq!(output[0]["parts"][0]["content"], run::ANSWER, "{root}");
     let tool = spans
         .iter()
         .find(|s| s["name"] == "execute_tool lookup")

@@ -208,7 +208,9 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
             .unwrap_or_else(|| "agent".into())
     });
     let telemetry = telemetry::start(&options.otlp, &agent_name)?;
-    config = config.export_content(options.otlp.otlp_content);
+    config = config
+        .goal(spec.agent.goal.clone())
+        .export_content(options.otlp.otlp_content);
     if let Some(memory) = memory {
         config = config.memory(memory);
     }

@@ -456,6 +456,11 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
                 .map(|seed| Mutex::new(fastrand::Rng::with_seed(seed))),
         });
         let span = spans::run(&id, config.name.as_deref());
+        if config.exports_content()
+            && let Some(goal) = &config.goal
+        {
+            spans::run_goal(&span, goal);
+        }
         let root = BranchLog::new(id, None);
         let mut machine = Machine::root(runtime.clone(), root.clone(), state, rebox::<A>, span);
         let result = machine.run_caught(program.into_node()).await;
@@ -487,7 +492,14 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         let mut trace = root.take();
         let ended = outcome::run_end(&trace, result.as_ref());
         if let agent_op::EventKind::RunEnd(end) = &ended.kind {
-            spans::run_ended(&run_span, end, config.exports_content());
+            // The whole answer, not the event's preview, for a backend to show.
+            let answer = match &result {
+                Ok(value) if config.exports_content() && !run_span.is_disabled() => {
+                    outcome::any_text(value as &dyn std::any::Any)
+                }
+                _ => None,
+            };
+            spans::run_ended(&run_span, end, answer.as_deref());
         }
         drop(run_span);
         trace.events.push(TraceEntry {

@@ -43,24 +43,35 @@ pub(crate) fn run_end<A: 'static>(trace: &Trace, result: Result<&A, &ErrorKind>)
     )
 }
 
-/// A preview of values the engine can show without knowing their type: text, JSON, numbers,
-/// booleans and `()`.
+/// A preview of values the engine can show without knowing their type (see [`any_text`]).
 fn any_preview(value: &dyn Any) -> Option<String> {
+    if let Some(json) = value.downcast_ref::<Value>() {
+        return Some(value_preview(json));
+    }
+    any_text(value).map(|text| preview(&text, PREVIEW_CHARS))
+}
+
+/// The whole text of values the engine can show without knowing their type: text, JSON (a
+/// string as its text, anything else compact), numbers, booleans and `()`.
+pub(crate) fn any_text(value: &dyn Any) -> Option<String> {
     macro_rules! shown {
         ($($ty:ty),*) => {$(
             if let Some(v) = value.downcast_ref::<$ty>() {
-                return Some(preview(&v.to_string(), PREVIEW_CHARS));
+                return Some(v.to_string());
             }
         )*};
     }
     if let Some(text) = value.downcast_ref::<String>() {
-        return Some(preview(text, PREVIEW_CHARS));
+        return Some(text.clone());
     }
     if let Some(text) = value.downcast_ref::<&'static str>() {
-        return Some(preview(text, PREVIEW_CHARS));
+        return Some((*text).to_owned());
     }
     if let Some(json) = value.downcast_ref::<Value>() {
-        return Some(value_preview(json));
+        return Some(match json {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
     }
     if value.downcast_ref::<()>().is_some() {
         return Some("()".to_owned());

@@ -44,6 +44,7 @@ pub(crate) fn run(trace_id: &TraceId, agent: Option<&str>) -> Span {
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
         effect_agents.cost.usd = Empty,
+        gen_ai.input.messages = Empty,
         gen_ai.output.messages = Empty,
         error.type = Empty,
         otel.status_description = Empty,
@@ -54,10 +55,22 @@ pub(crate) fn run(trace_id: &TraceId, agent: Option<&str>) -> Span {
     span
 }
 
+/// What the run was asked (`Config::goal`), on its span as a user message.
+pub(crate) fn run_goal(span: &Span, goal: &str) {
+    if span.is_disabled() {
+        return;
+    }
+    let message = json!({"role": "user", "parts": [{"type": "text", "content": goal}]});
+    span.record(
+        "gen_ai.input.messages",
+        Value::from(vec![message]).to_string(),
+    );
+}
+
 /// How the run ended, on its span: what all its model calls used (tokens, and the cost when
-/// every call's is known, as `effect_agents.cost.usd`), its error's message, and with
-/// `content` its answer (the value's preview) as `gen_ai.output.messages`.
-pub(crate) fn run_ended(span: &Span, ended: &agent_op::RunEnd, content: bool) {
+/// every call's is known, as `effect_agents.cost.usd`), its error's message, and its whole
+/// `answer` (given when content is exported) as `gen_ai.output.messages`.
+pub(crate) fn run_ended(span: &Span, ended: &agent_op::RunEnd, answer: Option<&str>) {
     if span.is_disabled() {
         return;
     }
@@ -76,7 +89,7 @@ pub(crate) fn run_ended(span: &Span, ended: &agent_op::RunEnd, content: bool) {
     if let Some(error) = &ended.error {
         span.record("otel.status_description", error.message.as_str());
     }
-    if let (true, Some(answer)) = (content, &ended.value_preview) {
+    if let Some(answer) = answer {
         let message = json!({
             "role": "assistant",
             "parts": [{"type": "text", "content": answer}],

@@ -14,8 +14,14 @@ pub const SPANS: usize = 5;
 #[allow(dead_code)] // Not every test exports at `DEBUG`.
 pub const SPANS_DEBUG: usize = 8;
 
+/// What the program answers.
+pub const ANSWER: &str = "two answers and a lookup";
+
+/// The goal the run is given (`Config::goal`).
+pub const GOAL: &str = "Ask twice, then look it up.";
+
 /// The program.
-pub fn program() -> Op<(), ()> {
+pub fn program() -> Op<(), String> {
     let ask = |q: &'static str| {
         let prompt = agent_op::Prompt::default()
             .system("Answer in one word.")
@@ -33,15 +39,17 @@ pub fn program() -> Op<(), ()> {
             name: "broken".into(),
             arguments: json!({}),
         }))
-        .map(|_| ())
+        .map(|_| ANSWER.to_owned())
 }
 
-/// A scripted model (11 tokens in, 3 out per call) and the `lookup` tool, for a run named
-/// `name`.
+/// A scripted model (11 tokens in, 3 out, $0.0015 per call) and the `lookup` tool, for a
+/// run named `name` with [`GOAL`].
 pub fn config(name: &str) -> Config {
     Config::new()
         .provider(agent_provider::ScriptedProvider::from_fn(|_, _| {
-            Ok(Response::text("ok").with_usage(11, 3))
+            Ok(Response::text("ok")
+                .with_usage(11, 3)
+                .with_cost(agent_op::MicroUsd(1_500)))
         }))
         .tool(FnTool::new(
             "lookup",
@@ -58,4 +66,5 @@ pub fn config(name: &str) -> Config {
             },
         ))
         .name(name)
+        .goal(GOAL)
 }
