@@ -324,7 +324,7 @@ impl<S: Merge + Clone + Send + 'static, T: LlmOutput> Turns<S, T> {
         if !reply.tool_calls.is_empty() {
             let calls: Vec<ToolCall> = reply.tool_calls.clone();
             self.messages.push(reply.to_message());
-            let runs: Vec<Op<S, String>> = calls
+            let runs: Vec<Op<S, serde_json::Value>> = calls
                 .iter()
                 .map(|call| {
                     let run = match self
@@ -339,18 +339,16 @@ impl<S: Merge + Clone + Send + 'static, T: LlmOutput> Turns<S, T> {
                         None => op::tool_call(call.clone()),
                     };
                     run.map(|result| match result {
-                        Ok(value) => match value {
-                            serde_json::Value::String(text) => text,
-                            other => other.to_string(),
-                        },
-                        Err(error) => format!("error: {error}"),
+                        Ok(value) => value,
+                        Err(error) => serde_json::Value::String(format!("error: {error}")),
                     })
                 })
                 .collect();
             return op::par(runs).and_then(move |results| {
                 for (call, result) in calls.iter().zip(results) {
+                    // Images a tool returned (MCP image blocks) become typed attachments.
                     self.messages
-                        .push(Message::tool_result(call.id.clone(), result));
+                        .push(Message::tool_output(call.id.clone(), &result));
                 }
                 self.turn()
             });

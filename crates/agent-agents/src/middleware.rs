@@ -96,11 +96,20 @@ pub fn elide_tool_results(messages: &[Message], keep: usize) -> Vec<Message> {
             Message::Tool {
                 tool_call_id,
                 content,
+                attachments,
             } if to_elide > 0 => {
                 to_elide -= 1;
+                let images = if attachments.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} attachment(s)", attachments.len())
+                };
                 Message::tool_result(
                     tool_call_id.clone(),
-                    format!("[tool result elided: {} chars]", content.chars().count()),
+                    format!(
+                        "[tool result elided: {} chars{images}]",
+                        content.chars().count()
+                    ),
                 )
             }
             other => other.clone(),

@@ -85,6 +85,83 @@ async fn the_tools_of_a_real_mcp_server_are_scoped_toolbox_entries() {
     );
 }
 
+/// An image a real MCP server returns reaches the model as a typed image attachment of the
+/// tool's message, not as base64 text; the trace records it with its hash and size.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_an_mcp_tool_returns_reaches_the_model_as_an_image() {
+    let Some(entry) = server_everything() else {
+        return;
+    };
+    let entry = entry.to_string_lossy().into_owned();
+    let server = McpServer::spawn("everything", "node", &[entry.as_str(), "stdio"])
+        .await
+        .unwrap();
+    let toolbox = server.toolbox(&["mcp.everything"]).await.unwrap();
+    let provider = std::sync::Arc::new(agent_provider::ScriptedProvider::new([
+        call("c1", "get-tiny-image", json!({})),
+        agent_op::Response::text("{\"ok\": true}"),
+    ]));
+    let config = Config::new()
+        .shared_provider(provider.clone())
+        .tools(toolbox.tool_set());
+    let program = agent_agents::agent::<(), Verdict>("m", &toolbox, "Look at the logo.").run();
+    let outcome = agent_interp_par::run(&config, (), program).await.unwrap();
+    assert_eq!(outcome.value.unwrap(), Verdict { ok: true });
+    let sent = &provider.calls()[1].prompt.messages;
+    let answer = sent
+        .iter()
+        .find(|m| m.role() == "tool")
+        .expect("the tool's answer");
+    assert!(
+        answer.content().contains("Here's the image you requested"),
+        "{answer:?}"
+    );
+    assert!(
+        !answer.content().contains("iVBOR"),
+        "no base64 in the text: {}",
+        answer.content()
+    );
+    let images: Vec<&agent_op::Image> = answer
+        .attachments()
+        .iter()
+        .filter_map(|a| a.as_image())
+        .collect();
+    assert_eq!(images.len(), 1);
+    assert_eq!(images[0].media_type(), "image/png");
+    assert!(
+        images[0].data().unwrap().starts_with(b"\x89PNG"),
+        "the decoded PNG"
+    );
+    // The trace's copy of the prompt names the same image.
+    let traced = outcome
+        .trace
+        .events
+        .iter()
+        .filter_map(|e| match &e.event.kind {
+            agent_op::EventKind::InferStart(start) => start.prompt.clone(),
+            _ => None,
+        })
+        .nth(1)
+        .expect("the second call's prompt");
+    let mut file = Vec::new();
+    agent_op::trace::jsonl::write_jsonl(&outcome.trace, &mut file).unwrap();
+    let text = String::from_utf8(file).unwrap();
+    assert!(
+        text.contains(images[0].sha256()),
+        "the file names the image by hash"
+    );
+    let back = agent_op::trace::jsonl::read_jsonl(text.as_bytes()).unwrap();
+    assert_eq!(back.trace, outcome.trace, "a small image reads back whole");
+    assert_eq!(
+        traced
+            .messages
+            .iter()
+            .map(|m| m.attachments().len())
+            .sum::<usize>(),
+        1
+    );
+}
+
 /// server-everything in its streamable-HTTP mode, on a free port of 127.0.0.1; killed on drop.
 struct HttpServer {
     child: tokio::process::Child,

@@ -715,3 +715,43 @@ fn browser_stays_usable_with_5000_branches() {
     assert!(drawn.len() < 200, "{} lanes in the DOM", drawn.len());
     assert!(opened.has_class(drawn[deep.as_str()], "selected"));
 }
+
+#[test]
+fn browser_shows_a_small_image_as_a_thumbnail_and_a_large_one_by_its_hash() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let trace = traces::with_images();
+    let page = write_page("images.html", &trace, "images");
+    // The page holds the small image's bytes and not the large one's.
+    let html = std::fs::read_to_string(&page).unwrap();
+    assert!(html.contains(traces::PIXEL_PNG));
+    assert!(html.len() < 100_000, "{} bytes", html.len());
+    let start = trace
+        .events
+        .iter()
+        .position(|e| matches!(e.event.kind, EventKind::InferStart(_)))
+        .expect("a model call");
+    let dom = Dom::parse(
+        &chromium
+            .dump_dom(&page, &format!("event={start}"))
+            .expect("chromium loads the page"),
+    );
+    rendered(&dom);
+    let details = dom.by_id("details").expect("a details pane");
+    let figures = dom.descendants_with_class(details, "attachment");
+    assert_eq!(figures.len(), 2, "{}", dom.text(details));
+    let thumbs = dom.descendants_with_class(details, "thumb");
+    assert_eq!(thumbs.len(), 1, "only the small image has its bytes");
+    assert!(
+        dom.attr(thumbs[0], "src")
+            .unwrap()
+            .starts_with("data:image/png;base64,iVBOR")
+    );
+    let large = dom.text(figures[1]);
+    assert!(
+        large.contains("image/jpeg") && large.contains("97.7 KB"),
+        "{large}"
+    );
+    assert!(large.contains("keeps its hash"), "{large}");
+}

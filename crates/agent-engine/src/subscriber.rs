@@ -67,7 +67,8 @@ pub struct JsonlSubscriber {
 
 /// What the writer thread is asked to do.
 enum Write {
-    Entry(TraceEntry),
+    /// Boxed: an event is large, and the channel holds a slot per message.
+    Entry(Box<TraceEntry>),
     /// Write everything received so far, `fsync`, then answer.
     Sync(mpsc::SyncSender<()>),
 }
@@ -131,11 +132,11 @@ impl Drop for JsonlSubscriber {
 
 impl Subscriber for JsonlSubscriber {
     fn on_event(&self, trace_id: &TraceId, event: &Event) {
-        let entry = TraceEntry {
+        let entry = Box::new(TraceEntry {
             trace_id: trace_id.clone(),
             cancelled: false,
             event: event.clone(),
-        };
+        });
         if !self.send(Write::Entry(entry)) {
             lock(&self.errors).push("the trace writer thread has stopped".to_owned());
         }

@@ -472,7 +472,7 @@ impl Provider for Model {
         Box::pin(async move {
             // The agent loop: after tool results, answer the tag; on the goal, call `calc`.
             let goal = prompt.messages.iter().find_map(|m| match m {
-                agent_op::Message::User { content } => content.strip_prefix("agent|"),
+                agent_op::Message::User { content, .. } => content.strip_prefix("agent|"),
                 _ => None,
             });
             if let Some(goal) = goal {

@@ -13,7 +13,8 @@
 //! - [`op`](mod@op): the DSL ([`Op`], its constructors, loops) and the [`op!`] do-notation macro;
 //! - [`agent`]: a ready-made conversational agent loop ([`agent::react`]);
 //! - [`interp`]: for interpreter authors, the erased program tree interpreters walk;
-//! - [`message`]: messages, prompts and model responses;
+//! - [`message`]: messages, prompts and model responses; [`attachment`]: their non-text
+//!   parts (images);
 //! - [`context`]: what [`op::infer`] asks for ([`ContextRequest`]), the
 //!   [`ContextPipeline`] that builds its prompt, and the [`ContextReport`](context::ContextReport) traced for it;
 //! - [`trace`]: events, trace ids, traces and their queries, checkpoints, JSONL;
@@ -51,6 +52,7 @@
 extern crate self as agent_op;
 
 pub mod agent;
+pub mod attachment;
 mod budget;
 mod cause;
 pub mod context;
@@ -75,6 +77,7 @@ pub mod trace;
 /// `#[derive(Merge)]`: merges a struct field by field (see [`crdt`] for an example).
 #[cfg(feature = "derive")]
 pub use agent_op_derive::Merge;
+pub use attachment::{Attachment, Image};
 pub use budget::{Budget, Exhausted, Resource, TimedOut};
 pub use cause::Cause;
 pub use context::{ContextPipeline, ContextRequest};

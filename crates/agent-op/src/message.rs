@@ -16,6 +16,7 @@ pub const TOOL_OVERHEAD_TOKENS: u64 = 32;
 /// Tokens a chat template may add once per prompt (reply priming). Part of
 /// [`Prompt::max_input_tokens`].
 pub const PROMPT_OVERHEAD_TOKENS: u64 = 16;
+use crate::attachment::Attachment;
 use crate::tool::ToolDefinition;
 
 /// One message of a conversation.
@@ -32,6 +33,9 @@ pub enum Message {
     User {
         /// The user's text.
         content: String,
+        /// Images and other non-text parts, after the text.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<Attachment>,
     },
     /// What the model said: text, tool calls, or both.
     Assistant {
@@ -48,6 +52,9 @@ pub enum Message {
         tool_call_id: String,
         /// The tool's output, usually JSON text.
         content: String,
+        /// Images and other non-text parts the tool returned.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        attachments: Vec<Attachment>,
     },
 }
 
@@ -63,6 +70,7 @@ impl Message {
     pub fn user(content: impl Into<String>) -> Message {
         Message::User {
             content: content.into(),
+            attachments: Vec::new(),
         }
     }
 
@@ -79,6 +87,47 @@ impl Message {
         Message::Tool {
             tool_call_id: tool_call_id.into(),
             content: content.into(),
+            attachments: Vec::new(),
+        }
+    }
+
+    /// The message answering the call `tool_call_id` with a tool's `output`. Text is the
+    /// output's text (a JSON string as it is, other JSON compact). Content blocks as MCP
+    /// writes them (`{"type": "text", "text"}`, `{"type": "image", "data", "mimeType"}`,
+    /// alone or in an array) become the message's text and typed image attachments, so an
+    /// image reaches the model as an image, not as base64 text.
+    pub fn tool_output(tool_call_id: impl Into<String>, output: &Value) -> Message {
+        let (content, attachments) = match content_blocks(output) {
+            Some(split) => split,
+            None => (
+                match output {
+                    Value::String(text) => text.clone(),
+                    other => other.to_string(),
+                },
+                Vec::new(),
+            ),
+        };
+        Message::Tool {
+            tool_call_id: tool_call_id.into(),
+            content,
+            attachments,
+        }
+    }
+
+    /// Adds a non-text part (to a user or tool message; other roles carry none, and are
+    /// returned unchanged).
+    pub fn with_attachment(mut self, attachment: Attachment) -> Message {
+        if let Message::User { attachments, .. } | Message::Tool { attachments, .. } = &mut self {
+            attachments.push(attachment);
+        }
+        self
+    }
+
+    /// Its non-text parts.
+    pub fn attachments(&self) -> &[Attachment] {
+        match self {
+            Message::User { attachments, .. } | Message::Tool { attachments, .. } => attachments,
+            _ => &[],
         }
     }
 
@@ -96,11 +145,48 @@ impl Message {
     pub fn content(&self) -> &str {
         match self {
             Message::System { content }
-            | Message::User { content }
+            | Message::User { content, .. }
             | Message::Assistant { content, .. }
             | Message::Tool { content, .. } => content,
         }
     }
+}
+
+/// MCP-style content blocks split into text and images: `None` unless `output` is one block
+/// or an array of blocks, each text or an image, with at least one image.
+fn content_blocks(output: &Value) -> Option<(String, Vec<Attachment>)> {
+    let blocks: &[Value] = match output {
+        Value::Array(items) => items,
+        Value::Object(_) => std::slice::from_ref(output),
+        _ => return None,
+    };
+    let mut texts = Vec::new();
+    let mut images = Vec::new();
+    for block in blocks {
+        match block.get("type").and_then(Value::as_str) {
+            Some("text") => texts.push(block.get("text")?.as_str()?.to_owned()),
+            Some("image") => {
+                let media_type = block
+                    .get("mimeType")
+                    .or_else(|| block.get("mime_type"))
+                    .and_then(Value::as_str)?;
+                let data = block.get("data")?.as_str()?;
+                let image = crate::attachment::Image::from_base64(media_type, data)?;
+                texts.push(format!(
+                    "[image {} · {} bytes · sha256:{}]",
+                    image.media_type(),
+                    image.size(),
+                    &image.sha256()[..12]
+                ));
+                images.push(Attachment::Image(image));
+            }
+            _ => return None,
+        }
+    }
+    if images.is_empty() {
+        return None;
+    }
+    Some((texts.join("\n"), images))
 }
 
 /// A model's request to call a tool.
@@ -312,12 +398,17 @@ impl Prompt {
         let mut counter = Counter(0);
         // Serializing plain data into a writer that cannot fail does not fail; were it to,
         // nothing could be bounded, and the budget must then treat the call as unbounded.
-        if serde_json::to_writer(&mut counter, self).is_err() {
+        // Images count as what a model charges for one, not as their base64 text.
+        let written =
+            crate::attachment::with_bytes_up_to(0, || serde_json::to_writer(&mut counter, self));
+        if written.is_err() {
             return u64::MAX;
         }
         let count = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let images: usize = self.messages.iter().map(|m| m.attachments().len()).sum();
         counter
             .0
+            .saturating_add(crate::attachment::IMAGE_MAX_TOKENS.saturating_mul(count(images)))
             .saturating_add(PROMPT_OVERHEAD_TOKENS)
             .saturating_add(MESSAGE_OVERHEAD_TOKENS.saturating_mul(count(self.messages.len())))
             .saturating_add(TOOL_OVERHEAD_TOKENS.saturating_mul(count(self.tools.len())))
@@ -433,5 +524,65 @@ impl Response {
             content: self.content.clone(),
             tool_calls: self.tool_calls.clone(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::attachment::{IMAGE_MAX_TOKENS, Image};
+    use serde_json::json;
+
+    #[test]
+    fn mcp_content_blocks_become_text_and_image_attachments() {
+        let output = json!([
+            {"type": "text", "text": "Here it is:"},
+            {"type": "image", "data": "AQID", "mimeType": "image/png"},
+        ]);
+        let message = Message::tool_output("c1", &output);
+        assert!(
+            message
+                .content()
+                .starts_with("Here it is:\n[image image/png · 3 bytes"),
+            "{message:?}"
+        );
+        assert!(!message.content().contains("AQID"));
+        let image = message.attachments()[0].as_image().unwrap();
+        assert_eq!(
+            (image.media_type(), image.data()),
+            ("image/png", Some(&[1u8, 2, 3][..]))
+        );
+        // Anything else is the output's text, as before.
+        assert_eq!(
+            Message::tool_output("c1", &json!("plain")).content(),
+            "plain"
+        );
+        assert_eq!(
+            Message::tool_output("c1", &json!({"a": 1})).content(),
+            r#"{"a":1}"#
+        );
+        let text_only = json!([{"type": "text", "text": "t"}]);
+        assert!(
+            Message::tool_output("c1", &text_only)
+                .attachments()
+                .is_empty()
+        );
+        // A message with an image round-trips.
+        let text = serde_json::to_string(&message).unwrap();
+        assert_eq!(serde_json::from_str::<Message>(&text).unwrap(), message);
+    }
+
+    #[test]
+    fn an_image_counts_as_a_models_price_for_one_not_its_bytes() {
+        let plain = Prompt::new().user("look");
+        let big = Image::new("image/png", vec![0u8; 1_000_000]);
+        let with = Prompt::from_messages(vec![
+            Message::user("look").with_attachment(Attachment::Image(big)),
+        ]);
+        let extra = with.max_input_tokens() - plain.max_input_tokens();
+        assert!(
+            (IMAGE_MAX_TOKENS..IMAGE_MAX_TOKENS + 300).contains(&extra),
+            "{extra}"
+        );
     }
 }

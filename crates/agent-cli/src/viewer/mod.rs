@@ -141,6 +141,13 @@ impl Contents {
 }
 
 fn write_elements(page: &mut Vec<u8>, trace: &Trace) -> serde_json::Result<()> {
+    // Pages keep what trace files keep: an image's bytes only when it is small.
+    agent_op::attachment::with_bytes_up_to(agent_op::attachment::TRACE_IMAGE_BYTES, || {
+        write_parts(page, trace)
+    })
+}
+
+fn write_parts(page: &mut Vec<u8>, trace: &Trace) -> serde_json::Result<()> {
     // The header is the trace's own serialization without `events`; building it field by
     // field means a field added to `Trace` fails to compile here instead of going missing.
     let header = Trace {

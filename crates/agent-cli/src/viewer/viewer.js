@@ -1108,8 +1108,20 @@
       ? m.tool_calls.map((c) => `<div class="call">→ <code>${esc(c && c.name)}</code> ${esc(compact(c && c.arguments))}</div>`).join('')
       : '';
     const about = m.role === 'tool' ? ` <small>answers ${esc(m.tool_call_id)}</small>` : '';
+    const attached = Array.isArray(m.attachments) ? m.attachments.map(attachmentHtml).join('') : '';
     return `<div class="msg ${esc(m.role)}"><span class="role">${esc(m.role)}</span>${about}` +
-      `<div class="preview">${esc(m.content || '')}</div>${calls}</div>`;
+      `<div class="preview">${esc(m.content || '')}</div>${attached}${calls}</div>`;
+  };
+  // An image: a thumbnail when the trace kept its bytes (small images), else what it was.
+  const attachmentHtml = (a) => {
+    if (!a || a.type !== 'image') return `<div class="attachment">${esc(a && a.type)} attachment</div>`;
+    const kb = isNum(a.size) ? (a.size >= 1024 ? `${(a.size / 1024).toFixed(1)} KB` : `${a.size} bytes`) : '';
+    const about = `${esc(a.media_type)} · ${esc(kb)} · sha256:${esc(String(a.sha256 || '').slice(0, 12))}`;
+    const safe = /^image\/(png|jpeg|gif|webp)$/.test(a.media_type) && typeof a.data === 'string' &&
+      /^[A-Za-z0-9+/]*={0,2}$/.test(a.data);
+    return `<figure class="attachment" data-sha256="${esc(a.sha256)}">` +
+      (safe ? `<img class="thumb" alt="${about}" src="data:${a.media_type};base64,${a.data}">` : '') +
+      `<figcaption>${about}${safe ? '' : ' (the trace keeps its hash, not its bytes)'}</figcaption></figure>`;
   };
   // A tool's whole output when the run recorded it (text as it is, JSON pretty), else its preview.
   const outputText = (d) => ('output' in d ? (typeof d.output === 'string' ? d.output : pretty(d.output)) : d.output_preview);

@@ -383,3 +383,19 @@ pub fn wide(branches: usize) -> Trace {
         .collect();
     execute(op::par(fan).map(|_| ()))
 }
+
+/// A one-pixel PNG.
+pub const PIXEL_PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+/// A run whose one model call is shown a small image (kept whole in traces) and a large one
+/// (kept as its hash and size).
+pub fn with_images() -> Trace {
+    let small = agent_op::Image::from_base64("image/png", PIXEL_PNG).expect("a PNG");
+    let large = agent_op::Image::new("image/jpeg", vec![0xffu8; 100_000]);
+    let prompt = Prompt::from_messages(vec![
+        agent_op::Message::user("0\ncompare these")
+            .with_attachment(agent_op::Attachment::Image(small))
+            .with_attachment(agent_op::Attachment::Image(large)),
+    ]);
+    execute(op::infer_raw("vision-model", prompt).map(|_| ()))
+}

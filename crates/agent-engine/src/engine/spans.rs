@@ -251,7 +251,14 @@ pub(crate) fn genai_message(message: &Message) -> Value {
     let text = |content: &str| json!({"type": "text", "content": content});
     let (role, parts) = match message {
         Message::System { content } => ("system", vec![text(content)]),
-        Message::User { content } => ("user", vec![text(content)]),
+        Message::User {
+            content,
+            attachments,
+        } => {
+            let mut parts = vec![text(content)];
+            parts.extend(attachments.iter().map(attachment_part));
+            ("user", parts)
+        }
         Message::Assistant {
             content,
             tool_calls,
@@ -273,14 +280,43 @@ pub(crate) fn genai_message(message: &Message) -> Value {
         Message::Tool {
             tool_call_id,
             content,
-        } => (
-            "tool",
-            vec![json!({"type": "tool_call_response", "id": tool_call_id, "response": content})],
-        ),
+            attachments,
+        } => {
+            let mut parts = vec![
+                json!({"type": "tool_call_response", "id": tool_call_id, "response": content}),
+            ];
+            parts.extend(attachments.iter().map(attachment_part));
+            ("tool", parts)
+        }
         // A kind of message added later: its text, under its own role.
         other => (other.role(), vec![text(other.content())]),
     };
     json!({"role": role, "parts": parts})
+}
+
+/// An image as the conventions' blob part, with its bytes when small enough for a trace to
+/// keep them; a larger one as a text part naming it (spans travel in size-limited batches).
+fn attachment_part(attachment: &agent_op::Attachment) -> Value {
+    let Some(image) = attachment.as_image() else {
+        return json!({"type": "text", "content": "[an attachment]"});
+    };
+    match image.base64() {
+        Some(data) if image.size() as usize <= agent_op::attachment::TRACE_IMAGE_BYTES => json!({
+            "type": "blob",
+            "modality": "image",
+            "mime_type": image.media_type(),
+            "content": data,
+        }),
+        _ => json!({
+            "type": "text",
+            "content": format!(
+                "[image {} · {} bytes · sha256:{}]",
+                image.media_type(),
+                image.size(),
+                image.sha256()
+            ),
+        }),
+    }
 }
 
 /// The prompt's messages, recorded only when the run opted in to message contents.

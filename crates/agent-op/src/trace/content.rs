@@ -139,7 +139,9 @@ impl ContentWriter {
             writer: self,
             fresh: Vec::new(),
         };
-        let result = serialize();
+        // Files keep an image's hash and size, and its bytes only when small.
+        let result =
+            crate::attachment::with_bytes_up_to(crate::attachment::TRACE_IMAGE_BYTES, serialize);
         guard.finish();
         (result, std::mem::take(&mut guard.fresh))
     }

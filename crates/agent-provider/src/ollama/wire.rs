@@ -135,6 +135,22 @@ struct WireMessage<'a> {
     tool_name: Option<&'a str>,
     #[serde(skip_serializing_if = "Option::is_none")]
     tool_call_id: Option<&'a str>,
+    /// Images, base64 (for multimodal models), from a user message or a tool's result.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    images: Vec<String>,
+}
+
+/// The attachments' images as base64; an image without bytes (read back from a trace) or an
+/// attachment of another kind cannot be sent.
+fn images(attachments: &[agent_op::Attachment]) -> Result<Vec<String>, ProviderError> {
+    attachments
+        .iter()
+        .map(|a| {
+            a.as_image()
+                .and_then(agent_op::Image::base64)
+                .ok_or_else(|| request::unsupported("an attachment without its bytes"))
+        })
+        .collect()
 }
 
 impl<'a> WireMessage<'a> {
@@ -147,10 +163,17 @@ impl<'a> WireMessage<'a> {
             tool_calls: Vec::new(),
             tool_name: None,
             tool_call_id: None,
+            images: Vec::new(),
         };
         Ok(match message {
             Message::System { content } => plain("system", content),
-            Message::User { content } => plain("user", content),
+            Message::User {
+                content,
+                attachments,
+            } => WireMessage {
+                images: images(attachments)?,
+                ..plain("user", content)
+            },
             Message::Assistant {
                 content,
                 tool_calls,
@@ -161,9 +184,11 @@ impl<'a> WireMessage<'a> {
             Message::Tool {
                 tool_call_id,
                 content,
+                attachments,
             } => WireMessage {
                 tool_name: tool_name_of(tool_call_id, earlier),
                 tool_call_id: Some(tool_call_id),
+                images: images(attachments)?,
                 ..plain("tool", content)
             },
             _ => return Err(request::unsupported("this kind of message")),
@@ -296,6 +321,22 @@ mod tests {
     use super::*;
     use agent_op::ToolDefinition;
     use serde_json::json;
+
+    #[test]
+    fn images_travel_in_the_messages_images_field() {
+        let image =
+            || agent_op::Attachment::Image(agent_op::Image::new("image/png", vec![1u8, 2, 3]));
+        let prompt = Prompt::from_messages(vec![
+            Message::user("what is this?").with_attachment(image()),
+            Message::tool_result("a", "a photo").with_attachment(image()),
+        ]);
+        let body =
+            serde_json::to_value(ChatRequest::new("m", &prompt, &Map::new(), None, false).unwrap())
+                .unwrap();
+        assert_eq!(body["messages"][0]["images"], json!(["AQID"]));
+        assert_eq!(body["messages"][0]["content"], "what is this?");
+        assert_eq!(body["messages"][1]["images"], json!(["AQID"]));
+    }
 
     #[test]
     fn a_full_request_body() {

@@ -65,11 +65,7 @@ impl<'a> ChatRequest<'a> {
         };
         Ok(ChatRequest {
             model,
-            messages: prompt
-                .messages
-                .iter()
-                .map(WireMessage::new)
-                .collect::<Result<_, _>>()?,
+            messages: wire_messages(&prompt.messages)?,
             tools: request::tools(&prompt.tools)?,
             // Without tools, a `tool_choice` is an error for OpenAI (and means nothing).
             tool_choice: options
@@ -116,6 +112,42 @@ impl<'a> ChatRequest<'a> {
     }
 }
 
+/// The messages on the wire. Images a tool returned travel in a user message after the tool
+/// messages (the API takes images in user messages only, and the tool messages answering
+/// one reply must follow it without a break).
+fn wire_messages(messages: &[Message]) -> Result<Vec<WireMessage<'_>>, ProviderError> {
+    let mut wire = Vec::with_capacity(messages.len());
+    let mut returned: Vec<WirePart> = Vec::new();
+    for message in messages {
+        if !matches!(message, Message::Tool { .. }) && !returned.is_empty() {
+            wire.push(WireMessage::User {
+                content: UserContent::Parts(std::mem::take(&mut returned)),
+            });
+        }
+        if let Message::Tool {
+            tool_call_id,
+            attachments,
+            ..
+        } = message
+            && !attachments.is_empty()
+        {
+            returned.push(WirePart::Text {
+                text: format!("The images the tool call {tool_call_id} returned:"),
+            });
+            for attachment in attachments {
+                returned.push(WirePart::image(attachment)?);
+            }
+        }
+        wire.push(WireMessage::new(message)?);
+    }
+    if !returned.is_empty() {
+        wire.push(WireMessage::User {
+            content: UserContent::Parts(returned),
+        });
+    }
+    Ok(wire)
+}
+
 #[derive(Serialize)]
 #[serde(tag = "role", rename_all = "lowercase")]
 enum WireMessage<'a> {
@@ -123,7 +155,7 @@ enum WireMessage<'a> {
         content: &'a str,
     },
     User {
-        content: &'a str,
+        content: UserContent<'a>,
     },
     Assistant {
         /// Always a string, `""` when the message only calls tools. The API also allows
@@ -143,7 +175,26 @@ impl<'a> WireMessage<'a> {
     fn new(message: &'a Message) -> Result<WireMessage<'a>, ProviderError> {
         Ok(match message {
             Message::System { content } => WireMessage::System { content },
-            Message::User { content } => WireMessage::User { content },
+            Message::User {
+                content,
+                attachments,
+            } if attachments.is_empty() => WireMessage::User {
+                content: UserContent::Text(content),
+            },
+            Message::User {
+                content,
+                attachments,
+            } => {
+                let mut parts = vec![WirePart::Text {
+                    text: content.clone(),
+                }];
+                for attachment in attachments {
+                    parts.push(WirePart::image(attachment)?);
+                }
+                WireMessage::User {
+                    content: UserContent::Parts(parts),
+                }
+            }
             Message::Assistant {
                 content,
                 tool_calls,
@@ -154,11 +205,46 @@ impl<'a> WireMessage<'a> {
             Message::Tool {
                 tool_call_id,
                 content,
+                ..
             } => WireMessage::Tool {
                 tool_call_id,
                 content,
             },
             _ => return Err(request::unsupported("this kind of message")),
+        })
+    }
+}
+
+/// A user message's content: its text, or typed parts when it carries images.
+#[derive(Serialize)]
+#[serde(untagged)]
+enum UserContent<'a> {
+    Text(&'a str),
+    Parts(Vec<WirePart>),
+}
+
+#[derive(Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+enum WirePart {
+    Text { text: String },
+    ImageUrl { image_url: WireImageUrl },
+}
+
+#[derive(Serialize)]
+struct WireImageUrl {
+    url: String,
+}
+
+impl WirePart {
+    /// An image as a `data:` URL part; an image without bytes (read back from a trace) or an
+    /// attachment of another kind cannot be sent.
+    fn image(attachment: &agent_op::Attachment) -> Result<WirePart, ProviderError> {
+        let url = attachment
+            .as_image()
+            .and_then(agent_op::Image::data_url)
+            .ok_or_else(|| request::unsupported("an attachment without its bytes"))?;
+        Ok(WirePart::ImageUrl {
+            image_url: WireImageUrl { url },
         })
     }
 }
@@ -466,6 +552,65 @@ mod tests {
                 "stream_options": {"include_usage": true},
             })
         );
+    }
+
+    #[test]
+    fn images_travel_as_image_parts_and_a_tools_after_its_answers() {
+        let image =
+            || agent_op::Attachment::Image(agent_op::Image::new("image/png", vec![1u8, 2, 3]));
+        let prompt = Prompt::from_messages(vec![
+            Message::user("what is this?").with_attachment(image()),
+            Message::Assistant {
+                content: String::new(),
+                tool_calls: vec![
+                    ToolCall {
+                        id: "a".into(),
+                        name: "snap".into(),
+                        arguments: json!({}),
+                    },
+                    ToolCall {
+                        id: "b".into(),
+                        name: "snap".into(),
+                        arguments: json!({}),
+                    },
+                ],
+            },
+            Message::tool_result("a", "a photo").with_attachment(image()),
+            Message::tool_result("b", "nothing"),
+        ]);
+        let body = serde_json::to_value(
+            ChatRequest::new("m", &prompt, MaxTokensField::MaxTokens, false).unwrap(),
+        )
+        .unwrap();
+        let url = "data:image/png;base64,AQID";
+        assert_eq!(
+            body["messages"][0],
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "what is this?"},
+                {"type": "image_url", "image_url": {"url": url}},
+            ]})
+        );
+        // Both tool answers follow the call without a break; the image comes after them.
+        assert_eq!(body["messages"][2]["role"], "tool");
+        assert_eq!(body["messages"][2]["content"], "a photo");
+        assert_eq!(body["messages"][3]["role"], "tool");
+        assert_eq!(
+            body["messages"][4],
+            json!({"role": "user", "content": [
+                {"type": "text", "text": "The images the tool call a returned:"},
+                {"type": "image_url", "image_url": {"url": url}},
+            ]})
+        );
+        assert_eq!(body["messages"].as_array().unwrap().len(), 5);
+        // An image read back from a trace without its bytes cannot be sent.
+        let hashed: agent_op::Image = serde_json::from_value(json!({
+            "media_type": "image/png", "sha256": "00", "size": 3
+        }))
+        .unwrap();
+        let prompt = Prompt::from_messages(vec![
+            Message::user("x").with_attachment(agent_op::Attachment::Image(hashed)),
+        ]);
+        assert!(ChatRequest::new("m", &prompt, MaxTokensField::MaxTokens, false).is_err());
     }
 
     #[test]

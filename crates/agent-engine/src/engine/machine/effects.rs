@@ -445,7 +445,9 @@ where
             self.run_tool(tool, args, context, &answer, &span).await?
         };
         self.journal_commit(&mut answer, &result).await?;
-        let output = match &result {
+        // Traces keep a large image a tool returned as its hash and size.
+        let traced = result.as_ref().map(agent_op::attachment::traced_output);
+        let output = match &traced {
             Ok(value) => value_preview(value),
             Err(error) => preview(&error.to_string(), PREVIEW_CHARS),
         };
@@ -455,8 +457,8 @@ where
             output_preview: output,
             duration_us: micros(self.rt.clock.now().saturating_duration_since(started)),
             iteration,
-            output: self.rt.config.records_content().then(|| match &result {
-                Ok(value) => value.clone(),
+            output: self.rt.config.records_content().then(|| match traced {
+                Ok(value) => value,
                 Err(error) => Value::String(error.to_string()),
             }),
         }));
