@@ -146,10 +146,16 @@ fn the_page_embeds_the_trace_and_loads_nothing_from_outside() {
     let (back, chunks) = embedded_trace(&page);
     assert_eq!(back, trace, "the page holds the whole trace");
     assert_eq!(chunks, 1, "a small trace's events fit one element");
-    for external in [
-        "http://", "https://", " src=", " href=", "@import", "url(", "fetch(",
-    ] {
+    for external in ["http://", "https://", " href=", "@import", "url(", "fetch("] {
         assert!(!page.contains(external), "the page refers to {external:?}");
+    }
+    // The one `src` is an image thumbnail's, and it is a `data:` URL.
+    for (at, _) in page.match_indices(" src=") {
+        assert!(
+            page[at..].starts_with(" src=\"data:"),
+            "the page refers to {:?}",
+            &page[at..(at + 40).min(page.len())]
+        );
     }
     assert!(
         page.contains("default-src 'none'"),
@@ -754,4 +760,59 @@ fn browser_shows_a_small_image_as_a_thumbnail_and_a_large_one_by_its_hash() {
         "{large}"
     );
     assert!(large.contains("keeps its hash"), "{large}");
+}
+
+/// Real input events over the timeline (through the DevTools protocol): the wheel zooms in
+/// around the pointer, a drag pans without selecting what it ends over, a double click shows
+/// the whole run again.
+#[test]
+fn browser_zooms_with_the_wheel_and_pans_with_a_drag() {
+    let Some(chromium) = chromium_or_skip() else {
+        return;
+    };
+    let page = write_page(
+        "drive.html",
+        &traces::par_and_race(100),
+        "survey of 100 cities",
+    );
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/drive.mjs");
+    let Some(out) = chromium.drive(&script, &page).expect("the driver runs") else {
+        eprintln!("SKIPPED: driving the viewer needs node");
+        return;
+    };
+    let out: Value = serde_json::from_str(out.trim()).expect("the driver prints JSON");
+    let range = |key: &str| -> (f64, f64) {
+        (
+            out[key][0].as_f64().unwrap_or_else(|| panic!("{out}")),
+            out[key][1].as_f64().unwrap_or_else(|| panic!("{out}")),
+        )
+    };
+    let (from, to) = range("before");
+    assert_eq!(from, 0.0, "{out}");
+    let (zf, zt) = range("zoomed");
+    assert!(zt - zf < (to - from) * 0.7, "the wheel zoomed in: {out}");
+    // Around the pointer, a quarter of the way in: that moment stays a quarter of the way.
+    let anchor = from + (to - from) / 4.0;
+    let at = (anchor - zf) / (zt - zf);
+    assert!(
+        (at - 0.25).abs() < 0.05,
+        "zoomed around the pointer: {at} ({out})"
+    );
+    let (pf, pt) = range("panned");
+    assert!(pf < zf, "dragging right shows earlier times: {out}");
+    assert!(
+        ((pt - pf) - (zt - zf)).abs() <= 2.0,
+        "a pan keeps the width: {out}"
+    );
+    let hash = out["hashAfterDrag"].as_str().unwrap_or_default();
+    assert!(
+        hash.contains("zoom="),
+        "the range is in the address: {hash}"
+    );
+    assert!(!hash.contains("lane="), "the drag selected nothing: {hash}");
+    assert_eq!(
+        range("reset"),
+        (from, to),
+        "a double click shows the whole run"
+    );
 }

@@ -522,7 +522,9 @@
   }
 
   // Which lanes the timeline draws, in tree order: what the event tree's collapsing and
-  // filter leave, with the branches of a very wide fork grouped after the first few.
+  // filter leave, with the branches of a very wide fork grouped after the first few. Returns
+  // whether that changed (a click that only selects must not redraw the lanes: the second
+  // click of a double click would land on a new element and never make a `dblclick`).
   function rebuildTimeline() {
     const rows = [];
     const groups = [];
@@ -553,10 +555,14 @@
     const roots = view.branch >= 0 ? [view.branch] : M.roots;
     for (const li of roots) walk(li);
     if (view.branch < 0) for (const li of M.order) if (!seen[li]) walk(li);
+    const same = rows.length === view.tlRows.length && rows.every((r, k) => r === view.tlRows[k]) &&
+      groups.length === view.tlGroups.length &&
+      groups.every((g, k) => g.lanes.length === view.tlGroups[k].lanes.length);
     view.tlRows = rows;
     view.tlGroups = groups;
     view.laneRow = rowOfLane;
-    view.lanesDrawn = '';
+    if (!same) view.lanesDrawn = '';
+    return !same;
   }
 
   // The calls of a lane as bars within the visible range. Short calls close together are
@@ -871,8 +877,7 @@
       : `${int(M.n)} events · ${int(kind.length)} rows`;
     byId('match-count').dataset.matches = String(total);
     // The timeline follows what the tree shows.
-    rebuildTimeline();
-    renderLanes(true);
+    if (rebuildTimeline()) renderLanes(true);
   }
 
   function eventSummary(i) {
@@ -1535,8 +1540,10 @@
     // Zoom with the wheel over the tracks or the axis (around the pointer); pan with a drag,
     // shift+wheel or a sideways wheel; a double click or the button shows the whole run.
     const timeline = byId('timeline');
+    // Where the pointer is along the track it is over, from 0 to 1.
     const trackX = (e) => {
-      const r = byId('axis').getBoundingClientRect();
+      const el = e.target.closest('.lane-track, #axis') || byId('axis');
+      const r = el.getBoundingClientRect();
       return Math.min(Math.max((e.clientX - r.left) / Math.max(r.width, 1), 0), 1);
     };
     timeline.addEventListener('wheel', (e) => {
@@ -1558,7 +1565,8 @@
     let dragged = false;
     timeline.addEventListener('mousedown', (e) => {
       if (e.button !== 0 || !e.target.closest('.lane-track, #axis')) return;
-      drag = { x: e.clientX, range: range() };
+      const track = e.target.closest('.lane-track, #axis');
+      drag = { x: e.clientX, range: range(), width: track.getBoundingClientRect().width };
       dragged = false;
     });
     window.addEventListener('mousemove', (e) => {
@@ -1566,7 +1574,7 @@
       const dx = e.clientX - drag.x;
       if (!dragged && Math.abs(dx) < 4) return;
       dragged = true;
-      const width = Math.max(byId('axis').getBoundingClientRect().width, 1);
+      const width = Math.max(drag.width, 1);
       const [from, to] = drag.range;
       const shift = (-dx / width) * (to - from);
       setZoom(from + shift, to + shift);

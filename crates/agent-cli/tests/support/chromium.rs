@@ -267,6 +267,33 @@ impl Chromium {
         Ok(run.stdout)
     }
 
+    /// Runs the DevTools driver `script` (a Node module: see `drive.mjs`) on `page` and
+    /// returns what it prints; `Ok(None)` when Node cannot be run.
+    pub fn drive(&self, script: &Path, page: &Path) -> Result<Option<String>, String> {
+        let _turn = one_at_a_time();
+        let profile = tempfile::tempdir().map_err(|e| format!("no temp dir: {e}"))?;
+        let mut cmd = Command::new("node");
+        // Node 20 has its WebSocket client behind this flag; later versions accept it.
+        cmd.arg("--experimental-websocket")
+            .arg(script)
+            .arg(&self.path)
+            .arg(file_url(page, "")?)
+            .arg(profile.path());
+        let run = match run_limited(cmd, PAGE_LIMIT) {
+            Ok(run) => run,
+            Err(e) if e.contains("No such file") || e.contains("not found") => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if !run.status.success() {
+            return Err(format!(
+                "the driver failed ({}): {}",
+                run.status,
+                last_line(&run.stderr)
+            ));
+        }
+        Ok(Some(run.stdout))
+    }
+
     /// Captures `page` as a PNG at `png`, in a window of `width`×`height`.
     pub fn screenshot(
         &self,
