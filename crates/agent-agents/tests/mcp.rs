@@ -301,22 +301,26 @@ async fn a_server_that_never_answers_is_killed_with_its_children_and_its_stderr_
 async fn dropping_a_starting_server_kills_its_process_group() {
     let dir = tempfile::tempdir().unwrap();
     let pids = dir.path().join("pids");
-    let starting = agent_agents::McpCommand::new("silent", "sh")
-        .args(["-c", &procs::silent_server_script(&pids)])
-        .stderr_log(dir.path().join("silent.log"))
-        .handshake_timeout(std::time::Duration::from_secs(600))
-        .spawn();
+    let mut starting = Box::pin(
+        agent_agents::McpCommand::new("silent", "sh")
+            .args(["-c", &procs::silent_server_script(&pids)])
+            .stderr_log(dir.path().join("silent.log"))
+            .handshake_timeout(std::time::Duration::from_secs(600))
+            .spawn(),
+    );
     let pids_file = pids.clone();
     let written = tokio::task::spawn_blocking(move || procs::read_pids(&pids_file));
-    tokio::select! {
-        started = starting => panic!("the silent server cannot start: {started:?}"),
-        pids = written => {
-            let pids = pids.unwrap();
-            assert_eq!(pids.len(), 2, "{pids:?}");
-            assert!(pids.iter().all(|&p| procs::alive(p)), "{pids:?} run while starting");
-        }
-    }
-    let pids = procs::read_pids(&pids);
+    // Polled by reference: the start is still under way after the select.
+    let pids = tokio::select! {
+        started = &mut starting => panic!("the silent server cannot start: {started:?}"),
+        pids = written => pids.unwrap(),
+    };
+    assert_eq!(pids.len(), 2, "{pids:?}");
+    assert!(
+        pids.iter().all(|&p| procs::alive(p)),
+        "{pids:?} run while starting"
+    );
+    drop(starting);
     procs::wait_gone(&pids).unwrap_or_else(|left| panic!("still running: {left:?}"));
 }
 
