@@ -789,6 +789,14 @@ fn browser_zooms_with_the_wheel_and_pans_with_a_drag() {
     };
     let (from, to) = range("before");
     assert_eq!(from, 0.0, "{out}");
+    let (axis, track) = (&out["widths"][0], &out["widths"][1]);
+    for k in 0..2 {
+        let (a, t) = (axis[k].as_f64().unwrap(), track[k].as_f64().unwrap());
+        assert!(
+            (a - t).abs() <= 1.0,
+            "the axis lines up with the lanes: {out}"
+        );
+    }
     let (zf, zt) = range("zoomed");
     assert!(zt - zf < (to - from) * 0.7, "the wheel zoomed in: {out}");
     // Around the pointer, a quarter of the way in: that moment stays a quarter of the way.

@@ -77,6 +77,9 @@ const mouse = (type, at, extra = {}) =>
 const settle = () => sleep(150);
 
 const out = { before: await range() };
+// The axis spans what the lane tracks span, so ticks sit over the times they name.
+out.widths = await evaluate(`[document.getElementById('axis').getBoundingClientRect(),
+  document.querySelector('.lane .lane-track').getBoundingClientRect()].map((r) => [r.left, r.width])`);
 await mouse("mouseWheel", x, { button: "none", deltaX: 0, deltaY: -400 });
 await settle();
 out.zoomed = await range();
