@@ -146,11 +146,7 @@ fn run_options(
     otlp: cli::OtlpArgs,
 ) -> run::RunOptions {
     let trace = output.trace.clone().unwrap_or_else(|| {
-        let stem = spec
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "agent".into());
-        std::path::PathBuf::from(format!("{stem}.trace.jsonl"))
+        std::path::PathBuf::from(format!("{}.trace.jsonl", run::spec::file_name(spec)))
     });
     run::RunOptions {
         mode,

@@ -13,15 +13,6 @@ use serde_json::Value;
 use crate::error::CliError;
 use crate::run::{self, Answer, spec::Spec};
 
-/// The program a spec is on Temporal: the agent's name, else the spec file's name.
-fn program_name(spec: &Spec, path: &Path) -> String {
-    spec.agent.name.clone().unwrap_or_else(|| {
-        path.file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "agent".into())
-    })
-}
-
 fn failed(error: TemporalError) -> CliError {
     CliError::Run(error.to_string())
 }
@@ -30,7 +21,7 @@ fn failed(error: TemporalError) -> CliError {
 /// tool and memory calls of every program on `task_queue`, until Ctrl-C.
 pub async fn worker(spec_path: &Path, address: &str, task_queue: &str) -> Result<String, CliError> {
     let parts = run::parts(spec_path, None, Path::new("."), false).await?;
-    let name = program_name(&parts.spec, spec_path);
+    let name = parts.spec.agent_name(spec_path);
     // Built once here so a spec that cannot make a program fails now, not in a workflow.
     let _checked = run::agent_program(&parts.spec, &parts.toolbox)?;
     let client = connect(address).await.map_err(failed)?;
@@ -66,7 +57,7 @@ pub async fn run(
     let client = connect(address).await.map_err(failed)?;
     let handle = start(
         &client,
-        &program_name(&spec, spec_path),
+        &spec.agent_name(spec_path),
         (),
         StartOptions::new(task_queue),
     )

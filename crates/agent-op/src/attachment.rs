@@ -118,37 +118,45 @@ impl Image {
 
 /// A tool's `output` as traces keep it: an image in MCP-style content blocks (the output
 /// itself, or an array of them) larger than [`TRACE_IMAGE_BYTES`] gives up its base64 `data`
-/// for its `sha256` and `size`; everything else is kept as it is.
-pub fn traced_output(output: &serde_json::Value) -> serde_json::Value {
+/// for its `sha256` and `size`; everything else is kept as it is. Borrowed when nothing is
+/// left out (the usual case: tools seldom return large images), so a caller pays for a copy
+/// only where it keeps one.
+pub fn traced_output(output: &serde_json::Value) -> std::borrow::Cow<'_, serde_json::Value> {
     use serde_json::Value;
+    use std::borrow::Cow;
+    /// The large image's base64, if `value` is a block holding one.
+    fn large(value: &Value) -> Option<&str> {
+        let fields = value.as_object()?;
+        let data = fields.get("data").and_then(Value::as_str)?;
+        // Base64 holds 3 bytes in 4 characters.
+        (fields.get("type").and_then(Value::as_str) == Some("image")
+            && data.len() / 4 * 3 > TRACE_IMAGE_BYTES)
+            .then_some(data)
+    }
     fn block(value: &Value) -> Value {
-        let Some(fields) = value.as_object() else {
+        let (Some(data), Some(fields)) = (large(value), value.as_object()) else {
             return value.clone();
         };
-        let data = fields.get("data").and_then(Value::as_str);
-        match (fields.get("type").and_then(Value::as_str), data) {
-            // Base64 holds 3 bytes in 4 characters.
-            (Some("image"), Some(data)) if data.len() / 4 * 3 > TRACE_IMAGE_BYTES => {
-                let mut kept = fields.clone();
-                kept.remove("data");
-                let media_type = fields.get("mimeType").and_then(Value::as_str).unwrap_or("");
-                match Image::from_base64(media_type, data) {
-                    Some(image) => {
-                        kept.insert("sha256".into(), Value::from(image.sha256()));
-                        kept.insert("size".into(), Value::from(image.size()));
-                    }
-                    None => {
-                        kept.insert("data_chars".into(), Value::from(data.len()));
-                    }
-                }
-                Value::Object(kept)
+        let mut kept = fields.clone();
+        kept.remove("data");
+        let media_type = fields.get("mimeType").and_then(Value::as_str).unwrap_or("");
+        match Image::from_base64(media_type, data) {
+            Some(image) => {
+                kept.insert("sha256".into(), Value::from(image.sha256()));
+                kept.insert("size".into(), Value::from(image.size()));
             }
-            _ => value.clone(),
+            None => {
+                kept.insert("data_chars".into(), Value::from(data.len()));
+            }
         }
+        Value::Object(kept)
     }
     match output {
-        Value::Array(items) => Value::Array(items.iter().map(block).collect()),
-        other => block(other),
+        Value::Array(items) if items.iter().any(|i| large(i).is_some()) => {
+            Cow::Owned(Value::Array(items.iter().map(block).collect()))
+        }
+        other if large(other).is_some() => Cow::Owned(block(other)),
+        other => Cow::Borrowed(other),
     }
 }
 
@@ -244,5 +252,11 @@ mod tests {
         assert_eq!(traced[1]["size"], big.len());
         assert_eq!(traced[1]["sha256"], Image::new("image/png", big).sha256());
         assert_eq!(traced[2], output[2], "small images are kept whole");
+        // Nothing to leave out: nothing is copied.
+        let small = serde_json::json!([output[0], output[2]]);
+        assert!(matches!(
+            traced_output(&small),
+            std::borrow::Cow::Borrowed(_)
+        ));
     }
 }

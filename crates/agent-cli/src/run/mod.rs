@@ -100,11 +100,7 @@ pub(crate) async fn started_toolbox(
     logs: &Path,
 ) -> Result<SpecTools, CliError> {
     let base = spec_path.parent().unwrap_or(Path::new("."));
-    let stem = spec_path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "agent".into());
-    let logs = logs.join(stem);
+    let logs = logs.join(spec::file_name(spec_path));
     tokio::select! {
         tools = toolbox(spec, base, &logs) => tools,
         // Dropping the unfinished toolbox future kills the servers it started.
@@ -201,13 +197,7 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
     if let Some(name) = &spec.agent.name {
         config = config.name(name.clone());
     }
-    let agent_name = spec.agent.name.clone().unwrap_or_else(|| {
-        spec_path
-            .file_stem()
-            .map(|s| s.to_string_lossy().into_owned())
-            .unwrap_or_else(|| "agent".into())
-    });
-    let telemetry = telemetry::start(&options.otlp, &agent_name)?;
+    let telemetry = telemetry::start(&options.otlp, &spec.agent_name(spec_path))?;
     config = config
         .goal(spec.agent.goal.clone())
         .export_content(options.otlp.otlp_content);

@@ -218,7 +218,20 @@ pub enum OutputKind {
     Json,
 }
 
+/// The name the spec at `path` goes by: its file name without the extension (`research` for
+/// `research.toml`), or `agent`. Traces, MCP logs and unnamed agents are named after it.
+pub fn file_name(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "agent".into())
+}
+
 impl Spec {
+    /// The agent's name: `agent.name`, else the spec file's ([`file_name`] of `path`).
+    pub fn agent_name(&self, path: &Path) -> String {
+        self.agent.name.clone().unwrap_or_else(|| file_name(path))
+    }
+
     /// Reads and checks the spec at `path`.
     pub fn read(path: &Path) -> Result<Spec, CliError> {
         let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {

@@ -458,7 +458,7 @@ where
             duration_us: micros(self.rt.clock.now().saturating_duration_since(started)),
             iteration,
             output: self.rt.config.records_content().then(|| match traced {
-                Ok(value) => value,
+                Ok(value) => value.into_owned(),
                 Err(error) => Value::String(error.to_string()),
             }),
         }));
