@@ -17,16 +17,21 @@ use everything::server_everything;
 #[path = "support/procs.rs"]
 mod procs;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_tools_of_a_real_mcp_server_are_scoped_toolbox_entries() {
-    let Some(entry) = server_everything() else {
-        return;
-    };
-    let entry = entry.to_string_lossy().into_owned();
+/// server-everything's tools over stdio, needing `mcp.everything` (the toolbox keeps the
+/// server running); `None` without npm.
+async fn everything_toolbox() -> Option<Toolbox> {
+    let entry = server_everything()?.to_string_lossy().into_owned();
     let server = McpServer::spawn("everything", "node", &[entry.as_str(), "stdio"])
         .await
         .unwrap();
-    let toolbox = server.toolbox(&["mcp.everything"]).await.unwrap();
+    Some(server.toolbox(&["mcp.everything"]).await.unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tools_of_a_real_mcp_server_are_scoped_toolbox_entries() {
+    let Some(toolbox) = everything_toolbox().await else {
+        return;
+    };
     let names: Vec<&str> = toolbox.names().collect();
     assert!(
         names.contains(&"echo") && names.contains(&"get-sum"),
@@ -89,14 +94,9 @@ async fn the_tools_of_a_real_mcp_server_are_scoped_toolbox_entries() {
 /// tool's message, not as base64 text; the trace records it with its hash and size.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_image_an_mcp_tool_returns_reaches_the_model_as_an_image() {
-    let Some(entry) = server_everything() else {
+    let Some(toolbox) = everything_toolbox().await else {
         return;
     };
-    let entry = entry.to_string_lossy().into_owned();
-    let server = McpServer::spawn("everything", "node", &[entry.as_str(), "stdio"])
-        .await
-        .unwrap();
-    let toolbox = server.toolbox(&["mcp.everything"]).await.unwrap();
     let provider = std::sync::Arc::new(agent_provider::ScriptedProvider::new([
         call("c1", "get-tiny-image", json!({})),
         agent_op::Response::text("{\"ok\": true}"),

@@ -18,6 +18,13 @@ fn agent(args: &[&str], dir: &Path) -> Output {
         .expect("the agent binary runs")
 }
 
+/// `agent ARGS` in `dir`, which must succeed and print one JSON value.
+fn agent_json(args: &[&str], dir: &Path) -> serde_json::Value {
+    let out = agent(args, dir);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    serde_json::from_str(&stdout(&out)).expect("the command prints JSON")
+}
+
 fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
@@ -71,9 +78,7 @@ fn the_offline_example_runs_and_its_trace_can_be_inspected() {
     let trace = run_example(dir.path());
     let trace_arg = trace.to_str().unwrap();
 
-    let summary = agent(&["trace", "summary", trace_arg, "--json"], dir.path());
-    assert_eq!(summary.status.code(), Some(0), "{}", stderr(&summary));
-    let summary: serde_json::Value = serde_json::from_str(&stdout(&summary)).unwrap();
+    let summary = agent_json(&["trace", "summary", trace_arg, "--json"], dir.path());
     assert_eq!(summary["model_calls"], 2, "{summary}");
     assert_eq!(summary["tool_calls"], 1);
     assert_eq!(summary["tools"]["read_file"]["calls"], 1);
@@ -760,9 +765,7 @@ calls = 1
         stderr(&out)
     );
 
-    let summary = agent(&["trace", "summary", trace_arg, "--json"], dir.path());
-    assert_eq!(summary.status.code(), Some(0), "{}", stderr(&summary));
-    let summary: serde_json::Value = serde_json::from_str(&stdout(&summary)).unwrap();
+    let summary = agent_json(&["trace", "summary", trace_arg, "--json"], dir.path());
     assert_eq!(summary["outcome"], "failed", "{summary}");
     assert_eq!(summary["error"]["kind"], "program", "{summary}");
     let message = summary["error"]["message"].as_str().unwrap();
@@ -1283,7 +1286,7 @@ fn a_durable_run_stopped_by_ctrl_c_resumes_and_replays_from_its_journal() {
     // Resume: the committed model call is answered from the journal, the fetch and the
     // second model call run live.
     hang.store(false, std::sync::atomic::Ordering::SeqCst);
-    let resumed = agent(
+    let resumed = agent_json(
         &[
             "resume",
             journal.to_str().unwrap(),
@@ -1293,8 +1296,6 @@ fn a_durable_run_stopped_by_ctrl_c_resumes_and_replays_from_its_journal() {
         ],
         dir.path(),
     );
-    assert_eq!(resumed.status.code(), Some(0), "{}", stderr(&resumed));
-    let resumed: serde_json::Value = serde_json::from_str(&stdout(&resumed)).unwrap();
     assert_eq!(resumed["answer"], "It says: the page.");
     assert!(
         resumed["journal"]["replayed"].as_u64().unwrap() >= 1,
@@ -1309,7 +1310,7 @@ fn a_durable_run_stopped_by_ctrl_c_resumes_and_replays_from_its_journal() {
     // and no cassette.
     hang.store(true, std::sync::atomic::Ordering::SeqCst);
     std::fs::remove_file(&cassette).unwrap();
-    let replay = agent(
+    let replay = agent_json(
         &[
             "replay",
             journal.to_str().unwrap(),
@@ -1319,8 +1320,6 @@ fn a_durable_run_stopped_by_ctrl_c_resumes_and_replays_from_its_journal() {
         ],
         dir.path(),
     );
-    assert_eq!(replay.status.code(), Some(0), "{}", stderr(&replay));
-    let replay: serde_json::Value = serde_json::from_str(&stdout(&replay)).unwrap();
     assert_eq!(replay["answer"], "It says: the page.");
     assert_eq!(replay["journal"]["live"], 0, "{replay}");
 
@@ -1369,7 +1368,7 @@ fn a_durable_run_stopped_by_ctrl_c_resumes_and_replays_from_its_journal() {
         &["journal", "show", journal.to_str().unwrap(), "--json"],
         dir.path(),
     );
-    let went_on = agent(
+    let went_on = agent_json(
         &[
             "replay",
             journal.to_str().unwrap(),
@@ -1380,8 +1379,6 @@ fn a_durable_run_stopped_by_ctrl_c_resumes_and_replays_from_its_journal() {
         ],
         dir.path(),
     );
-    assert_eq!(went_on.status.code(), Some(0), "{}", stderr(&went_on));
-    let went_on: serde_json::Value = serde_json::from_str(&stdout(&went_on)).unwrap();
     assert_eq!(went_on["answer"], "Quickly: the page.");
     assert!(
         went_on["journal"]["diverged"]

@@ -107,6 +107,18 @@ fn body(dom: &Dom) -> usize {
         .expect("the page has a body")
 }
 
+/// `page` (its address ending in `#fragment`) as headless Chromium drew it, checked to have
+/// finished its first render without failing.
+fn load(chromium: &Chromium, page: &std::path::Path, fragment: &str) -> Dom {
+    let dom = Dom::parse(
+        &chromium
+            .dump_dom(page, fragment)
+            .expect("chromium loads the page"),
+    );
+    rendered(&dom);
+    dom
+}
+
 /// Checks the page finished its first render without failing, and returns its render time.
 fn rendered(dom: &Dom) -> f64 {
     let body = body(dom);
@@ -215,12 +227,7 @@ fn browser_draws_lanes_totals_and_the_cancelled_race_loser() {
     assert!(!ids[winner.as_str()] && !ids[failed.as_str()]);
 
     let page = write_page("par-and-race.html", &trace, "survey of 100 cities");
-    let dom = Dom::parse(
-        &chromium
-            .dump_dom(&page, "")
-            .expect("chromium loads the page"),
-    );
-    rendered(&dom);
+    let dom = load(&chromium, &page, "");
 
     // One lane per run or branch id, in the DOM, marked as the trace marks them.
     let lanes = dom.by_id("lanes").expect("the page has lanes");
@@ -300,12 +307,7 @@ fn browser_shows_a_failed_runs_error_in_the_header() {
     };
     let trace = traces::failed();
     let page = write_page("failed.html", &trace, "a failed run");
-    let dom = Dom::parse(
-        &chromium
-            .dump_dom(&page, "")
-            .expect("chromium loads the page"),
-    );
-    rendered(&dom);
+    let dom = load(&chromium, &page, "");
     let outcome = dom.by_id("outcome").expect("the header has the outcome");
     assert_eq!(dom.attr(outcome, "data-outcome"), Some("failed"));
     assert!(dom.has_class(outcome, "bad"));
@@ -320,12 +322,7 @@ fn browser_shows_a_failed_runs_error_in_the_header() {
 
     // A run that succeeded says so.
     let page = write_page("tiny-outcome.html", &traces::tiny(), "a tiny run");
-    let dom = Dom::parse(
-        &chromium
-            .dump_dom(&page, "")
-            .expect("chromium loads the page"),
-    );
-    rendered(&dom);
+    let dom = load(&chromium, &page, "");
     let outcome = dom.by_id("outcome").expect("the header has the outcome");
     assert_eq!(dom.attr(outcome, "data-outcome"), Some("succeeded"));
 }
@@ -338,12 +335,7 @@ fn browser_filters_events_and_shows_their_details() {
     let trace = traces::par_and_race(100);
     let page = write_page("filters.html", &trace, "survey of 100 cities");
     let matches = |fragment: &str| -> u64 {
-        let dom = Dom::parse(
-            &chromium
-                .dump_dom(&page, fragment)
-                .expect("chromium loads the page"),
-        );
-        rendered(&dom);
+        let dom = load(&chromium, &page, fragment);
         let count = dom.by_id("match-count").expect("the page counts matches");
         dom.attr(count, "data-matches")
             .expect("the count is recorded")
@@ -385,12 +377,7 @@ fn browser_filters_events_and_shows_their_details() {
     let EventKind::Context(report) = &trace.events[context].event.kind else {
         unreachable!()
     };
-    let dom = Dom::parse(
-        &chromium
-            .dump_dom(&page, &format!("event={context}"))
-            .expect("chromium loads the page"),
-    );
-    rendered(&dom);
+    let dom = load(&chromium, &page, &format!("event={context}"));
     let details = dom.text(dom.by_id("details").expect("the page has details"));
     for section in &report.compile.sections {
         assert!(
@@ -438,12 +425,7 @@ fn browser_shows_the_whole_prompt_and_reply_of_a_call() {
             _ => None,
         })
         .expect("the run recorded its prompts");
-    let dom = Dom::parse(
-        &chromium
-            .dump_dom(&page, &format!("event={call}"))
-            .expect("chromium loads the page"),
-    );
-    rendered(&dom);
+    let dom = load(&chromium, &page, &format!("event={call}"));
     let details = dom.text(dom.by_id("details").expect("the page has details"));
     assert!(!prompt.messages.is_empty());
     for message in &prompt.messages {
@@ -477,11 +459,7 @@ fn browser_renders_100k_events() {
     );
     let page = write_page("large.html", &trace, "100,000 events");
     let size = std::fs::metadata(&page).expect("the page exists").len();
-    let dom = Dom::parse(
-        &chromium
-            .dump_dom(&page, "")
-            .expect("chromium loads the page"),
-    );
+    let dom = load(&chromium, &page, "");
     let ms = rendered(&dom);
     eprintln!(
         "viewer: {} events, page of {:.1} MB, first render after {ms} ms",
@@ -557,12 +535,7 @@ fn browser_draws_calls_within_their_lanes_and_labels_branches_by_what_they_run()
     };
     let trace = traces::par_and_race(100);
     let page = write_page("calls.html", &trace, "survey of 100 cities");
-    let dom = Dom::parse(
-        &chromium
-            .dump_dom(&page, "")
-            .expect("chromium loads the page"),
-    );
-    rendered(&dom);
+    let dom = load(&chromium, &page, "");
     let lanes = drawn_lanes(&dom);
     let branch = TraceId::from(RUN_ID).child(5);
     let lane = lanes[branch.as_str()];
@@ -602,12 +575,7 @@ fn browser_zooms_to_the_range_in_the_address_and_follows_the_filter() {
     };
     let trace = traces::par_and_race(100);
     let page = write_page("zoom.html", &trace, "survey of 100 cities");
-    let whole = Dom::parse(
-        &chromium
-            .dump_dom(&page, "")
-            .expect("chromium loads the page"),
-    );
-    rendered(&whole);
+    let whole = load(&chromium, &page, "");
     let timeline = whole.by_id("timeline").expect("a timeline");
     let span = number(&whole, timeline, "data-view-to");
     assert_eq!(number(&whole, timeline, "data-view-from"), 0.0);
@@ -622,12 +590,7 @@ fn browser_zooms_to_the_range_in_the_address_and_follows_the_filter() {
         to > 0.0 && to < span,
         "the race starts inside the run: {to} of {span}"
     );
-    let zoomed = Dom::parse(
-        &chromium
-            .dump_dom(&page, &format!("zoom=0-{to}"))
-            .expect("chromium loads the page"),
-    );
-    rendered(&zoomed);
+    let zoomed = load(&chromium, &page, &format!("zoom=0-{to}"));
     let timeline = zoomed.by_id("timeline").expect("a timeline");
     assert_eq!(number(&zoomed, timeline, "data-view-to"), to);
     let ticks = zoomed.descendants_with_class(zoomed.by_id("axis").unwrap(), "tick");
@@ -653,12 +616,7 @@ fn browser_zooms_to_the_range_in_the_address_and_follows_the_filter() {
         "left {before}% of the run is {expected}% of the zoomed range, drawn at {after}%"
     );
     // A search draws only the lanes that hold a match (and the run, which leads to them).
-    let filtered = Dom::parse(
-        &chromium
-            .dump_dom(&page, "q=city-42")
-            .expect("chromium loads the page"),
-    );
-    rendered(&filtered);
+    let filtered = load(&chromium, &page, "q=city-42");
     let shown: BTreeSet<String> = drawn_lanes(&filtered).into_keys().collect();
     let expected: BTreeSet<String> = [run.to_string(), run.child(42).to_string()].into();
     assert_eq!(shown, expected);
@@ -676,11 +634,7 @@ fn browser_stays_usable_with_5000_branches() {
         trace.events.len()
     );
     let page = write_page("wide.html", &trace, "5,000 branches");
-    let dom = Dom::parse(
-        &chromium
-            .dump_dom(&page, "")
-            .expect("chromium loads the page"),
-    );
+    let dom = load(&chromium, &page, "");
     let ms = rendered(&dom);
     eprintln!(
         "viewer: {} events in 5,000 branches, first render after {ms} ms (the benchmark viewer.render_5000_branches times it)",
@@ -709,12 +663,7 @@ fn browser_stays_usable_with_5000_branches() {
     );
     // Selecting a grouped branch (here, by the address) opens its group and draws it.
     let deep = TraceId::from(RUN_ID).child(4_321);
-    let opened = Dom::parse(
-        &chromium
-            .dump_dom(&page, &format!("lane={deep}"))
-            .expect("chromium loads the page"),
-    );
-    rendered(&opened);
+    let opened = load(&chromium, &page, &format!("lane={deep}"));
     let lanes = opened.by_id("lanes").expect("the page has lanes");
     assert_eq!(number(&opened, lanes, "data-rows"), 5_001.0);
     let drawn = drawn_lanes(&opened);
@@ -738,12 +687,7 @@ fn browser_shows_a_small_image_as_a_thumbnail_and_a_large_one_by_its_hash() {
         .iter()
         .position(|e| matches!(e.event.kind, EventKind::InferStart(_)))
         .expect("a model call");
-    let dom = Dom::parse(
-        &chromium
-            .dump_dom(&page, &format!("event={start}"))
-            .expect("chromium loads the page"),
-    );
-    rendered(&dom);
+    let dom = load(&chromium, &page, &format!("event={start}"));
     let details = dom.by_id("details").expect("a details pane");
     let figures = dom.descendants_with_class(details, "attachment");
     assert_eq!(figures.len(), 2, "{}", dom.text(details));
