@@ -19,6 +19,7 @@ use sqlx::SqliteConnection;
 
 use super::open::META_CHANGES_FLOOR;
 use super::retry::DbError;
+use super::wal_index::Mark;
 use crate::ann::{AnnConfig, IndexStatus};
 use crate::prune::{COPY_CHUNK, MergeSet};
 use crate::vector::{Hit, Restriction, VectorIndex, cosine, from_blob};
@@ -34,6 +35,9 @@ pub(crate) struct VectorCache {
     ann: AnnConfig,
     /// Changes applied since the copy was last saved beside the database (or loaded).
     pub(crate) unsaved: u64,
+    /// A wal-index header read before a sync that this copy has had: while the database's
+    /// header is still that, nothing was committed since and the copy is current.
+    current_at: Option<Mark>,
 }
 
 impl VectorCache {
@@ -45,6 +49,7 @@ impl VectorCache {
             corrupt: BTreeSet::new(),
             ann,
             unsaved: 0,
+            current_at: None,
         }
     }
 
@@ -63,7 +68,13 @@ impl VectorCache {
             corrupt,
             ann,
             unsaved: 0,
+            current_at: None,
         }
+    }
+
+    /// A wal-index header as of which the copy is current, if one is known.
+    pub(crate) fn current_at(&self) -> Option<Mark> {
+        self.current_at
     }
 
     /// The change-log position the copy is at (-1: nothing loaded).
@@ -161,6 +172,12 @@ pub(crate) fn decode(blob: &[u8], dimensions: usize) -> Result<Vec<f32>, String>
         return Err("NaN or infinite values".to_owned());
     }
     Ok(vector)
+}
+
+/// Records that `cache` has had every commit made before the database's wal-index header
+/// read `mark` (read before a [`sync`] that has completed).
+pub(crate) fn mark_current(cache: &RwLock<VectorCache>, mark: Mark) {
+    write_cache(cache).current_at = Some(mark);
 }
 
 /// Brings `cache` up to date. `conn` must be inside a read transaction (one snapshot).

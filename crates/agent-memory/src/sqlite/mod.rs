@@ -17,6 +17,7 @@ mod read;
 pub(crate) mod retry;
 mod saved;
 mod search;
+mod wal_index;
 mod write;
 
 pub use self::check::{IntegrityProblem, IntegrityReport};
@@ -130,6 +131,11 @@ struct Inner {
     store_id: String,
     /// Set while a background save of the vector copy runs.
     saving: AtomicBool,
+    /// The database's wal-index (`<file>-shm`), read to skip syncs when nothing changed.
+    shm: PathBuf,
+    /// Syncs that read the change log (tests check which searches skip it).
+    #[cfg(test)]
+    change_log_reads: std::sync::atomic::AtomicU64,
 }
 
 /// How long [`SqliteBackend::close`] waits for the background indexer before saving.
@@ -209,12 +215,27 @@ impl SqliteBackend {
         Ok(read_cache(&self.inner.cache).status())
     }
 
-    /// Brings the vector cache up to date with the database.
+    /// Brings the vector cache up to date with the database; a read of the wal-index
+    /// header when nothing was committed since the last time (see [`wal_index`]).
     async fn sync(&self) -> Result<(), MemoryError> {
+        // Read before the transaction: its snapshot is at least this new.
+        let mark = wal_index::mark(&self.inner.shm);
         let cache = &self.inner.cache;
+        if mark.is_some() && read_cache(cache).current_at() == mark {
+            // The graph may have caught up since: a save can be due without a change.
+            self.save_in_background_if_due();
+            return Ok(());
+        }
+        #[cfg(test)]
+        self.inner
+            .change_log_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         read_tx!(self, "loading vectors", |conn| {
             cache::sync(&mut *conn, cache).await?
         })?;
+        if let Some(mark) = mark {
+            cache::mark_current(cache, mark);
+        }
         self.save_in_background_if_due();
         Ok(())
     }

@@ -15,6 +15,7 @@ use tokio::sync::Mutex;
 
 use super::cache::{VectorCache, read_cache};
 use super::retry::{Backoff, DbError};
+use super::wal_index;
 use super::{Inner, SqliteBackend, retry, storage};
 use crate::ann::AnnConfig;
 use crate::clock::{Clock, SystemClock};
@@ -214,6 +215,9 @@ impl SqliteBuilder {
 
         let backend = SqliteBackend {
             inner: Arc::new(Inner {
+                shm: wal_index::shm_path(&self.path),
+                #[cfg(test)]
+                change_log_reads: Default::default(),
                 path: self.path,
                 readers,
                 writer: Mutex::new(Some(writer)),

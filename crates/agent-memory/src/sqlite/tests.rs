@@ -163,3 +163,72 @@ async fn merges_skip_entries_deleted_after_planning() {
     );
     assert!(store.integrity_check().await.expect("integrity").is_sound());
 }
+
+/// A search that follows no commit reads no change log (the wal-index header is unchanged);
+/// every commit, by this handle, another one, or a plain connection, is seen by the next.
+#[tokio::test]
+async fn searches_read_the_change_log_only_after_a_commit() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let store = SqliteBackend::open(&path).await.expect("open");
+    let other = SqliteBackend::open(&path).await.expect("open");
+    let reads = || {
+        store
+            .inner
+            .change_log_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let query = store.inner.embedder.embed("deploy").await.expect("embed");
+    let ids = |hits: Vec<(MemoryId, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
+    let nearest = || store.nearest(&query, 10, &UNRESTRICTED);
+
+    let first = store
+        .store(memory("deploy with the VPN"))
+        .await
+        .expect("store");
+    assert_eq!(
+        ids(nearest().await.expect("search")),
+        std::slice::from_ref(&first)
+    );
+    let before = reads();
+    for _ in 0..3 {
+        assert_eq!(
+            ids(nearest().await.expect("search")),
+            std::slice::from_ref(&first)
+        );
+    }
+    assert_eq!(reads(), before, "nothing was committed: no change log read");
+
+    let second = other.store(memory("deploy at noon")).await.expect("store");
+    let found = ids(nearest().await.expect("search"));
+    assert!(
+        found.contains(&second),
+        "another handle's commit is seen: {found:?}"
+    );
+    assert_eq!(reads(), before + 1);
+
+    // After a checkpoint that empties the WAL, a commit restarts it: still seen.
+    let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .expect("connect");
+    sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)")
+        .execute(&mut conn)
+        .await
+        .expect("checkpoint");
+    nearest().await.expect("search");
+    let settled = reads();
+    nearest().await.expect("search");
+    assert_eq!(reads(), settled);
+    sqlx::query("DELETE FROM entries WHERE id = ?1")
+        .bind(parse_id(&first).expect("id"))
+        .execute(&mut conn)
+        .await
+        .expect("delete");
+    let found = ids(nearest().await.expect("search"));
+    assert!(
+        !found.contains(&first),
+        "a plain connection's delete is seen: {found:?}"
+    );
+    assert_eq!(reads(), settled + 1);
+    conn.close().await.expect("close");
+}
