@@ -14,7 +14,9 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use agent_memory::{ContextWindow, InMemoryBackend, IndexStatus, SqliteBackend, build_context};
+use agent_memory::{
+    AnnConfig, ContextWindow, InMemoryBackend, IndexStatus, SqliteBackend, build_context,
+};
 use agent_op::{
     BoxFuture, EmbeddingError, EmbeddingProvider, MemoryBackend, MemoryId, NewMemory, SearchOptions,
 };
@@ -318,19 +320,99 @@ fn hydrate_latencies(
     (subject, baseline)
 }
 
+/// The ceiling of the backends' approximate search: usearch called directly on the same
+/// vectors, with the settings the backends use ([`AnnConfig`]'s defaults: an int8 cosine
+/// graph, its `rescore` best candidates re-scored in f32 for the top 10), and nothing
+/// around it: no lock, no id map, no async, no pending tail.
+struct Direct {
+    graph: usearch::Index,
+    /// The unit vectors, row `i` holding key `i`.
+    vectors: Vec<f32>,
+    rescore: usize,
+}
+
+impl Direct {
+    /// The graph of `vectors`, built on every core as the backends build theirs.
+    fn build(vectors: &[Vec<f32>]) -> Direct {
+        let config = AnnConfig::default();
+        let options = usearch::IndexOptions {
+            dimensions: DIMS,
+            metric: usearch::MetricKind::Cos,
+            quantization: usearch::ScalarKind::I8,
+            connectivity: config.connectivity,
+            expansion_add: config.expansion_add,
+            expansion_search: config.expansion_search,
+            multi: false,
+        };
+        let graph = usearch::Index::new(&options).expect("usearch index");
+        let threads = config.build_threads.max(1);
+        graph
+            .reserve_capacity_and_threads(vectors.len(), threads)
+            .expect("usearch reserve");
+        let unit: Vec<f32> = vectors
+            .iter()
+            .flat_map(|v| {
+                let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+                v.iter().map(move |x| x / norm)
+            })
+            .collect();
+        let rows: Vec<(usize, &[f32])> = unit.chunks_exact(DIMS).enumerate().collect();
+        let per = rows.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            for part in rows.chunks(per) {
+                let graph = &graph;
+                scope.spawn(move || {
+                    for (key, row) in part {
+                        graph.add(*key as u64, row).expect("usearch add");
+                    }
+                });
+            }
+        });
+        Direct {
+            graph,
+            vectors: unit,
+            rescore: config.rescore,
+        }
+    }
+
+    /// The top 10 rows for the unit `query`: the graph's `rescore` candidates, scored in f32.
+    fn nearest(&self, query: &[f32]) -> Vec<usize> {
+        let found = self
+            .graph
+            .search(query, self.rescore)
+            .expect("usearch search");
+        let mut scored: Vec<(f32, usize)> = found
+            .keys
+            .iter()
+            .map(|&key| {
+                let row = key as usize;
+                let v = &self.vectors[row * DIMS..(row + 1) * DIMS];
+                (v.iter().zip(query).map(|(a, b)| a * b).sum(), row)
+            })
+            .collect();
+        scored.sort_unstable_by(|a, b| b.0.total_cmp(&a.0));
+        scored.truncate(10);
+        scored.into_iter().map(|(_, row)| row).collect()
+    }
+}
+
 /// A backend's `nearest(vector, 10, exact)`.
 type Nearest<'a> = dyn Fn(&[f32], bool) -> Vec<(MemoryId, f32)> + 'a;
 
 /// `nearest(vector, 10, options)` on the store under test.
 type NearestWith<'a> = dyn Fn(&[f32], &SearchOptions) -> Vec<(MemoryId, f32)> + 'a;
 
-/// Approximate vector search against exact search on the same store, in blocks of queries:
-/// `{prefix}.ann_search_{size}` (p50 ms; baseline: exact search's p50), its p99 row, the
-/// `_after_scan` row (the first query after an exact scan), and
-/// `{prefix}.ann_recall_{size}` (recall@10 against exact search), after the background
-/// indexer has taken in every vector (`{prefix}.ann_build_{size}` when `stored_in` is given:
-/// seconds from the last store until the graph holds everything; baseline: the time the
-/// stores took).
+/// Approximate vector search on a store, in blocks of queries:
+/// `{prefix}.ann_search_{size}` (p50 ms), its p99 row, the `_after_scan` row (the first
+/// query after an exact scan), and `{prefix}.ann_recall_{size}` (recall@10 against exact
+/// search), after the background indexer has taken in every vector
+/// (`{prefix}.ann_build_{size}` when `stored_in` is given: seconds from the last store until
+/// the graph holds everything; baseline: the time the stores took).
+///
+/// With `direct`, each query is also answered by usearch called directly ([`Direct`]), right
+/// after the store answered it: the search rows' baseline is that, and
+/// `memory.usearch_direct_{size}` (with `report_direct`) reports it against exact search, with
+/// its recall. Without, the baseline is exact search on the store.
 fn ann_figures(
     prefix: &str,
     size: &str,
@@ -338,6 +420,7 @@ fn ann_figures(
     stored_in: Option<Duration>,
     status: &dyn Fn() -> IndexStatus,
     nearest: &Nearest<'_>,
+    direct: Option<(&Direct, bool)>,
 ) {
     let start = Instant::now();
     loop {
@@ -368,16 +451,25 @@ fn ann_figures(
     for q in queries.iter().take(10) {
         black_box(nearest(q, false));
         black_box(nearest(q, true));
+        if let Some((direct, _)) = direct {
+            black_box(direct.nearest(q));
+        }
     }
     // Blocks of queries, approximate then exact, so both see the same machine load, while
     // approximate searches follow each other as in a service answering queries (one right
     // after a full scan finds the graph evicted from the caches: reported apart).
     const BLOCK: usize = 20;
-    let (mut ann, mut exact, mut after_scan, mut recall) =
-        (Vec::new(), Vec::new(), Vec::new(), 0.0);
+    let mut ann = Vec::new();
+    let mut exact = Vec::new();
+    let mut after_scan = Vec::new();
+    let mut recall = 0.0;
+    let mut usearch = Vec::new();
+    let mut usearch_after_scan = Vec::new();
+    let mut usearch_recall = 0.0;
     let ids = |hits: Vec<(MemoryId, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
     for block in queries.chunks(BLOCK) {
         let mut got = Vec::with_capacity(block.len());
+        let mut got_direct = Vec::with_capacity(block.len());
         for (i, q) in block.iter().enumerate() {
             let start = Instant::now();
             got.push(nearest(q, false));
@@ -387,6 +479,16 @@ fn ann_figures(
             } else {
                 ann.push(took);
             }
+            if let Some((direct, _)) = direct {
+                let start = Instant::now();
+                got_direct.push(direct.nearest(q));
+                let took = bench_kit::ms(start.elapsed());
+                if i == 0 {
+                    usearch_after_scan.push(took);
+                } else {
+                    usearch.push(took);
+                }
+            }
         }
         for (q, got) in block.iter().zip(got) {
             let start = Instant::now();
@@ -394,25 +496,40 @@ fn ann_figures(
             exact.push(bench_kit::ms(start.elapsed()));
             recall += bench_kit::recall_at(&ids(truth), &ids(got));
         }
+        if let Some((direct, _)) = direct {
+            for (q, got) in block.iter().zip(got_direct) {
+                let truth: Vec<usize> = plain_scan(&direct.vectors, q)
+                    .into_iter()
+                    .map(|(_, row)| row)
+                    .collect();
+                usearch_recall += bench_kit::recall_at(&truth, &got);
+            }
+        }
     }
     let (a, e) = (bench_kit::stats(&ann), bench_kit::stats(&exact));
+    let (base, base_p99, base_after_scan) = match direct {
+        Some(_) => {
+            let u = bench_kit::stats(&usearch);
+            (
+                u.median,
+                u.p99,
+                bench_kit::stats(&usearch_after_scan).median,
+            )
+        }
+        None => (e.median, e.p99, e.median),
+    };
     bench_kit::report(
         &format!("{prefix}.ann_search_{size}_after_scan"),
         bench_kit::stats(&after_scan).median,
         "ms",
-        e.median,
+        base_after_scan,
     );
-    bench_kit::report(
-        &format!("{prefix}.ann_search_{size}"),
-        a.median,
-        "ms",
-        e.median,
-    );
+    bench_kit::report(&format!("{prefix}.ann_search_{size}"), a.median, "ms", base);
     bench_kit::report(
         &format!("{prefix}.ann_search_{size}_p99"),
         a.p99,
         "ms",
-        e.p99,
+        base_p99,
     );
     bench_kit::report(
         &format!("{prefix}.ann_recall_{size}"),
@@ -420,6 +537,20 @@ fn ann_figures(
         "recall@10",
         1.0,
     );
+    if let Some((_, true)) = direct {
+        bench_kit::report(
+            &format!("memory.usearch_direct_{size}"),
+            base,
+            "ms",
+            e.median,
+        );
+        bench_kit::report(
+            &format!("memory.usearch_direct_recall_{size}"),
+            usearch_recall / queries.len() as f64,
+            "recall@10",
+            1.0,
+        );
+    }
 }
 
 /// Filtered approximate search (`{prefix}.ann_filtered_search_{size}`, `_p99`,
@@ -544,7 +675,8 @@ fn main() {
         "prompt.hydrate_semantic_100k",
     ];
     let need_sqlite_large = sqlite_large.iter().any(|n| on(n)) || on("memory.sqlite.ann_");
-    let need_large = need_sqlite_large || on("memory.inmem.search_100k") || on("memory.inmem.ann_");
+    let inmem_ann = on("memory.inmem.ann_") || on("memory.usearch_direct");
+    let need_large = need_sqlite_large || on("memory.inmem.search_100k") || inmem_ann;
     let need_small = on("memory.sqlite.search_10k")
         || on("memory.inmem.search_10k")
         || on("memory.sqlite.prune_merge_5k");
@@ -564,6 +696,9 @@ fn main() {
     } else {
         data(0, 2)
     };
+
+    // usearch on the same vectors, for the approximate search rows' baseline.
+    let direct = (on("memory.sqlite.ann_") || inmem_ann).then(|| Direct::build(&large.vectors));
 
     if need_sqlite_large {
         // The baseline runs before and after the subject; the faster run counts (insert
@@ -616,6 +751,7 @@ fn main() {
                     rt.block_on(backend.nearest(v, 10, &options))
                         .expect("nearest")
                 },
+                direct.as_ref().map(|d| (d, false)),
             );
             ann_filtered_figures("memory.sqlite", "100k", &large, &|v, options| {
                 rt.block_on(backend.nearest(v, 10, options))
@@ -663,7 +799,7 @@ fn main() {
         ("memory.inmem.search_100k", &large),
         ("memory.inmem.search_10k", &small),
     ] {
-        let ann = name.ends_with("100k") && on("memory.inmem.ann_");
+        let ann = name.ends_with("100k") && inmem_ann;
         if !on(name) && !ann {
             continue;
         }
@@ -689,6 +825,7 @@ fn main() {
                     rt.block_on(backend.nearest(v, 10, &options))
                         .expect("nearest")
                 },
+                direct.as_ref().map(|d| (d, true)),
             );
             ann_filtered_figures("memory.inmem", "100k", data, &|v, options| {
                 rt.block_on(backend.nearest(v, 10, options))
@@ -737,6 +874,7 @@ fn million(rt: &tokio::runtime::Runtime, dir: &std::path::Path) {
                 rt.block_on(backend.nearest(v, 10, &options))
                     .expect("nearest")
             },
+            None,
         );
         if let (Some(before), Some(after)) = (before, bench_kit::rss_bytes()) {
             // Baseline: the f32 vectors alone.
@@ -761,6 +899,7 @@ fn million(rt: &tokio::runtime::Runtime, dir: &std::path::Path) {
                 rt.block_on(backend.nearest(v, 10, &options))
                     .expect("nearest")
             },
+            None,
         );
         rt.block_on(backend.close());
     }

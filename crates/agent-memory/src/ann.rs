@@ -29,10 +29,12 @@ pub struct AnnConfig {
     pub min_entries: usize,
     /// Graph edges per node (HNSW `M`, default 16).
     pub connectivity: usize,
-    /// Candidate list size while inserting (default 64): higher builds slower, finds better
-    /// neighbours.
+    /// Candidate list size while inserting (default 128): higher builds slower, finds better
+    /// neighbours. On clustered vectors (1,000 clusters, 100,000 vectors) 64 left graphs in
+    /// which a few queries in 200 never reached their cluster (recall 0 for them; mean
+    /// recall@10 0.96–0.99 from build to build); 128 builds about 3× slower and had none.
     pub expansion_add: usize,
-    /// Candidate list size while searching (default 32; the walk keeps at least
+    /// Candidate list size while searching (default 40; the walk keeps at least
     /// [`rescore`](AnnConfig::rescore) candidates either way): higher is slower with better
     /// recall.
     pub expansion_search: usize,
@@ -49,8 +51,8 @@ impl Default for AnnConfig {
         AnnConfig {
             min_entries: 10_000,
             connectivity: 16,
-            expansion_add: 64,
-            expansion_search: 32,
+            expansion_add: 128,
+            expansion_search: 40,
             rescore: 32,
             build_threads: std::thread::available_parallelism()
                 .map_or(1, usize::from)
@@ -223,9 +225,10 @@ impl Ann {
         first
     }
 
-    /// Queues the removal of `id` from the graph.
-    pub(crate) fn remove(&mut self, id: i64) {
+    /// Queues the removal of `id` from the graph; returns its job number.
+    pub(crate) fn remove(&mut self, id: i64) -> u64 {
         self.send(vec![Job::Remove(id)]);
+        self.sent
     }
 
     fn send(&mut self, jobs: Vec<Job>) {
@@ -261,14 +264,15 @@ impl Ann {
         k.max((self.shared.config.rescore as f64 * scale).ceil() as usize)
     }
 
-    /// Up to `count` keys near the unit vector `query` among those `admit` accepts, best
-    /// first by the graph's (quantized) distance; `None` if the graph failed or is being
-    /// changed right now (the caller then scans exactly rather than wait for the change).
+    /// Up to `count` keys near the unit vector `query` among those `admit` accepts (every
+    /// key the graph holds when `admit` is `None`), best first by the graph's (quantized)
+    /// distance; `None` if the graph failed or is being changed right now (the caller then
+    /// scans exactly rather than wait for the change).
     pub(crate) fn candidates(
         &self,
         query: &[f32],
         count: usize,
-        admit: &dyn Fn(i64) -> bool,
+        admit: Option<&dyn Fn(i64) -> bool>,
     ) -> Option<Vec<i64>> {
         if !self.usable() {
             return None;
@@ -278,11 +282,14 @@ impl Ann {
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
             Err(TryLockError::WouldBlock) => return None,
         };
-        let matches = graph
-            .filtered_search(query, count.max(1), |key: u64| {
+        // Without a filter usearch walks with no call back into Rust per node visited.
+        let matches = match admit {
+            None => graph.search(query, count.max(1)),
+            Some(admit) => graph.filtered_search(query, count.max(1), |key: u64| {
                 i64::try_from(key).is_ok_and(admit)
-            })
-            .ok()?;
+            }),
+        }
+        .ok()?;
         Some(
             matches
                 .keys

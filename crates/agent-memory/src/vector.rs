@@ -265,6 +265,9 @@ pub(crate) struct VectorIndex {
     ann: Option<Ann>,
     /// Rows sent to the graph and not known to be in it: (job number, id), in job order.
     pending: VecDeque<(u64, i64)>,
+    /// The job number of the last removal sent to the graph (0: none): until it is applied
+    /// the graph may return rows removed here, so walks filter on the rows present.
+    last_removal: u64,
 }
 
 /// With more rows than this not yet in the graph (while it is first built), a search scans
@@ -358,6 +361,7 @@ impl VectorIndex {
             config,
             ann: None,
             pending: VecDeque::new(),
+            last_removal: 0,
         }
     }
 
@@ -495,7 +499,7 @@ impl VectorIndex {
             return false;
         };
         if let Some(ann) = &mut self.ann {
-            ann.remove(id);
+            self.last_removal = ann.remove(id);
         }
         self.trim_pending();
         let last = self.ids.len() - 1;
@@ -567,7 +571,7 @@ impl VectorIndex {
         if restriction.all {
             if walkable {
                 let need = self.walk_need(k);
-                if let Some(hits) = self.search_approximate(&query, k, need, &|_| true, &[]) {
+                if let Some(hits) = self.search_approximate(&query, k, need, None, &[]) {
                     return hits;
                 }
             }
@@ -636,7 +640,7 @@ impl VectorIndex {
             return exact(self);
         };
         let present = |id: i64| self.slots.contains_key(&id);
-        let Some(probe) = ann.candidates(query, need, &present) else {
+        let Some(probe) = ann.candidates(query, need, Some(&present)) else {
             return exact(self);
         };
         let near: Vec<i64> = probe.into_iter().filter(|id| admit(*id)).collect();
@@ -648,7 +652,7 @@ impl VectorIndex {
         if exact_cost <= WALK_NODE_NS * count as f64 / local {
             return exact(self);
         }
-        self.search_approximate(query, k, count, admit, &near)
+        self.search_approximate(query, k, count, Some(admit), &near)
             .unwrap_or_else(|| exact(self))
     }
 
@@ -710,7 +714,7 @@ impl VectorIndex {
         self.refine(query, &[pass], k)
     }
 
-    /// The graph's candidates (`count` of them, admitted by `admit`), `extra` rows (admitted)
+    /// The graph's candidates (`count` of them, admitted by `admit`, or any row without it), `extra` rows (admitted)
     /// and the pending tail, scored exactly; `None` when the exact scan must answer instead: no usable graph, a
     /// tail too long to score row by row, or fewer than `k` hits (a filter the graph walk
     /// could not satisfy).
@@ -719,9 +723,11 @@ impl VectorIndex {
         query: &[f32],
         k: usize,
         count: usize,
-        admit: &Admit<'_>,
+        admit: Option<&Admit<'_>>,
         extra: &[i64],
     ) -> Option<Vec<Hit>> {
+        let unrestricted = admit.is_none();
+        let admit = admit.unwrap_or(&|_| true);
         let ann = self.ann.as_ref()?;
         let applied = ann.applied();
         let tail: Vec<i64> = self
@@ -736,9 +742,11 @@ impl VectorIndex {
             return None;
         }
         // The graph may still hold rows removed here (its removals are queued): only rows
-        // present now count.
+        // present now count. Without such rows or a filter, the walk needs no filter.
         let present = |id: i64| self.slots.contains_key(&id) && admit(id);
-        let candidates = ann.candidates(query, count, &present)?;
+        let filtered = !unrestricted || applied < self.last_removal;
+        let walk_filter: Option<&dyn Fn(i64) -> bool> = filtered.then_some(&present);
+        let candidates = ann.candidates(query, count, walk_filter)?;
         let d = self.dimensions;
         let mut seen: HashSet<i64, std::hash::BuildHasherDefault<IdHasher>> =
             HashSet::with_capacity_and_hasher(candidates.len() + tail.len(), Default::default());

@@ -96,6 +96,7 @@ impl VectorIndex {
             config: AnnConfig::disabled(),
             ann: None,
             pending: VecDeque::new(),
+            last_removal: 0,
         };
         Some((index, graph))
     }
