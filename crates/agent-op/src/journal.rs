@@ -820,6 +820,50 @@ mod tests {
         assert_eq!(full.summary, Request::model_summary("m", &prompt));
     }
 
+    /// Fingerprints and summaries as journals already on disk hold them: a change to either
+    /// would make every recorded run diverge (or diff noisily) on replay.
+    #[test]
+    fn requests_fingerprint_and_summarize_as_recorded_journals_do() {
+        let long = format!("{}\"quoted\"\n\ttabbed ünïcode 🙂 end", "x".repeat(130));
+        let prompt = Prompt::new()
+            .system("Be brief.")
+            .user(long)
+            .tools(vec![crate::ToolDefinition {
+                name: "weather".into(),
+                description: "w".into(),
+                parameters: json!({"type": "object"}),
+            }])
+            .temperature(0.5);
+        let model = Request::model("gpt-4o", &prompt);
+        assert_eq!(
+            model.fingerprint,
+            "sha256:ff98f8be3a7e1941be9ef78d6fd5831a89db9030732b97f29d66a0c015c4668a"
+        );
+        assert_eq!(
+            model.summary.to_string(),
+            format!(
+                r#"{{"model":"gpt-4o","messages":[{{"role":"system","hash":"sha256:213c22ed7234eb11116e1e88f314c73cb3a019b5c87fe224b6ce5665bd9ec50e","text":"Be brief."}},{{"role":"user","hash":"sha256:6101045d9afb0c18c1e3e42bd3b0de4531973bd0f4946a50704d49fa92fd16a1","text":"{}…"}}],"tools":["weather"]}}"#,
+                "x".repeat(120)
+            )
+        );
+        let tool = Request::tool(
+            "weather",
+            &json!({"z": 1, "city": "Oslo", "nested": {"b": [1, 2.5, null], "a": "\u{1}é"}}),
+        );
+        assert_eq!(
+            tool.fingerprint,
+            "sha256:045caff5c1757727e59ac72fa4a520393a10b24ad2570ec99c8c6876c90063e9"
+        );
+        assert_eq!(
+            tool.summary.to_string(),
+            r#"{"tool":"weather","args":{"z":1,"city":"Oslo","nested":{"b":[1,2.5,null],"a":"\u0001é"}}}"#
+        );
+        assert_eq!(
+            fingerprint(&json!({"b": [{"z": 1, "a": "x\"y"}], "a": null, "c": -3, "d": 1e300})),
+            "sha256:207c9cdb367dee870ae4cad9af12ae6149c017ae371f57d342ef5f39b68b647f"
+        );
+    }
+
     #[test]
     fn a_changed_tool_call_diffs_by_argument() {
         let recorded = Request::tool("weather", &json!({"city": "Oslo", "days": 3}));
