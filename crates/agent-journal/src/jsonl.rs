@@ -323,8 +323,8 @@ mod tests {
             },
             kind: EntryKind::Model,
             fingerprint: fingerprint(&json!({"model": "m", "prompt": seq})),
-            request: json!({"model": "m"}),
-            result,
+            request: serde_json::value::to_raw_value(&json!({"model": "m"})).unwrap(),
+            result: serde_json::value::to_raw_value(&result).unwrap(),
         }
     }
 
