@@ -207,8 +207,11 @@ impl Request {
         // the same way, and a prompt is the largest request there is. Serialized into a
         // buffer, not into the hasher: serde_json writes token by token, and each write
         // costs the hasher more than a push costs a buffer.
-        let digest = match serde_json::to_vec(&(model, prompt)) {
-            Ok(bytes) => Sha256::digest(&bytes),
+        // Sized for the texts and what surrounds them, so it is not grown while written.
+        let texts: usize = prompt.messages.iter().map(|m| m.content().len()).sum();
+        let mut bytes = Vec::with_capacity(256 + texts + texts / 8);
+        let digest = match serde_json::to_writer(&mut bytes, &(model, prompt)) {
+            Ok(()) => Sha256::digest(&bytes),
             // Kept as it always was: a prompt that cannot be serialized hashes as nothing.
             Err(_) => Sha256::digest(b""),
         };

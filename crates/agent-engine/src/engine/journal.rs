@@ -40,7 +40,7 @@ pub(crate) enum Lookup {
     Live { key: Key, request: Request },
     /// The recording was cut off here by the deadline (or time budget) of the scope at
     /// this position among the machine's scopes (outermost first), ending it with `exit`.
-    Interrupted { scope: usize, exit: Value },
+    Interrupted { key: Key, scope: usize, exit: Value },
     /// Only in a doomed `race` branch: the journal ends here because the race was decided
     /// while this call was in flight. The branch waits to be cancelled.
     Park,
@@ -245,7 +245,7 @@ impl Journaling {
                 .ok_or_else(|| self.misfit(&key, "its record of a call cut off does not parse"))?;
             self.replayed.fetch_add(1, Ordering::Relaxed);
             let copy = self.copy_replayed.then(|| Entry::clone(entry));
-            return Ok((Lookup::Interrupted { scope, exit }, copy));
+            return Ok((Lookup::Interrupted { key, scope, exit }, copy));
         }
         if entry.kind == EntryKind::Outcome
             && entry.fingerprint == unavailable(&request).fingerprint

@@ -106,7 +106,7 @@ where
             return Ok(Answer::Off);
         };
         let key = journal.key(&self.id, n);
-        match journal.lookup(key.clone(), request, self.doomed, summarize) {
+        match journal.lookup(key, request, self.doomed, summarize) {
             Ok((Lookup::Replayed(value), copy)) => {
                 if let Some(entry) = copy {
                     self.journal_append(entry).await?;
@@ -124,7 +124,7 @@ where
                 }
                 Ok(Answer::Live(Box::new(Pending { key, request })))
             }
-            Ok((Lookup::Interrupted { scope, exit }, copy)) => {
+            Ok((Lookup::Interrupted { key, scope, exit }, copy)) => {
                 if let Some(entry) = copy {
                     self.journal_append(entry).await?;
                 }
