@@ -101,11 +101,12 @@ pub async fn show(path: &Path, json: bool) -> Result<String, CliError> {
     if !json {
         // Which run this journal is of, from its run entry.
         if let Some(run) = entries.iter().find(|e| e.kind == EntryKind::Run) {
+            let run = parsed(&run.result);
             let _ = writeln!(
                 out,
                 "run {} started {}",
-                run.result["trace_id"].as_str().unwrap_or("?"),
-                run.result["started_at"].as_str().unwrap_or("?")
+                run["trace_id"].as_str().unwrap_or("?"),
+                run["started_at"].as_str().unwrap_or("?")
             );
         }
         let [n, branch, effect, kind, fingerprint, request, result] = [
@@ -138,14 +139,20 @@ pub async fn show(path: &Path, json: bool) -> Result<String, CliError> {
             "{position:>6}  {branch:<12} {:>6}  {:<10} {short:<15}  {:<48}  {}",
             e.key.seq,
             e.kind.as_str(),
-            describe(&e.request),
-            describe_result(&e.result)
+            describe(&parsed(&e.request)),
+            describe_result(&parsed(&e.result))
         );
     }
     if !json {
         let _ = writeln!(out, "{} entries", entries.len());
     }
     Ok(out)
+}
+
+/// A request or result the journal holds as JSON text, as a value to describe (`null` in
+/// the rare case it is nested too deep to parse).
+fn parsed(json: &serde_json::value::RawValue) -> serde_json::Value {
+    serde_json::from_str(json.get()).unwrap_or_default()
 }
 
 /// A request in one line: a model call as its model and last message, anything else as

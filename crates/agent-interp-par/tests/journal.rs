@@ -690,7 +690,10 @@ fn a_timeout_that_cuts_a_fork_replays_the_same_cut_under_both_interpreters() {
         );
         let entries = paused().block_on(journal.entries()).unwrap();
         assert!(
-            entries.iter().any(|e| e.result.get("finished").is_some()),
+            entries.iter().any(|e| {
+                let result: serde_json::Value = serde_json::from_str(e.result.get()).unwrap();
+                result.get("finished").is_some()
+            }),
             "the cut is journaled: {entries:?}"
         );
         for replay_par in [false, true] {
@@ -1014,23 +1017,29 @@ fn entries_that_do_not_fit_the_program_are_journal_errors_naming_their_position(
         .await
         .unwrap();
         let entries = journal.entries().await.unwrap();
-        let edited = |edit: &dyn Fn(&mut Entry) -> bool| {
+        // Edits the results `edit` changes (it says whether it did).
+        let edited = |edit: &dyn Fn(&mut serde_json::Value) -> bool| {
             let mut entries = entries.clone();
             let mut changed = false;
             for entry in &mut entries {
-                changed |= edit(entry);
+                let mut result: serde_json::Value =
+                    serde_json::from_str(entry.result.get()).unwrap();
+                if edit(&mut result) {
+                    entry.result = serde_json::value::to_raw_value(&result).unwrap();
+                    changed = true;
+                }
             }
             assert!(changed, "nothing edited");
             Entries(entries)
         };
-        let race = |e: &Entry| e.result.get("winner").is_some();
-        let cut = |e: &Entry| e.result.get("interrupted").is_some();
+        let race = |r: &serde_json::Value| r.get("winner").is_some();
+        let cut = |r: &serde_json::Value| r.get("interrupted").is_some();
         let cases: Vec<(&str, Entries, &str)> = vec![
             (
                 "a winner the race lacks",
-                edited(&|e| {
-                    race(e) && {
-                        e.result["winner"] = json!(7);
+                edited(&|r| {
+                    race(r) && {
+                        r["winner"] = json!(7);
                         true
                     }
                 }),
@@ -1038,9 +1047,9 @@ fn entries_that_do_not_fit_the_program_are_journal_errors_naming_their_position(
             ),
             (
                 "a failed loser the race lacks",
-                edited(&|e| {
-                    race(e) && {
-                        e.result["finished"] = json!([9]);
+                edited(&|r| {
+                    race(r) && {
+                        r["finished"] = json!([9]);
                         true
                     }
                 }),
@@ -1048,10 +1057,10 @@ fn entries_that_do_not_fit_the_program_are_journal_errors_naming_their_position(
             ),
             (
                 "a winner that fails",
-                edited(&|e| {
-                    race(e) && {
-                        e.result["winner"] = json!(0);
-                        e.result["finished"] = json!([]);
+                edited(&|r| {
+                    race(r) && {
+                        r["winner"] = json!(0);
+                        r["finished"] = json!([]);
                         true
                     }
                 }),
@@ -1059,9 +1068,9 @@ fn entries_that_do_not_fit_the_program_are_journal_errors_naming_their_position(
             ),
             (
                 "a scope that is not there",
-                edited(&|e| {
-                    cut(e) && {
-                        e.result["interrupted"]["scope"] = json!(3);
+                edited(&|r| {
+                    cut(r) && {
+                        r["interrupted"]["scope"] = json!(3);
                         true
                     }
                 }),
@@ -1069,9 +1078,9 @@ fn entries_that_do_not_fit_the_program_are_journal_errors_naming_their_position(
             ),
             (
                 "an exit that does not parse",
-                edited(&|e| {
-                    cut(e) && {
-                        e.result["interrupted"]["exit"] = json!({"odd": 1});
+                edited(&|r| {
+                    cut(r) && {
+                        r["interrupted"]["exit"] = json!({"odd": 1});
                         true
                     }
                 }),

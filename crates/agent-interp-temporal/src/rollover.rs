@@ -20,7 +20,7 @@ use std::task::{Poll, Waker};
 use agent_op::Steering;
 use agent_op::journal::Entry;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// What a run that continues as new hands to the next one.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -41,7 +41,7 @@ impl Carried {
         entries
             .into_iter()
             .map(|mut entry| {
-                entry.request = Value::Null;
+                entry.request = Box::<RawValue>::default();
                 entry
             })
             .collect()

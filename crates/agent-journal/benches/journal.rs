@@ -27,6 +27,7 @@ use agent_journal::{Entry, EntryKind, Journal, Key, SqliteJournal, fingerprint};
 use agent_op::{BoxFuture, Op, Prompt, Provider, ProviderError, Response, op};
 use agent_provider::ScriptedProvider;
 use serde_json::json;
+use serde_json::value::to_raw_value;
 use sqlx::{ConnectOptions, Connection};
 
 const REPLAY_CALLS: u64 = 10_000;
@@ -135,12 +136,13 @@ fn entries() -> Vec<Entry> {
     (0..APPENDS as u64)
         .map(|seq| {
             let request = json!({"model": "m", "messages": [{"role": "user", "hash": "sha256:0", "text": format!("step {seq}")}], "tools": []});
+            let result = json!({"Ok": {"content": format!("answer {seq}"), "tool_calls": [], "usage": {"input_tokens": 12, "output_tokens": 3}}});
             Entry {
                 key: Key { branch: String::new(), seq },
                 kind: EntryKind::Model,
                 fingerprint: fingerprint(&request),
-                request,
-                result: json!({"Ok": {"content": format!("answer {seq}"), "tool_calls": [], "usage": {"input_tokens": 12, "output_tokens": 3}}}),
+                request: to_raw_value(&request).expect("JSON"),
+                result: to_raw_value(&result).expect("JSON"),
             }
         })
         .collect()
@@ -195,8 +197,8 @@ fn sqlite_append(rt: &tokio::runtime::Runtime) {
                     .bind(e.key.seq as i64)
                     .bind(e.kind.as_str())
                     .bind(&e.fingerprint)
-                    .bind(e.request.to_string())
-                    .bind(e.result.to_string())
+                    .bind(e.request.get())
+                    .bind(e.result.get())
                     .execute(&mut *tx)
                     .await
                     .expect("insert");
@@ -264,8 +266,8 @@ fn postgres_append(rt: &tokio::runtime::Runtime) {
                         .bind(e.key.seq as i64)
                         .bind(e.kind.as_str())
                         .bind(&e.fingerprint)
-                        .bind(e.request.to_string())
-                        .bind(e.result.to_string())
+                        .bind(e.request.get())
+                        .bind(e.result.get())
                         .execute(&mut conn)
                         .await
                         .expect("insert");

@@ -8,23 +8,52 @@ use tokio::sync::oneshot;
 
 type Waiter = oneshot::Sender<Result<(), JournalError>>;
 
-/// Queued entries, each batch with who waits for it.
-pub(crate) type Batch = Vec<(Vec<Entry>, Waiter)>;
+/// The answer to a queued append: whether its entries were committed.
+pub(crate) type Answered = oneshot::Receiver<Result<(), JournalError>>;
 
-/// Entries waiting for a commit, with who waits for each batch.
+/// Entries taken for one commit, in the order they were queued, and who waits for them.
+#[derive(Default)]
+pub(crate) struct Batch {
+    /// The entries of each queued append, in order. Kept apart, not gathered into one
+    /// vector: a wide fan-out queues thousands, which would be moved again at every growth.
+    pub(crate) appends: Vec<Vec<Entry>>,
+    /// Who waits for them.
+    pub(crate) waiters: Waiters,
+}
+
+impl Batch {
+    /// Whether no append is queued.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.waiters.0.is_empty()
+    }
+}
+
+/// Who waits for a batch's commit.
+#[derive(Default)]
+pub(crate) struct Waiters(Vec<Waiter>);
+
+impl Waiters {
+    /// Tells every waiter how the commit ended.
+    pub(crate) fn answer(self, result: &Result<(), JournalError>) {
+        for waiter in self.0 {
+            let _ = waiter.send(result.clone());
+        }
+    }
+}
+
+/// Entries waiting for a commit, with who waits for them.
 #[derive(Default)]
 pub(crate) struct Pending {
-    queue: Mutex<Vec<(Vec<Entry>, Waiter)>>,
+    queue: Mutex<Batch>,
 }
 
 impl Pending {
     /// Queues `entries`; the receiver answers once they are committed (or failed).
-    pub(crate) fn push(&self, entries: Vec<Entry>) -> oneshot::Receiver<Result<(), JournalError>> {
+    pub(crate) fn push(&self, entries: Vec<Entry>) -> Answered {
         let (tx, rx) = oneshot::channel();
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((entries, tx));
+        let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.appends.push(entries);
+        queue.waiters.0.push(tx);
         rx
     }
 
@@ -34,19 +63,41 @@ impl Pending {
     }
 }
 
-/// Tells every waiter of `batch` how its commit ended.
-pub(crate) fn answer(batch: Batch, result: &Result<(), JournalError>) {
-    for (_, waiter) in batch {
-        let _ = waiter.send(result.clone());
+/// What an append waits for once its entries are queued.
+pub(crate) enum Turn<G> {
+    /// A commit already took its entries and ended so.
+    Answered(Result<(), JournalError>),
+    /// The writer's turn: commit what is queued (its own entries among them).
+    Writer(G),
+}
+
+/// Waits for `answered` or for the writer `lock`, whichever comes first. An append whose
+/// entries the commit under way will not take waits for the writer; one whose entries a
+/// commit took waits for that commit only, rather than for a turn at the writer it would
+/// find nothing left to do with (in a wide fan-out, thousands of such turns pass the writer
+/// on one after another).
+pub(crate) async fn turn<G>(
+    journal: &str,
+    answered: &mut Answered,
+    lock: impl std::future::Future<Output = G>,
+) -> Turn<G> {
+    tokio::select! {
+        biased;
+        result = answered => Turn::Answered(settle(journal, result)),
+        guard = lock => Turn::Writer(guard),
     }
 }
 
 /// Waits for the answer to a queued batch.
-pub(crate) async fn wait(
+pub(crate) async fn wait(journal: &str, answered: Answered) -> Result<(), JournalError> {
+    settle(journal, answered.await)
+}
+
+fn settle(
     journal: &str,
-    rx: oneshot::Receiver<Result<(), JournalError>>,
+    answer: Result<Result<(), JournalError>, oneshot::error::RecvError>,
 ) -> Result<(), JournalError> {
-    match rx.await {
+    match answer {
         Ok(result) => result,
         // The committer was dropped mid-commit (its run was cancelled): nothing says the
         // entries reached the journal.

@@ -77,8 +77,9 @@ impl StoredEntry<'_> {
 }
 
 /// Writes `entry` as one line: `{"entry":{"key":..,"kind":..,"fingerprint":..,
-/// "request":..,"result":..,"crc32":..}}`, the request and result exactly as sealed.
-fn write_entry(out: &mut Vec<u8>, entry: &Sealed) -> serde_json::Result<()> {
+/// "request":..,"result":..,"crc32":..}}`, the request and result exactly as held (and
+/// sealed).
+fn write_entry(out: &mut Vec<u8>, entry: &Entry) -> serde_json::Result<()> {
     out.extend_from_slice(b"{\"entry\":{\"key\":");
     serde_json::to_writer(&mut *out, &entry.key)?;
     out.extend_from_slice(b",\"kind\":\"");
@@ -86,11 +87,11 @@ fn write_entry(out: &mut Vec<u8>, entry: &Sealed) -> serde_json::Result<()> {
     out.extend_from_slice(b"\",\"fingerprint\":");
     serde_json::to_writer(&mut *out, &entry.fingerprint)?;
     out.extend_from_slice(b",\"request\":");
-    out.extend_from_slice(entry.request.as_bytes());
+    out.extend_from_slice(entry.request.get().as_bytes());
     out.extend_from_slice(b",\"result\":");
-    out.extend_from_slice(entry.result.as_bytes());
+    out.extend_from_slice(entry.result.get().as_bytes());
     out.extend_from_slice(b",\"crc32\":");
-    out.extend_from_slice(entry.checksum.to_string().as_bytes());
+    out.extend_from_slice(entry.checksum().to_string().as_bytes());
     out.extend_from_slice(b"}}\n");
     Ok(())
 }
@@ -215,7 +216,7 @@ impl Journal for JsonlJournal {
             let name = self.describe();
             let mut bytes = Vec::new();
             for entry in &entries {
-                write_entry(&mut bytes, &entry.seal()).map_err(|e| JournalError::Io {
+                write_entry(&mut bytes, entry).map_err(|e| JournalError::Io {
                     journal: name.clone(),
                     cause: Cause::new(std::io::Error::other(e)),
                 })?;
@@ -323,8 +324,8 @@ mod tests {
             },
             kind: EntryKind::Model,
             fingerprint: fingerprint(&json!({"model": "m", "prompt": seq})),
-            request: json!({"model": "m"}),
-            result,
+            request: serde_json::value::to_raw_value(&json!({"model": "m"})).unwrap(),
+            result: serde_json::value::to_raw_value(&result).unwrap(),
         }
     }
 

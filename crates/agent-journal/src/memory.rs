@@ -13,10 +13,12 @@ use agent_op::journal::{Entry, Journal, JournalError};
 /// use agent_journal::{Journal, MemoryJournal};
 /// use agent_op::journal::{Key, Request};
 /// use serde_json::json;
+/// use serde_json::value::to_raw_value;
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let journal = MemoryJournal::new();
-/// let entry = Request::tool("weather", &json!({"city": "Oslo"})).entry(Key::run(), json!(3));
+/// let result = to_raw_value(&3).unwrap();
+/// let entry = Request::tool("weather", &json!({"city": "Oslo"})).entry(Key::run(), result);
 /// journal.append(vec![entry.clone()]).await.unwrap();
 /// assert_eq!(journal.entries().await.unwrap(), vec![entry]);
 /// # });

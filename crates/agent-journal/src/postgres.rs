@@ -9,7 +9,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection};
 use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Mutex;
 
-use crate::group::{Pending, answer, wait};
+use crate::group::{Batch, Pending, Turn, turn, wait};
 use crate::row::{COLUMNS, entry_of};
 
 /// The advisory-lock class of journals (the first half of a two-key advisory lock).
@@ -268,19 +268,20 @@ impl Journal for PostgresJournal {
 
     fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
         Box::pin(async move {
-            let answered = self.pending.push(entries);
-            {
-                let mut guard = self.conn.lock().await;
-                let batch = self.pending.take();
-                if !batch.is_empty() {
-                    let all: Vec<&Entry> = batch.iter().flat_map(|(e, _)| e).collect();
-                    let result = self
-                        .with_conn(&mut guard, Work::Insert(&all))
-                        .await
-                        .map(drop);
-                    answer(batch, &result);
-                }
+            let mut answered = self.pending.push(entries);
+            let mut guard = match turn(&self.describe, &mut answered, self.conn.lock()).await {
+                Turn::Answered(result) => return result,
+                Turn::Writer(guard) => guard,
+            };
+            let batch = self.pending.take();
+            if !batch.is_empty() {
+                let result = self
+                    .with_conn(&mut guard, Work::Insert(&batch))
+                    .await
+                    .map(drop);
+                batch.waiters.answer(&result);
             }
+            drop(guard);
             wait(&self.describe, answered).await
         })
     }
@@ -289,7 +290,7 @@ impl Journal for PostgresJournal {
 /// What [`PostgresJournal::with_conn`] does on the connection.
 enum Work<'a> {
     Read,
-    Insert(&'a [&'a Entry]),
+    Insert(&'a Batch),
 }
 
 enum Done {
@@ -325,23 +326,24 @@ impl PostgresJournal {
 
     /// Inserts `entries` in one transaction, with one statement (arrays unnested), skipping
     /// any already there (a commit acknowledged just before the connection broke).
-    async fn insert(&self, conn: &mut PgConnection, entries: &[&Entry]) -> Result<(), sqlx::Error> {
-        let mut branches = Vec::with_capacity(entries.len());
-        let mut seqs = Vec::with_capacity(entries.len());
-        let mut kinds = Vec::with_capacity(entries.len());
-        let mut fingerprints = Vec::with_capacity(entries.len());
-        let mut requests = Vec::with_capacity(entries.len());
-        let mut results = Vec::with_capacity(entries.len());
-        let mut checksums = Vec::with_capacity(entries.len());
-        for e in entries {
-            let sealed = e.seal();
-            branches.push(sealed.key.branch);
-            seqs.push(i64::try_from(sealed.key.seq).unwrap_or(i64::MAX));
-            kinds.push(sealed.kind.as_str().to_owned());
-            fingerprints.push(sealed.fingerprint);
-            requests.push(sealed.request);
-            results.push(sealed.result);
-            checksums.push(i64::from(sealed.checksum));
+    async fn insert(&self, conn: &mut PgConnection, batch: &Batch) -> Result<(), sqlx::Error> {
+        // Borrowed: a broken connection retries with the same entries.
+        let rows = batch.appends.iter().map(Vec::len).sum();
+        let mut branches = Vec::with_capacity(rows);
+        let mut seqs = Vec::with_capacity(rows);
+        let mut kinds = Vec::with_capacity(rows);
+        let mut fingerprints = Vec::with_capacity(rows);
+        let mut requests = Vec::with_capacity(rows);
+        let mut results = Vec::with_capacity(rows);
+        let mut checksums = Vec::with_capacity(rows);
+        for e in batch.appends.iter().flatten() {
+            branches.push(e.key.branch.as_str());
+            seqs.push(i64::try_from(e.key.seq).unwrap_or(i64::MAX));
+            kinds.push(e.kind.as_str());
+            fingerprints.push(e.fingerprint.as_str());
+            requests.push(e.request.get());
+            results.push(e.result.get());
+            checksums.push(i64::from(e.checksum()));
         }
         sqlx::query(
             "INSERT INTO effect_agents_journal_entries \

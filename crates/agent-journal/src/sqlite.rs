@@ -3,13 +3,15 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_op::journal::{Entry, JOURNAL_VERSION, Journal, JournalError, Sealed};
+use agent_op::journal::{Entry, JOURNAL_VERSION, Journal, JournalError};
 use agent_op::{BoxFuture, Cause};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous};
-use sqlx::{ConnectOptions, Connection, SqliteConnection};
+use sqlx::sqlite::{
+    SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous,
+};
+use sqlx::{Arguments, ConnectOptions, Connection, SqliteConnection};
 use tokio::sync::Mutex;
 
-use crate::group::{Batch, Pending, answer, wait};
+use crate::group::{Batch, Pending, Turn, turn, wait};
 use crate::row::{COLUMNS, entry_of};
 
 /// How hard SQLite works to make a commit survive a crash.
@@ -43,6 +45,8 @@ pub enum Durability {
 /// ```
 pub struct SqliteJournal {
     path: PathBuf,
+    /// The path as text, for messages.
+    name: String,
     conn: Mutex<Option<SqliteConnection>>,
     pending: Pending,
 }
@@ -107,6 +111,7 @@ impl SqliteJournal {
         }?;
         Ok(SqliteJournal {
             path,
+            name,
             conn: Mutex::new(Some(conn)),
             pending: Pending::default(),
         })
@@ -295,42 +300,45 @@ fn database(name: &str, e: sqlx::Error) -> JournalError {
 
 impl Journal for SqliteJournal {
     fn describe(&self) -> String {
-        self.path.display().to_string()
+        self.name.clone()
     }
 
     fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, JournalError>> {
         Box::pin(async move {
-            let name = self.describe();
+            let name = &self.name;
             let mut guard = self.conn.lock().await;
-            let conn = open_conn(&name, &mut guard)?;
+            let conn = open_conn(name, &mut guard)?;
             let sql = format!("SELECT {COLUMNS} FROM journal_entries ORDER BY position");
             let rows = sqlx::query(&sql)
                 .fetch_all(conn)
                 .await
-                .map_err(|e| database(&name, e))?;
+                .map_err(|e| database(name, e))?;
             rows.iter()
                 .enumerate()
-                .map(|(i, row)| entry_of(&name, i, row))
+                .map(|(i, row)| entry_of(name, i, row))
                 .collect()
         })
     }
 
     fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
         Box::pin(async move {
-            let name = self.describe();
-            let answered = self.pending.push(entries);
-            {
-                let mut guard = self.conn.lock().await;
-                let batch = self.pending.take();
-                if !batch.is_empty() {
-                    let result = match open_conn(&name, &mut guard) {
-                        Ok(conn) => insert(&name, conn, &batch).await,
-                        Err(e) => Err(e),
-                    };
-                    answer(batch, &result);
-                }
+            let name = &self.name;
+            let mut answered = self.pending.push(entries);
+            let mut guard = match turn(name, &mut answered, self.conn.lock()).await {
+                Turn::Answered(result) => return result,
+                Turn::Writer(guard) => guard,
+            };
+            let batch = self.pending.take();
+            if !batch.is_empty() {
+                let Batch { appends, waiters } = batch;
+                let result = match open_conn(name, &mut guard) {
+                    Ok(conn) => insert(name, conn, appends).await,
+                    Err(e) => Err(e),
+                };
+                waiters.answer(&result);
             }
-            wait(&name, answered).await
+            drop(guard);
+            wait(name, answered).await
         })
     }
 }
@@ -349,46 +357,58 @@ fn open_conn<'c>(
 /// worker thread each, which dominates a large group commit.
 const ROWS_PER_STATEMENT: usize = 200;
 
-/// Inserts every batch's entries in one transaction.
+/// Inserts the entries of `appends`, in order, in one transaction. Their text is moved into
+/// the statement's arguments, not copied: the driver would copy borrowed text again to hand
+/// it to its own thread.
 async fn insert(
     name: &str,
     conn: &mut SqliteConnection,
-    batch: &Batch,
+    appends: Vec<Vec<Entry>>,
 ) -> Result<(), JournalError> {
     let db = |e: sqlx::Error| database(name, e);
-    let all: Vec<Sealed> = batch
-        .iter()
-        .flat_map(|(entries, _)| entries)
-        .map(Entry::seal)
-        .collect();
     let mut tx = conn.begin().await.map_err(db)?;
-    for chunk in all.chunks(ROWS_PER_STATEMENT) {
-        let mut sql = String::from(
-            "INSERT INTO journal_entries \
-             (branch, seq, kind, fingerprint, request, result, checksum) VALUES ",
-        );
-        for i in 0..chunk.len() {
-            sql.push_str(if i == 0 {
-                "(?, ?, ?, ?, ?, ?, ?)"
-            } else {
-                ", (?, ?, ?, ?, ?, ?, ?)"
-            });
+    let mut left: usize = appends.iter().map(Vec::len).sum();
+    let mut entries = appends.into_iter().flatten();
+    while left > 0 {
+        let rows = left.min(ROWS_PER_STATEMENT);
+        left -= rows;
+        let mut sql = String::with_capacity(INSERT.len() + ROW.len() * rows);
+        sql.push_str(INSERT);
+        for i in 0..rows {
+            sql.push_str(if i == 0 { &ROW[2..] } else { ROW });
         }
-        let mut query = sqlx::query(&sql);
-        for entry in chunk {
-            query = query
-                .bind(&entry.key.branch)
-                .bind(i64::try_from(entry.key.seq).unwrap_or(i64::MAX))
-                .bind(entry.kind.as_str())
-                .bind(&entry.fingerprint)
-                .bind(&entry.request)
-                .bind(&entry.result)
-                .bind(i64::from(entry.checksum));
+        let mut args = SqliteArguments::default();
+        args.reserve(7 * rows, 0);
+        for entry in entries.by_ref().take(rows) {
+            bind_row(&mut args, entry).map_err(|e| JournalError::Database {
+                journal: name.to_owned(),
+                cause: Cause::from_boxed(e),
+            })?;
         }
-        query.execute(&mut *tx).await.map_err(db)?;
+        sqlx::query_with(&sql, args)
+            .execute(&mut *tx)
+            .await
+            .map_err(db)?;
     }
     tx.commit().await.map_err(db)
 }
+
+/// Adds `entry`'s row to `args`, in the columns' order.
+fn bind_row(args: &mut SqliteArguments<'_>, entry: Entry) -> Result<(), sqlx::error::BoxDynError> {
+    let checksum = entry.checksum();
+    args.add(entry.key.branch)?;
+    args.add(i64::try_from(entry.key.seq).unwrap_or(i64::MAX))?;
+    args.add(entry.kind.as_str())?;
+    args.add(entry.fingerprint)?;
+    args.add(String::from(Box::<str>::from(entry.request)))?;
+    args.add(String::from(Box::<str>::from(entry.result)))?;
+    args.add(i64::from(checksum))
+}
+
+/// The statement [`insert`] adds rows to, and one row's placeholders (after a comma).
+const INSERT: &str = "INSERT INTO journal_entries \
+                      (branch, seq, kind, fingerprint, request, result, checksum) VALUES ";
+const ROW: &str = ", (?, ?, ?, ?, ?, ?, ?)";
 
 #[cfg(test)]
 mod tests {
@@ -405,8 +425,8 @@ mod tests {
             },
             kind: EntryKind::Tool,
             fingerprint: fingerprint(&json!({"tool": "t", "args": seq})),
-            request: json!({"tool": "t", "args": seq}),
-            result: json!({"Ok": seq * 2}),
+            request: serde_json::value::to_raw_value(&json!({"tool": "t", "args": seq})).unwrap(),
+            result: serde_json::value::to_raw_value(&json!({"Ok": seq * 2})).unwrap(),
         }
     }
 
@@ -440,11 +460,9 @@ mod tests {
             .await
             .unwrap();
         let again = SqliteJournal::open(&path).await.unwrap();
-        assert_eq!(again.entries().await.unwrap().len(), 50);
-        assert_eq!(
-            again.entries().await.unwrap()[0].result["Ok"],
-            json!(entry(again.entries().await.unwrap()[0].key.seq).result["Ok"])
-        );
+        let read = again.entries().await.unwrap();
+        assert_eq!(read.len(), 50);
+        assert_eq!(read[0], entry(read[0].key.seq));
     }
 
     #[tokio::test]

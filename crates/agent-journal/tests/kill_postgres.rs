@@ -185,7 +185,7 @@ fn a_second_postgres_writer_is_refused_and_other_versions_are_named() {
                     branch: String::new(),
                     seq,
                 },
-                serde_json::json!({"Ok": seq}),
+                serde_json::value::to_raw_value(&serde_json::json!({"Ok": seq})).unwrap(),
             )
         };
         again.append(vec![entry(0), entry(1)]).await.unwrap();

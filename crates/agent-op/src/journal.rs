@@ -14,10 +14,13 @@
 
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
+use sha2::{Digest, Sha256};
 
-use crate::{BoxFuture, Cause, Prompt, content_hash, preview};
+use crate::memory::TaggedHash;
+use crate::{BoxFuture, Cause, Message, Prompt, preview};
 
 /// The journal format this library writes (and the only one it reads). Version 2 seals every
 /// entry with a checksum ([`Sealed`]); version 1 journals, which had none, are refused.
@@ -122,7 +125,23 @@ impl EntryKind {
 }
 
 /// One journaled result.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+///
+/// The request summary and the result are kept as the JSON text a backend stores
+/// ([`RawValue`]): serialized once when the result is produced, written as they are, and
+/// parsed only into the type the effect returns when a replay needs them. Two entries are
+/// equal when their keys, kinds and fingerprints are and their JSON texts are identical.
+///
+/// ```
+/// use agent_op::journal::{Key, Request};
+/// use serde_json::value::to_raw_value;
+/// use serde_json::json;
+///
+/// let result = to_raw_value(&json!({"Ok": 3})).unwrap();
+/// let entry = Request::tool("weather", &json!({"city": "Oslo"})).entry(Key::run(), result);
+/// assert_eq!(entry.result.get(), r#"{"Ok":3}"#);
+/// assert_eq!(entry.request.get(), r#"{"tool":"weather","args":{"city":"Oslo"}}"#);
+/// ```
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Entry {
     /// Where it was produced.
     pub key: Key,
@@ -131,22 +150,42 @@ pub struct Entry {
     /// The [`fingerprint`] of the whole request (model and prompt, tool and arguments, …).
     pub fingerprint: String,
     /// A short summary of the request, for the diff of a [`Divergence`] (a model call's
-    /// messages as role, hash and preview; a tool call's name and arguments).
+    /// messages as role, hash and preview; a tool call's name and arguments), as JSON text
+    /// (`null`: none).
     #[serde(default)]
-    pub request: Value,
-    /// The result, as the effect returned it.
-    pub result: Value,
+    pub request: Box<RawValue>,
+    /// The result, as the effect returned it, as JSON text.
+    pub result: Box<RawValue>,
+}
+
+impl PartialEq for Entry {
+    fn eq(&self, other: &Entry) -> bool {
+        self.key == other.key
+            && self.kind == other.kind
+            && self.fingerprint == other.fingerprint
+            && self.request.get() == other.request.get()
+            && self.result.get() == other.result.get()
+    }
 }
 
 /// A request as the journal sees it: its fingerprint and its summary.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Request {
     /// What produced it.
     pub kind: EntryKind,
     /// The [`fingerprint`] of the whole request.
     pub fingerprint: String,
-    /// Its summary (see [`Entry::request`]).
-    pub summary: Value,
+    /// Its summary as JSON text (see [`Entry::request`]; `null`: not made yet, see
+    /// [`Request::model_unsummarized`]).
+    pub summary: Box<RawValue>,
+}
+
+impl PartialEq for Request {
+    fn eq(&self, other: &Request) -> bool {
+        self.kind == other.kind
+            && self.fingerprint == other.fingerprint
+            && self.summary.get() == other.summary.get()
+    }
 }
 
 impl Request {
@@ -165,38 +204,74 @@ impl Request {
     /// in when a divergence or a new entry needs it.
     pub fn model_unsummarized(model: &str, prompt: &Prompt) -> Request {
         // Hashed as serialized, not canonicalized: the same program serializes its prompts
-        // the same way, and a prompt is the largest request there is.
-        let bytes = serde_json::to_vec(&(model, prompt)).unwrap_or_default();
+        // the same way, and a prompt is the largest request there is. Serialized into a
+        // buffer, not into the hasher: serde_json writes token by token, and each write
+        // costs the hasher more than a push costs a buffer.
+        // Sized for the texts and what surrounds them, so it is not grown while written.
+        let texts: usize = prompt.messages.iter().map(|m| m.content().len()).sum();
+        let mut bytes = Vec::with_capacity(256 + texts + texts / 8);
+        let digest = match serde_json::to_writer(&mut bytes, &(model, prompt)) {
+            Ok(()) => Sha256::digest(&bytes),
+            // Kept as it always was: a prompt that cannot be serialized hashes as nothing.
+            Err(_) => Sha256::digest(b""),
+        };
         Request {
             kind: EntryKind::Model,
-            fingerprint: crate::memory::sha256_tagged(&bytes),
-            summary: Value::Null,
+            fingerprint: TaggedHash::of(&digest).as_str().to_owned(),
+            summary: null(),
         }
     }
 
-    /// The summary of [`Request::model`].
-    pub fn model_summary(model: &str, prompt: &Prompt) -> Value {
-        let messages: Vec<Value> = prompt
-            .messages
-            .iter()
-            .map(|m| {
-                serde_json::json!({
-                    "role": m.role(),
-                    "hash": content_hash(m.content()),
-                    "text": preview(m.content(), SUMMARY_CHARS),
-                })
-            })
-            .collect();
-        let tools: Vec<&str> = prompt.tools.iter().map(|t| t.name.as_str()).collect();
-        serde_json::json!({"model": model, "messages": messages, "tools": tools})
+    /// The summary of [`Request::model`]: `{"model", "messages": [{"role", "hash",
+    /// "text"}], "tools": [names]}`, the text of each message cut to its first 120
+    /// characters.
+    pub fn model_summary(model: &str, prompt: &Prompt) -> Box<RawValue> {
+        #[derive(Serialize)]
+        struct Summary<'a> {
+            model: &'a str,
+            #[serde(serialize_with = "messages")]
+            messages: &'a [Message],
+            #[serde(serialize_with = "tool_names")]
+            tools: &'a [crate::ToolDefinition],
+        }
+        fn messages<S: Serializer>(messages: &&[Message], s: S) -> Result<S::Ok, S::Error> {
+            s.collect_seq(messages.iter().map(MessageSummary))
+        }
+        fn tool_names<S: Serializer>(
+            tools: &&[crate::ToolDefinition],
+            s: S,
+        ) -> Result<S::Ok, S::Error> {
+            s.collect_seq(tools.iter().map(|t| t.name.as_str()))
+        }
+        raw(&Summary {
+            model,
+            messages: &prompt.messages,
+            tools: &prompt.tools,
+        })
     }
 
     /// A tool call: `name` with `args`.
     pub fn tool(name: &str, args: &Value) -> Request {
-        Request::plain(
-            EntryKind::Tool,
-            serde_json::json!({"tool": name, "args": args}),
-        )
+        #[derive(Serialize)]
+        struct Summary<'a> {
+            tool: &'a str,
+            args: &'a Value,
+        }
+        // The canonical form of `{"tool": name, "args": args}`, written without copying
+        // `args` into an object first: keys sorted, so `args` comes first.
+        let mut canonical = Vec::with_capacity(64);
+        canonical.extend_from_slice(b"{\"args\":");
+        write_canonical(args, &mut canonical);
+        canonical.extend_from_slice(b",\"tool\":");
+        write_json(name, &mut canonical);
+        canonical.push(b'}');
+        Request {
+            kind: EntryKind::Tool,
+            fingerprint: TaggedHash::of(&Sha256::digest(&canonical))
+                .as_str()
+                .to_owned(),
+            summary: raw(&Summary { tool: name, args }),
+        }
     }
 
     /// Any other request, summarized by itself.
@@ -204,12 +279,14 @@ impl Request {
         Request {
             kind,
             fingerprint: fingerprint(&request),
-            summary: request,
+            summary: raw(&request),
         }
     }
 
-    /// The entry recording `result` as this request's answer at `key`.
-    pub fn entry(self, key: Key, result: Value) -> Entry {
+    /// The entry recording `result` (JSON text: see
+    /// [`to_raw_value`](serde_json::value::to_raw_value)) as this request's answer at
+    /// `key`.
+    pub fn entry(self, key: Key, result: Box<RawValue>) -> Entry {
         Entry {
             key,
             kind: self.kind,
@@ -218,6 +295,51 @@ impl Request {
             result,
         }
     }
+}
+
+/// A message as a model request's summary lists it: `{"role", "hash", "text"}`.
+struct MessageSummary<'a>(&'a Message);
+
+impl Serialize for MessageSummary<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let content = self.0.content();
+        let mut message = s.serialize_struct("Message", 3)?;
+        message.serialize_field("role", self.0.role())?;
+        message.serialize_field("hash", TaggedHash::of(&Sha256::digest(content)).as_str())?;
+        message.serialize_field("text", &Preview(content))?;
+        message.end()
+    }
+}
+
+/// A text's first [`SUMMARY_CHARS`] characters, `…` after them when there were more (what
+/// [`preview`](crate::preview) makes), written without a copy of the text.
+struct Preview<'a>(&'a str);
+
+impl Serialize for Preview<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self.0.char_indices().nth(SUMMARY_CHARS) {
+            None => s.serialize_str(self.0),
+            Some((cut, _)) => s.collect_str(&format_args!("{}…", &self.0[..cut])),
+        }
+    }
+}
+
+/// JSON `null` as raw JSON text: an entry's request when there is no summary.
+fn null() -> Box<RawValue> {
+    Box::<RawValue>::default()
+}
+
+/// `value` as raw JSON text, for a summary. What summaries hold (strings, numbers, JSON
+/// values) always serializes; anything else would be summarized as `null`.
+fn raw<T: Serialize + ?Sized>(value: &T) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).unwrap_or_else(|_| null())
+}
+
+/// `value` parsed for a diff. Raw JSON text is valid JSON; should it still not parse (nested
+/// too deep), it is compared as its text.
+fn summary_value(summary: &RawValue) -> Value {
+    serde_json::from_str(summary.get()).unwrap_or_else(|_| Value::String(summary.get().to_owned()))
 }
 
 /// An [`Entry`] as a backend stores it: its request summary and result as JSON text, sealed
@@ -234,7 +356,9 @@ impl Request {
 /// use agent_op::journal::{Key, Request};
 /// use serde_json::json;
 ///
-/// let entry = Request::tool("weather", &json!({"city": "Oslo"})).entry(Key::run(), json!({"Ok": 3}));
+/// let result = serde_json::value::to_raw_value(&json!({"Ok": 3})).unwrap();
+/// let entry = Request::tool("weather", &json!({"city": "Oslo"})).entry(Key::run(), result);
+/// assert_eq!(entry.checksum(), entry.seal().checksum);
 /// let mut sealed = entry.seal();
 /// assert_eq!(sealed.clone().open("run.jsonl", "line 2").unwrap(), entry);
 /// sealed.result = r#"{"Ok":4}"#.to_owned();
@@ -263,8 +387,20 @@ impl Entry {
             self.key.clone(),
             self.kind,
             self.fingerprint.clone(),
-            self.request.to_string(),
-            self.result.to_string(),
+            self.request.get().to_owned(),
+            self.result.get().to_owned(),
+        )
+    }
+
+    /// The checksum [`seal`](Entry::seal) would store, without copying what the entry
+    /// holds: for backends that write the entry's fields as they are.
+    pub fn checksum(&self) -> u32 {
+        Sealed::checksum_of(
+            &self.key,
+            self.kind,
+            &self.fingerprint,
+            self.request.get(),
+            self.result.get(),
         )
     }
 }
@@ -330,16 +466,18 @@ impl Sealed {
                 computed,
             });
         }
-        let parse = |what: &str, text: &str| {
-            serde_json::from_str::<Value>(text).map_err(|e| JournalError::Malformed {
+        // Checked to be JSON, and kept as its text (no copy when it has no surrounding
+        // whitespace): a replay parses it into the effect's own type.
+        let parse = |what: &str, text: String| {
+            RawValue::from_string(text).map_err(|e| JournalError::Malformed {
                 journal: journal.to_owned(),
                 at: format!("{at}, its {what}"),
                 cause: Cause::new(e),
             })
         };
         Ok(Entry {
-            request: parse("request", &self.request)?,
-            result: parse("result", &self.result)?,
+            request: parse("request", self.request)?,
+            result: parse("result", self.result)?,
             key: self.key,
             kind: self.kind,
             fingerprint: self.fingerprint,
@@ -354,40 +492,48 @@ const SUMMARY_CHARS: usize = 120;
 /// object keys sorted (by their UTF-8 bytes) and no whitespace, so key order does not
 /// matter. Cassettes fingerprint their requests the same way.
 pub fn fingerprint(request: &Value) -> String {
-    let mut canonical = String::new();
+    let mut canonical = Vec::with_capacity(64);
     write_canonical(request, &mut canonical);
-    crate::memory::sha256_tagged(canonical.as_bytes())
+    TaggedHash::of(&Sha256::digest(&canonical))
+        .as_str()
+        .to_owned()
 }
 
 /// JSON with object keys sorted (by their UTF-8 bytes) and no insignificant whitespace.
-fn write_canonical(value: &Value, out: &mut String) {
+fn write_canonical(value: &Value, out: &mut Vec<u8>) {
     match value {
         Value::Object(map) => {
             let mut entries: Vec<(&String, &Value)> = map.iter().collect();
             entries.sort_by(|a, b| a.0.cmp(b.0));
-            out.push('{');
+            out.push(b'{');
             for (i, (key, value)) in entries.into_iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
-                out.push_str(&Value::String(key.clone()).to_string());
-                out.push(':');
+                write_json(key, out);
+                out.push(b':');
                 write_canonical(value, out);
             }
-            out.push('}');
+            out.push(b'}');
         }
         Value::Array(items) => {
-            out.push('[');
+            out.push(b'[');
             for (i, item) in items.iter().enumerate() {
                 if i > 0 {
-                    out.push(',');
+                    out.push(b',');
                 }
                 write_canonical(item, out);
             }
-            out.push(']');
+            out.push(b']');
         }
-        scalar => out.push_str(&scalar.to_string()),
+        scalar => write_json(scalar, out),
     }
+}
+
+/// Compact JSON of `value`, appended to `out`.
+fn write_json<T: Serialize + ?Sized>(value: &T, out: &mut Vec<u8>) {
+    // Writing strings and JSON scalars into a `Vec` cannot fail.
+    let _ = serde_json::to_writer(&mut *out, value);
 }
 
 /// Where journals are kept: a file, a database table. Implementations must make an
@@ -544,14 +690,22 @@ pub struct Divergence {
 }
 
 /// The recorded side of a [`Divergence`].
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Recorded {
     /// What produced it.
     pub kind: EntryKind,
     /// Its request's fingerprint.
     pub fingerprint: String,
-    /// Its request's summary.
-    pub summary: Value,
+    /// Its request's summary, as JSON text.
+    pub summary: Box<RawValue>,
+}
+
+impl PartialEq for Recorded {
+    fn eq(&self, other: &Recorded) -> bool {
+        self.kind == other.kind
+            && self.fingerprint == other.fingerprint
+            && self.summary.get() == other.summary.get()
+    }
 }
 
 impl Divergence {
@@ -567,7 +721,10 @@ impl Divergence {
                 recorded.kind.as_str(),
                 self.requested.kind.as_str()
             ),
-            Some(recorded) => diff_requests(&recorded.summary, &self.requested.summary),
+            Some(recorded) => diff_requests(
+                &summary_value(&recorded.summary),
+                &summary_value(&self.requested.summary),
+            ),
         }
     }
 }
@@ -617,7 +774,9 @@ impl Difference {
                 l.kind.as_str(),
                 r.kind.as_str()
             ),
-            (Some(l), Some(r)) => diff_requests(&l.summary, &r.summary),
+            (Some(l), Some(r)) => {
+                diff_requests(&summary_value(&l.summary), &summary_value(&r.summary))
+            }
             (Some(l), None) => format!("only the left journal has a {} call here", l.kind.as_str()),
             (None, Some(r)) => {
                 format!("only the right journal has a {} call here", r.kind.as_str())
@@ -792,9 +951,9 @@ mod tests {
 
     #[test]
     fn canonical_json_sorts_keys_at_every_depth() {
-        let mut out = String::new();
+        let mut out = Vec::new();
         write_canonical(&json!({"b": [{"z": 1, "a": "x\"y"}], "a": null}), &mut out);
-        assert_eq!(out, r#"{"a":null,"b":[{"a":"x\"y","z":1}]}"#);
+        assert_eq!(out, br#"{"a":null,"b":[{"a":"x\"y","z":1}]}"#);
     }
 
     #[test]
@@ -802,10 +961,14 @@ mod tests {
         let recorded = Request::model("m", &Prompt::new().system("Be brief.").user("Plan Oslo"));
         let requested = Request::model("m", &Prompt::new().system("Be brief.").user("Plan Rome"));
         assert_ne!(recorded.fingerprint, requested.fingerprint);
-        let diff = diff_requests(&recorded.summary, &requested.summary);
+        let (recorded, requested, longer) = (
+            summary_value(&recorded.summary),
+            summary_value(&requested.summary),
+            summary_value(&Request::model("n", &Prompt::new().system("Be brief.")).summary),
+        );
+        let diff = diff_requests(&recorded, &requested);
         assert_eq!(diff, r#"messages[1].text: "Plan Oslo" → "Plan Rome""#);
-        let longer = Request::model("n", &Prompt::new().system("Be brief."));
-        let diff = diff_requests(&recorded.summary, &longer.summary);
+        let diff = diff_requests(&recorded, &longer);
         assert!(diff.contains(r#"model: "m" → "n""#), "{diff}");
         assert!(diff.contains("messages[1]: "), "{diff}");
     }
@@ -816,8 +979,72 @@ mod tests {
         let full = Request::model("m", &prompt);
         let quick = Request::model_unsummarized("m", &prompt);
         assert_eq!(full.fingerprint, quick.fingerprint);
-        assert_eq!(quick.summary, Value::Null);
-        assert_eq!(full.summary, Request::model_summary("m", &prompt));
+        assert_eq!(quick.summary.get(), "null");
+        assert_eq!(
+            full.summary.get(),
+            Request::model_summary("m", &prompt).get()
+        );
+    }
+
+    /// Fingerprints and summaries as journals already on disk hold them: a change to either
+    /// would make every recorded run diverge (or diff noisily) on replay.
+    #[test]
+    fn requests_fingerprint_and_summarize_as_recorded_journals_do() {
+        let long = format!("{}\"quoted\"\n\ttabbed ünïcode 🙂 end", "x".repeat(130));
+        let prompt = Prompt::new()
+            .system("Be brief.")
+            .user(long)
+            .tools(vec![crate::ToolDefinition {
+                name: "weather".into(),
+                description: "w".into(),
+                parameters: json!({"type": "object"}),
+            }])
+            .temperature(0.5);
+        let model = Request::model("gpt-4o", &prompt);
+        assert_eq!(
+            model.fingerprint,
+            "sha256:ff98f8be3a7e1941be9ef78d6fd5831a89db9030732b97f29d66a0c015c4668a"
+        );
+        assert_eq!(
+            model.summary.to_string(),
+            format!(
+                r#"{{"model":"gpt-4o","messages":[{{"role":"system","hash":"sha256:213c22ed7234eb11116e1e88f314c73cb3a019b5c87fe224b6ce5665bd9ec50e","text":"Be brief."}},{{"role":"user","hash":"sha256:6101045d9afb0c18c1e3e42bd3b0de4531973bd0f4946a50704d49fa92fd16a1","text":"{}…"}}],"tools":["weather"]}}"#,
+                "x".repeat(120)
+            )
+        );
+        let tool = Request::tool(
+            "weather",
+            &json!({"z": 1, "city": "Oslo", "nested": {"b": [1, 2.5, null], "a": "\u{1}é"}}),
+        );
+        assert_eq!(
+            tool.fingerprint,
+            "sha256:045caff5c1757727e59ac72fa4a520393a10b24ad2570ec99c8c6876c90063e9"
+        );
+        assert_eq!(
+            tool.summary.to_string(),
+            r#"{"tool":"weather","args":{"z":1,"city":"Oslo","nested":{"b":[1,2.5,null],"a":"\u0001é"}}}"#
+        );
+        assert_eq!(
+            fingerprint(&json!({"b": [{"z": 1, "a": "x\"y"}], "a": null, "c": -3, "d": 1e300})),
+            "sha256:207c9cdb367dee870ae4cad9af12ae6149c017ae371f57d342ef5f39b68b647f"
+        );
+    }
+
+    #[test]
+    fn summaries_cut_texts_as_previews_do() {
+        for text in [
+            String::new(),
+            "é".repeat(SUMMARY_CHARS),
+            "é".repeat(SUMMARY_CHARS + 1),
+            format!("{}\"\n🙂", "a".repeat(SUMMARY_CHARS - 2)),
+            format!("{}\u{7}", "\\".repeat(SUMMARY_CHARS + 5)),
+        ] {
+            let written = serde_json::to_string(&Preview(&text)).unwrap();
+            assert_eq!(
+                written,
+                serde_json::to_string(&preview(&text, SUMMARY_CHARS)).unwrap()
+            );
+        }
     }
 
     #[test]
@@ -848,12 +1075,12 @@ mod tests {
             seq,
         };
         let a = vec![
-            Request::tool("t", &json!({"n": 1})).entry(at(0), json!(1)),
-            Request::tool("t", &json!({"n": 2})).entry(at(1), json!(2)),
+            Request::tool("t", &json!({"n": 1})).entry(at(0), raw(&1)),
+            Request::tool("t", &json!({"n": 2})).entry(at(1), raw(&2)),
         ];
         assert_eq!(compare(&a, &a), None);
         let mut b = a.clone();
-        b[1] = Request::tool("t", &json!({"n": 3})).entry(at(1), json!(2));
+        b[1] = Request::tool("t", &json!({"n": 3})).entry(at(1), raw(&2));
         let d = compare(&a, &b).unwrap();
         assert_eq!(d.key, at(1));
         assert_eq!(d.diff(), "args.n: 2 → 3");

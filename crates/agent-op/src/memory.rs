@@ -669,14 +669,30 @@ pub fn content_hash(text: &str) -> String {
 
 /// `sha256:<hex>` of `bytes`: the form of every hash this library records.
 pub(crate) fn sha256_tagged(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for byte in digest {
-        out.push(char::from(HEX[usize::from(byte >> 4)]));
-        out.push(char::from(HEX[usize::from(byte & 0xf)]));
+    TaggedHash::of(&Sha256::digest(bytes)).as_str().to_owned()
+}
+
+/// A SHA-256 digest as `sha256:<hex>`, on the stack: written into JSON as it is, it costs
+/// no allocation.
+pub(crate) struct TaggedHash([u8; 7 + 64]);
+
+impl TaggedHash {
+    /// The tagged form of a 32-byte `digest`.
+    pub(crate) fn of(digest: &[u8]) -> TaggedHash {
+        let mut out = [0u8; 7 + 64];
+        out[..7].copy_from_slice(b"sha256:");
+        for (i, byte) in digest.iter().take(32).enumerate() {
+            out[7 + 2 * i] = HEX[usize::from(byte >> 4)];
+            out[8 + 2 * i] = HEX[usize::from(byte & 0xf)];
+        }
+        TaggedHash(out)
     }
-    out
+
+    /// The text.
+    pub(crate) fn as_str(&self) -> &str {
+        // Only ASCII is ever written into it.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
 }
 
 const HEX: &[u8; 16] = b"0123456789abcdef";

@@ -15,6 +15,7 @@ use agent_op::journal::{
 };
 use agent_op::{Cause, Checkpoint, TraceId};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::error::ErrorKind;
 
@@ -33,20 +34,20 @@ pub(crate) enum Mode {
 
 /// What a lookup found.
 pub(crate) enum Lookup {
-    /// The recorded result.
-    Replayed(Value),
+    /// The recorded entry: its result is the effect's.
+    Replayed(Arc<Entry>),
     /// Run the effect; commit its result at `key` (when the run has a sink).
     Live { key: Key, request: Request },
     /// The recording was cut off here by the deadline (or time budget) of the scope at
     /// this position among the machine's scopes (outermost first), ending it with `exit`.
-    Interrupted { scope: usize, exit: Value },
+    Interrupted { key: Key, scope: usize, exit: Value },
     /// Only in a doomed `race` branch: the journal ends here because the race was decided
     /// while this call was in flight. The branch waits to be cancelled.
     Park,
     /// The recorded run lacked what this effect needs (a tool, a provider, a memory
-    /// backend) and failed here; the value is what it recorded about that (the tools it
-    /// permitted).
-    Unavailable(Value),
+    /// backend) and failed here; the entry's result is what it recorded about that (the
+    /// tools it permitted).
+    Unavailable(Arc<Entry>),
 }
 
 /// What the journal recorded at a fork's position.
@@ -72,7 +73,8 @@ pub(crate) struct Journaling {
     mode: Mode,
     /// The journal the recorded entries come from, for messages.
     name: String,
-    recorded: HashMap<Key, Entry>,
+    /// Shared with the effects they answer, so a replay copies no result.
+    recorded: HashMap<Key, Arc<Entry>>,
     /// Where live results go.
     sink: Option<Arc<dyn Journal>>,
     /// Whether replayed entries are copied to the sink too (replaying into a new journal).
@@ -105,7 +107,7 @@ impl Journaling {
         let mut recorded = HashMap::with_capacity(entries.len());
         for entry in entries.into_iter().filter(|e| e.kind != EntryKind::Run) {
             let key = entry.key.clone();
-            if recorded.insert(key.clone(), entry).is_some() {
+            if recorded.insert(key.clone(), Arc::new(entry)).is_some() {
                 return Err(malformed(&name, &key, "it holds two entries here"));
             }
         }
@@ -146,9 +148,9 @@ impl Journaling {
             return;
         }
         let entry = match self.recorded.get(&key) {
-            Some(entry) if self.copy_replayed => entry.clone(),
+            Some(entry) if self.copy_replayed => Entry::clone(entry),
             Some(_) => return,
-            None => request().entry(key, result),
+            None => request().entry(key, raw(&result)),
         };
         self.queued
             .lock()
@@ -204,10 +206,10 @@ impl Journaling {
         key: Key,
         request: Request,
         doomed: bool,
-        summarize: &dyn Fn() -> Value,
+        summarize: &dyn Fn() -> Box<RawValue>,
     ) -> Result<(Lookup, Option<Entry>), ErrorKind> {
         let full = |mut request: Request| {
-            if request.summary.is_null() {
+            if request.summary.get() == "null" {
                 request.summary = summarize();
             }
             request
@@ -242,20 +244,20 @@ impl Journaling {
             let (scope, exit) = cut(entry)
                 .ok_or_else(|| self.misfit(&key, "its record of a call cut off does not parse"))?;
             self.replayed.fetch_add(1, Ordering::Relaxed);
-            let copy = self.copy_replayed.then(|| entry.clone());
-            return Ok((Lookup::Interrupted { scope, exit }, copy));
+            let copy = self.copy_replayed.then(|| Entry::clone(entry));
+            return Ok((Lookup::Interrupted { key, scope, exit }, copy));
         }
         if entry.kind == EntryKind::Outcome
             && entry.fingerprint == unavailable(&request).fingerprint
         {
             self.replayed.fetch_add(1, Ordering::Relaxed);
-            let copy = self.copy_replayed.then(|| entry.clone());
-            return Ok((Lookup::Unavailable(entry.result.clone()), copy));
+            let copy = self.copy_replayed.then(|| Entry::clone(entry));
+            return Ok((Lookup::Unavailable(entry.clone()), copy));
         }
         if entry.fingerprint == request.fingerprint && entry.kind == request.kind {
             self.replayed.fetch_add(1, Ordering::Relaxed);
-            let copy = self.copy_replayed.then(|| entry.clone());
-            return Ok((Lookup::Replayed(entry.result.clone()), copy));
+            let copy = self.copy_replayed.then(|| Entry::clone(entry));
+            return Ok((Lookup::Replayed(entry.clone()), copy));
         }
         let recorded = Recorded {
             kind: entry.kind,
@@ -301,8 +303,10 @@ impl Journaling {
                 .and_then(|i| usize::try_from(i).ok())
                 .filter(|&i| i < branches)
         };
+        // Parsed only here, at a fork the journal recorded something for: rare.
+        let result = parsed(&entry.result);
         let finished = || -> Option<Vec<usize>> {
-            let finished = entry.result.get("finished")?.as_array()?;
+            let finished = result.get("finished")?.as_array()?;
             finished.iter().map(branch).collect()
         };
         if entry.kind == EntryKind::Outcome && entry.fingerprint == fork_cut().fingerprint {
@@ -321,7 +325,7 @@ impl Journaling {
         }
         let requested = race_won(branches);
         if race && entry.kind == EntryKind::Outcome && entry.fingerprint == requested.fingerprint {
-            let winner = entry.result.get("winner").and_then(branch);
+            let winner = result.get("winner").and_then(branch);
             let (Some(winner), Some(finished)) = (winner, finished()) else {
                 return Err(self.misfit(key, "its record of a race names branches the race lacks"));
             };
@@ -389,8 +393,10 @@ pub(crate) fn before_checkpoint(
     let at = entries.iter().position(|e| {
         e.kind == EntryKind::Checkpoint
             && e.key.branch == branch
-            && e.request.get("checkpoint").and_then(Value::as_str) == Some(&checkpoint.name)
-            && e.result.get("events").and_then(Value::as_u64) == Some(checkpoint.events as u64)
+            && parsed(&e.request).get("checkpoint").and_then(Value::as_str)
+                == Some(&checkpoint.name)
+            && parsed(&e.result).get("events").and_then(Value::as_u64)
+                == Some(checkpoint.events as u64)
     })?;
     let mut entries = entries;
     entries.truncate(at);
@@ -437,7 +443,24 @@ fn cut(entry: &Entry) -> Option<(usize, Value)> {
     if entry.kind != EntryKind::Outcome {
         return None;
     }
-    let cut = entry.result.get("interrupted")?;
+    let mut result = parsed(&entry.result);
+    let cut = result.get_mut("interrupted")?;
     let scope = usize::try_from(cut.get("scope")?.as_u64()?).ok()?;
-    Some((scope, cut.get("exit").cloned().unwrap_or(Value::Null)))
+    Some((
+        scope,
+        cut.get_mut("exit").map(Value::take).unwrap_or(Value::Null),
+    ))
+}
+
+/// A recorded request or result as a JSON value, for the engine's own records (race
+/// winners, cut-off calls, checkpoints); `null` if it does not parse, which those records
+/// then lack what they need and are refused as not fitting.
+fn parsed(json: &RawValue) -> Value {
+    serde_json::from_str(json.get()).unwrap_or(Value::Null)
+}
+
+/// `value` as raw JSON text. The engine's own records hold only numbers, strings and
+/// JSON values, which always serialize.
+pub(crate) fn raw(value: &Value) -> Box<RawValue> {
+    serde_json::value::to_raw_value(value).unwrap_or_default()
 }

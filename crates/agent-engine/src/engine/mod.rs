@@ -574,14 +574,17 @@ fn run_entry(
             RunClock::new(config.clock.clone()).wall(),
         ));
     };
-    let id = entry
-        .result
-        .get("trace_id")
-        .and_then(serde_json::Value::as_str);
-    let started = entry
-        .result
-        .get("started_at")
-        .and_then(|t| serde_json::from_value::<DateTime<Utc>>(t.clone()).ok());
+    /// What a run entry records.
+    #[derive(serde::Deserialize)]
+    struct Run {
+        trace_id: String,
+        started_at: DateTime<Utc>,
+    }
+    let run = serde_json::from_str::<Run>(entry.result.get()).ok();
+    let (id, started) = match run {
+        Some(run) => (Some(run.trace_id), Some(run.started_at)),
+        None => (None, None),
+    };
     match (id, started) {
         (Some(id), Some(started)) if entry.key == Key::run() => Ok((TraceId::from(id), started)),
         _ => Err(JournalError::Malformed {
@@ -596,11 +599,12 @@ fn run_entry(
 
 /// The journal entry recording a run's id and start.
 fn run_marker(id: &TraceId, started: DateTime<Utc>) -> Entry {
+    let request = serde_json::json!({"run": null});
     Entry {
         key: Key::run(),
         kind: EntryKind::Run,
-        fingerprint: agent_op::journal::fingerprint(&serde_json::json!({"run": null})),
-        request: serde_json::json!({"run": null}),
-        result: serde_json::json!({"trace_id": id, "started_at": started}),
+        fingerprint: agent_op::journal::fingerprint(&request),
+        request: journal::raw(&request),
+        result: journal::raw(&serde_json::json!({"trace_id": id, "started_at": started})),
     }
 }

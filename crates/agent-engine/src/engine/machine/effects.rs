@@ -236,8 +236,7 @@ where
         let started = self.rt.clock.now();
         // If this is interrupted, dropping `reservation` counts the call with unknown usage.
         let result = if let Answer::Replayed(value) = &mut answer {
-            Ok(self
-                .journal_decode::<Result<Response, ProviderError>>(std::mem::take(&mut **value))?)
+            Ok(self.journal_decode::<Result<Response, ProviderError>>(&value.result)?)
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else if let Some(provider) = provider.as_ref().filter(|_| self.rt.stream) {
@@ -427,13 +426,13 @@ where
         if !answer.suffices(tool.is_some()) {
             let permitted = |m: &Self| serde_json::json!(m.permitted_tools());
             let recorded = Box::pin(self.missing_handler(&mut answer, permitted)).await?;
-            let permitted = self.journal_decode(recorded)?;
+            let permitted = self.journal_decode(&recorded)?;
             return Err(self.unknown_tool(&span, name, permitted));
         }
         let context = CallContext::new(self.idempotency_key(self.effects - 1));
         let started = self.rt.clock.now();
         let result: Result<Value, ToolError> = if let Answer::Replayed(value) = &mut answer {
-            self.journal_decode(std::mem::take(&mut **value))?
+            self.journal_decode(&value.result)?
         } else if let Some(cut) = answer.interrupted() {
             return self.close_interrupted(&span, Err(cut));
         } else {
@@ -550,7 +549,7 @@ where
             })
             .await?;
         if let Answer::Replayed(value) = answer {
-            let steering: Option<agent_op::Steering> = self.journal_decode(*value)?;
+            let steering: Option<agent_op::Steering> = self.journal_decode(&value.result)?;
             return Ok(self.took_steering(steering));
         }
         let queue = self.rt.config.steering.clone();
@@ -596,7 +595,7 @@ where
             })
             .await?;
         let steering = match &mut answer {
-            Answer::Replayed(value) => self.journal_decode(std::mem::take(&mut **value))?,
+            Answer::Replayed(value) => self.journal_decode(&value.result)?,
             _ => self.rt.config.steering.pop(),
         };
         self.journal_commit(&mut answer, &steering).await?;
@@ -617,7 +616,7 @@ where
             .journal_answer(|| Request::plain(EntryKind::Clock, serde_json::json!({"now": null})))
             .await?;
         let now: chrono::DateTime<Utc> = match &mut answer {
-            Answer::Replayed(value) => self.journal_decode(std::mem::take(&mut **value))?,
+            Answer::Replayed(value) => self.journal_decode(&value.result)?,
             _ => self.rt.clock.wall(),
         };
         self.journal_commit(&mut answer, &now).await?;
@@ -632,7 +631,7 @@ where
             })
             .await?;
         let n: u64 = match &mut answer {
-            Answer::Replayed(value) => self.journal_decode(std::mem::take(&mut **value))?,
+            Answer::Replayed(value) => self.journal_decode(&value.result)?,
             _ => self.rt.random(),
         };
         self.journal_commit(&mut answer, &n).await?;
@@ -687,7 +686,7 @@ where
         let finished = if let Answer::Replayed(value) = &mut answer {
             Ok(
                 self.journal_decode::<Result<agent_op::MemoryId, agent_op::MemoryError>>(
-                    std::mem::take(&mut **value),
+                    &value.result,
                 )?,
             )
         } else if let Some(cut) = answer.interrupted() {
@@ -731,11 +730,7 @@ where
         self.check_memory(&backend, &mut answer).await?;
         let span = spans::memory(self.parent_span(), "forget", self.seq);
         let finished = if let Answer::Replayed(value) = &mut answer {
-            Ok(
-                self.journal_decode::<Result<bool, agent_op::MemoryError>>(std::mem::take(
-                    &mut **value,
-                ))?,
-            )
+            Ok(self.journal_decode::<Result<bool, agent_op::MemoryError>>(&value.result)?)
         } else if let Some(cut) = answer.interrupted() {
             Err(cut)
         } else {
@@ -779,7 +774,7 @@ where
         let finished = if let Answer::Replayed(value) = &mut answer {
             Ok(
                 self.journal_decode::<Result<Vec<agent_op::MemoryEntry>, agent_op::MemoryError>>(
-                    std::mem::take(&mut **value),
+                    &value.result,
                 )?,
             )
         } else if let Some(cut) = answer.interrupted() {

@@ -1,14 +1,17 @@
 //! A machine's side of journaling: asking the journal before an effect, committing a live
 //! result before the program sees it.
 
+use std::sync::Arc;
+
 use agent_op::journal::{Entry, EntryKind, JournalError, Key, Request};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::Machine;
 use crate::engine::Unwind;
-use crate::engine::journal::{Lookup, cut_off, fork_cut, race_won, unavailable};
+use crate::engine::journal::{Lookup, cut_off, fork_cut, race_won, raw, unavailable};
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::ScopeExit;
 use crate::error::ErrorKind;
@@ -17,15 +20,15 @@ use crate::error::ErrorKind;
 pub(super) enum Answer {
     /// The run keeps no journal: run the effect.
     Off,
-    /// The journal's answer (boxed: every effect's future holds an `Answer`).
-    Replayed(Box<Value>),
+    /// The journal's answer: the entry's result.
+    Replayed(Arc<Entry>),
     /// Run the effect, then commit its result here (if the run has a sink).
     Live(Box<Pending>),
     /// The recording was cut off here by a deadline: end the same way.
     Interrupted(Box<Unwind>),
     /// The recording lacked what the effect needs and failed here: fail the same way (see
-    /// [`Machine::journal_unavailable`]).
-    Unavailable(Box<Value>),
+    /// [`Machine::missing_handler`]).
+    Unavailable(Arc<Entry>),
 }
 
 impl Answer {
@@ -73,7 +76,7 @@ where
         &mut self,
         request: impl FnOnce() -> Request,
     ) -> Result<Answer, Unwind> {
-        self.journal_answer_summarized(request, || Value::Null)
+        self.journal_answer_summarized(request, Box::<RawValue>::default)
             .await
     }
 
@@ -82,7 +85,7 @@ where
     pub(super) async fn journal_answer_summarized(
         &mut self,
         request: impl FnOnce() -> Request,
-        summarize: impl Fn() -> Value + Send + Sync,
+        summarize: impl Fn() -> Box<RawValue> + Send + Sync,
     ) -> Result<Answer, Unwind> {
         let n = self.next_effect();
         if self.rt.journal.is_none() {
@@ -97,18 +100,18 @@ where
         &mut self,
         n: u64,
         request: Request,
-        summarize: &(dyn Fn() -> Value + Send + Sync),
+        summarize: &(dyn Fn() -> Box<RawValue> + Send + Sync),
     ) -> Result<Answer, Unwind> {
         let Some(journal) = self.rt.journal.clone() else {
             return Ok(Answer::Off);
         };
         let key = journal.key(&self.id, n);
-        match journal.lookup(key.clone(), request, self.doomed, summarize) {
+        match journal.lookup(key, request, self.doomed, summarize) {
             Ok((Lookup::Replayed(value), copy)) => {
                 if let Some(entry) = copy {
                     self.journal_append(entry).await?;
                 }
-                Ok(Answer::Replayed(Box::new(value)))
+                Ok(Answer::Replayed(value))
             }
             Ok((Lookup::Live { key, request }, _)) => {
                 // Race outcomes, checkpoint markers and cut-off calls queued before this
@@ -121,7 +124,7 @@ where
                 }
                 Ok(Answer::Live(Box::new(Pending { key, request })))
             }
-            Ok((Lookup::Interrupted { scope, exit }, copy)) => {
+            Ok((Lookup::Interrupted { key, scope, exit }, copy)) => {
                 if let Some(entry) = copy {
                     self.journal_append(entry).await?;
                 }
@@ -132,7 +135,7 @@ where
                 if let Some(entry) = copy {
                     self.journal_append(entry).await?;
                 }
-                Ok(Answer::Unavailable(Box::new(recorded)))
+                Ok(Answer::Unavailable(recorded))
             }
             Ok((Lookup::Park, _)) => {
                 // A race loser cut off here when the race was recorded: wait to be cancelled
@@ -148,18 +151,18 @@ where
 
     /// The effect `answer` is for cannot go on: it would run live without the handler it
     /// needs (a provider, a tool, a memory backend), or the recorded run failed here for lack
-    /// of it (see [`Answer::suffices`]). Returns what the failure reports: what the journal
-    /// recorded, or `details()` (the tools the run permits), committed first for a live
-    /// answer so a replay fails the same way with nothing configured.
+    /// of it (see [`Answer::suffices`]). Returns what the failure reports, as JSON text: what
+    /// the journal recorded, or `details()` (the tools the run permits), committed first for
+    /// a live answer so a replay fails the same way with nothing configured.
     pub(super) async fn missing_handler(
         &mut self,
         answer: &mut Answer,
         details: impl FnOnce(&Self) -> Value,
-    ) -> Result<Value, Unwind> {
+    ) -> Result<Box<RawValue>, Unwind> {
         if let Answer::Unavailable(recorded) = answer {
-            return Ok(std::mem::take(&mut **recorded));
+            return Ok(recorded.result.clone());
         }
-        let details = details(self);
+        let details = raw(&details(self));
         let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.sink().is_some());
         if let (true, Answer::Live(pending)) = (has_sink, std::mem::replace(answer, Answer::Off)) {
             let Pending { key, request } = *pending;
@@ -186,7 +189,8 @@ where
         let Answer::Live(pending) = std::mem::replace(answer, Answer::Off) else {
             return Ok(());
         };
-        let value = match serde_json::to_value(result) {
+        // Serialized once, into the text the journal stores.
+        let value = match serde_json::value::to_raw_value(result) {
             Ok(value) => value,
             Err(e) => {
                 return Err(self.fail(ErrorKind::Internal(format!(
@@ -310,9 +314,9 @@ where
     /// that is not of that type does not fit the program, a journal error.
     pub(super) fn journal_decode<T: DeserializeOwned>(
         &mut self,
-        value: Value,
+        value: &RawValue,
     ) -> Result<T, Unwind> {
-        serde_json::from_value(value).map_err(|e| {
+        serde_json::from_str(value.get()).map_err(|e| {
             let journal = self.rt.journal.as_ref();
             let at = journal.map(|j| j.key(&self.id, self.effects.saturating_sub(1)));
             let journal = journal.map_or("being replayed", |j| j.name()).to_owned();
