@@ -17,6 +17,7 @@ pub const TOOL_OVERHEAD_TOKENS: u64 = 32;
 /// [`Prompt::max_input_tokens`].
 pub const PROMPT_OVERHEAD_TOKENS: u64 = 16;
 use crate::attachment::Attachment;
+pub use crate::messages::{Iter, Messages};
 use crate::tool::ToolDefinition;
 
 /// One message of a conversation.
@@ -282,8 +283,9 @@ pub struct InferOptions {
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Prompt {
-    /// The conversation so far.
-    pub messages: Vec<Message>,
+    /// The conversation so far: shared with the conversation it was made from and with the
+    /// prompts made from it before, not copied ([`Messages`]).
+    pub messages: Messages,
     /// The tools the model may call.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tools: Vec<ToolDefinition>,
@@ -298,10 +300,11 @@ impl Prompt {
         Prompt::default()
     }
 
-    /// A prompt holding `messages`.
-    pub fn from_messages(messages: Vec<Message>) -> Prompt {
+    /// A prompt holding `messages` (a `Vec<Message>`, or a [`Messages`] list, which the prompt
+    /// then shares rather than copies).
+    pub fn from_messages(messages: impl Into<Messages>) -> Prompt {
         Prompt {
-            messages,
+            messages: messages.into(),
             ..Prompt::default()
         }
     }

@@ -222,7 +222,7 @@ fn register<T: Serialize>(item: &T) -> Result<String, serde_json::Error> {
 }
 
 /// A prompt's messages: in file mode, a known prefix and the rest, by hash.
-struct Messages<'a>(&'a [Message]);
+struct Messages<'a>(&'a crate::message::Messages);
 
 impl Serialize for Messages<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -251,7 +251,7 @@ impl Serialize for Messages<'_> {
         let shared = base.len();
         let mut written = base;
         written.reserve(self.0.len() - shared);
-        for message in &self.0[shared..] {
+        for message in self.0.iter().skip(shared) {
             let hash = register(message).map_err(serde::ser::Error::custom)?;
             let before = written.last().map_or("", |w| w.chain.as_str());
             let chain = chain(before, &hash);
@@ -494,7 +494,7 @@ pub(crate) mod prompt {
     ) -> Result<Option<std::sync::Arc<Prompt>>, D::Error> {
         Ok(Option::<In>::deserialize(d)?.map(|p| {
             std::sync::Arc::new(Prompt {
-                messages: p.messages.0,
+                messages: p.messages.0.into(),
                 tools: p.tools.into_iter().map(|t| t.0).collect(),
                 options: p.options,
             })
