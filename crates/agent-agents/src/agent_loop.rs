@@ -227,7 +227,7 @@ where
             layers: self.layers.clone().into(),
             messages: self.opening(),
             model: self.model,
-            tools,
+            tools: tools.into(),
             turns_left: self.max_turns,
             max_turns: self.max_turns,
             repairs_left: self.repairs,
@@ -300,7 +300,8 @@ struct Turns<S, T> {
     /// The conversation: each prompt shares it rather than copying it, so a turn costs the
     /// same however long the conversation is, and the trace holds each message once.
     messages: Messages,
-    tools: Vec<agent_op::ToolDefinition>,
+    /// Shared by every turn's prompt.
+    tools: Arc<[ToolDefinition]>,
     turns_left: u32,
     max_turns: u32,
     repairs_left: u32,

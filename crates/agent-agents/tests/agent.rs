@@ -504,8 +504,9 @@ async fn a_tool_needing_approval_waits_for_it_on_the_steering_channel() {
 }
 
 /// A long loop's prompts share the conversation instead of copying it: every prompt the
-/// trace keeps holds the very messages of the last one (each message is stored once in
-/// memory however many prompts sent it), and the trace's JSONL file has one content line per
+/// trace keeps holds the very messages of the last one and the same tool definitions (each
+/// stored once in memory however many prompts sent it), and the trace's JSONL file has one
+/// content line per
 /// distinct message and names each prompt by the one before it plus its two new messages.
 #[tokio::test]
 async fn a_long_loops_prompts_share_one_conversation_stored_once() {
@@ -556,6 +557,10 @@ async fn a_long_loops_prompts_share_one_conversation_stored_once() {
             prompt.messages.shared_with(last),
             prompt.messages.len(),
             "turn {turn}'s prompt copied the conversation"
+        );
+        assert!(
+            Arc::ptr_eq(&prompt.tools, &sent[0].tools),
+            "turn {turn}'s prompt copied the tools"
         );
     }
 

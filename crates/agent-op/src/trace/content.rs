@@ -526,7 +526,7 @@ pub(crate) mod prompt {
         Ok(Option::<In>::deserialize(d)?.map(|p| {
             std::sync::Arc::new(Prompt {
                 messages: p.messages.0,
-                tools: p.tools.into_iter().map(|t| t.0).collect(),
+                tools: p.tools.into_iter().map(|t| t.0).collect::<Vec<_>>().into(),
                 options: p.options,
             })
         }))

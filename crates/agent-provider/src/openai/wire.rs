@@ -66,7 +66,7 @@ impl<'a> ChatRequest<'a> {
         Ok(ChatRequest {
             model,
             messages: wire_messages(&prompt.messages)?,
-            tools: request::tools(&prompt.tools)?,
+            tools: request::tools(prompt.tools.iter())?,
             // Without tools, a `tool_choice` is an error for OpenAI (and means nothing).
             tool_choice: options
                 .tool_choice
