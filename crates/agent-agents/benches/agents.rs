@@ -11,6 +11,12 @@
 //!   scope, the `par` of tool calls, typed parsing).
 //! - `agent.loop_turn_recording_content`: the same agent loop recording whole prompts and
 //!   replies in its trace (the default), against `record_content(false)`.
+//! - `agent.loop_turn_10`, `agent.loop_turn_100`, `agent.loop_turn_1000`: µs per turn of
+//!   [`agent`] runs of that many turns (the same scripted model and tool, recording content),
+//!   1,000 turns per sample, so whether a turn costs more as the conversation grows shows
+//!   across the three; baseline: the least a loop of that many turns can do, written by hand
+//!   outside the interpreter — ask the scripted model directly, append its reply to the
+//!   prompt's messages, call the tool directly and append its result.
 //! - `mcp.call`: µs per tool call through [`McpServer`](agent_agents::McpServer) to a local
 //!   stdio MCP server (this benchmark's own executable serving a toolbox with
 //!   [`ToolboxServer`](agent_agents::ToolboxServer)); baseline: the same tool called in
@@ -60,11 +66,12 @@ fn rate(bytes: usize, samples: &[Duration], per: u32) -> f64 {
 
 const TURNS: usize = 200;
 
-fn model() -> agent_provider::ScriptedProvider {
+/// A model calling `echo` on every turn but the last of each run of `turns`, which answers.
+fn model(turns: usize) -> agent_provider::ScriptedProvider {
     let n = std::sync::atomic::AtomicUsize::new(0);
     agent_provider::ScriptedProvider::from_fn(move |_, _| {
         let i = n.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        if (i + 1) % TURNS == 0 {
+        if (i + 1) % turns == 0 {
             Ok(agent_op::Response::text("{\"done\": true}"))
         } else {
             Ok(agent_op::Response::tool_call(
@@ -87,11 +94,7 @@ struct Done {
     done: bool,
 }
 
-fn by_hand(
-    model: String,
-    messages: Vec<agent_op::Message>,
-    left: usize,
-) -> agent_op::Op<(), usize> {
+fn by_hand(model: String, messages: agent_op::Messages, left: usize) -> agent_op::Op<(), usize> {
     use agent_op::op;
     let prompt = agent_op::Prompt::from_messages(messages.clone());
     op::infer_raw(model.clone(), prompt).and_then(move |reply| {
@@ -122,7 +125,7 @@ fn loop_turn() {
     // The agent's turns, recording whole prompts and replies in the trace or not.
     let run_agent = |content: bool| {
         let config = agent_interp_seq::Config::new()
-            .provider(model())
+            .provider(model(TURNS))
             .tools(toolbox.tool_set())
             .record_content(content);
         let program = agent::<(), Done>("m", &toolbox, "go")
@@ -139,12 +142,12 @@ fn loop_turn() {
         || run_agent(true),
         || {
             let config = agent_interp_seq::Config::new()
-                .provider(model())
+                .provider(model(TURNS))
                 .tools(toolbox.tool_set());
-            let opening = vec![
+            let opening = agent_op::Messages::from([
                 agent_op::Message::system("Use the tools."),
                 agent_op::Message::user("go"),
-            ];
+            ]);
             let program = by_hand("m".into(), opening, TURNS);
             bench_kit::time(|| {
                 black_box(
@@ -169,6 +172,80 @@ fn loop_turn() {
         bench_kit::median_per(&with, TURNS as f64, bench_kit::us),
         "µs/turn",
         bench_kit::median_per(&without, TURNS as f64, bench_kit::us),
+    );
+}
+
+/// `agent.loop_turn_{turns}`: 1,000 turns per sample, in runs of `turns`.
+fn loop_turns(turns: usize) {
+    use agent_agents::{Toolbox, agent, tool};
+    use agent_op::{Message, Prompt, Provider};
+    const PER_SAMPLE: usize = 1_000;
+    let runs = PER_SAMPLE / turns;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .expect("runtime");
+    let echo = tool("echo", "Echoes", |e: Echo| async move { Ok(e.text) });
+    let toolbox = Toolbox::new("echo").with(echo);
+    let (subject, baseline) = bench_kit::interleaved(
+        9,
+        || {
+            let config = agent_interp_seq::Config::new()
+                .provider(model(turns))
+                .tools(toolbox.tool_set());
+            let programs: Vec<_> = (0..runs)
+                .map(|_| {
+                    agent::<(), Done>("m", &toolbox, "go")
+                        .max_turns(turns as u32)
+                        .run()
+                })
+                .collect();
+            bench_kit::time(|| {
+                for program in programs {
+                    let outcome = rt.block_on(agent_interp_seq::run(&config, (), program));
+                    assert!(outcome.expect("runs").value.is_ok());
+                }
+            })
+            .0
+        },
+        || {
+            let provider = model(turns);
+            let tools = toolbox.tool_set();
+            let echo = tools.get("echo").expect("echo");
+            let prompts: Vec<Prompt> = (0..runs)
+                .map(|_| {
+                    Prompt::new()
+                        .system("Use the tools.")
+                        .user("go")
+                        .tools(toolbox.definitions())
+                })
+                .collect();
+            bench_kit::time(|| {
+                for mut prompt in prompts {
+                    let answered = rt.block_on(async {
+                        loop {
+                            let reply = provider.chat("m", &prompt).await.expect("scripted");
+                            prompt.messages.push(reply.to_message());
+                            let Some(call) = reply.tool_calls.first() else {
+                                return reply.content;
+                            };
+                            let result = echo.call(call.arguments.clone()).await.expect("echo");
+                            prompt
+                                .messages
+                                .push(Message::tool_output(call.id.clone(), &result));
+                        }
+                    });
+                    black_box(answered);
+                }
+            })
+            .0
+        },
+    );
+    bench_kit::report(
+        &format!("agent.loop_turn_{turns}"),
+        bench_kit::median_per(&subject, PER_SAMPLE as f64, bench_kit::us),
+        "µs/turn",
+        bench_kit::median_per(&baseline, PER_SAMPLE as f64, bench_kit::us),
     );
 }
 
@@ -236,8 +313,15 @@ fn main() {
     if bench_kit::enabled("mcp.call") {
         mcp_call();
     }
-    if bench_kit::enabled("agent.loop_turn") {
+    if bench_kit::enabled("agent.loop_turn")
+        || bench_kit::enabled("agent.loop_turn_recording_content")
+    {
         loop_turn();
+    }
+    for turns in [10, 100, 1_000] {
+        if bench_kit::enabled(&format!("agent.loop_turn_{turns}")) {
+            loop_turns(turns);
+        }
     }
     let json = reply();
     let fenced = format!("Here is the report you asked for:\n```json\n{json}\n```\n");

@@ -6,7 +6,9 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use agent_op::op::{self, Op};
-use agent_op::{Budget, Merge, Message, Prompt, Response, ToolCall, ToolDefinition, ToolError};
+use agent_op::{
+    Budget, Merge, Message, Messages, Prompt, Response, ToolCall, ToolDefinition, ToolError,
+};
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -225,7 +227,7 @@ where
             layers: self.layers.clone().into(),
             messages: self.opening(),
             model: self.model,
-            tools,
+            tools: tools.into(),
             turns_left: self.max_turns,
             max_turns: self.max_turns,
             repairs_left: self.repairs,
@@ -235,7 +237,7 @@ where
         with_toolbox(&toolbox, state.turn())
     }
 
-    fn opening(&self) -> Vec<Message> {
+    fn opening(&self) -> Messages {
         let mut system = String::new();
         if let Some(instructions) = &self.instructions {
             system.push_str(instructions);
@@ -255,7 +257,7 @@ where
             goal.push_str("\n\n");
             goal.push_str(context);
         }
-        vec![Message::system(system), Message::user(goal)]
+        Messages::from([Message::system(system), Message::user(goal)])
     }
 }
 
@@ -295,8 +297,11 @@ struct Turns<S, T> {
     subagents: Arc<[SubAgent<S>]>,
     layers: Arc<[Arc<dyn ContextLayer<S>>]>,
     model: String,
-    messages: Vec<Message>,
-    tools: Vec<agent_op::ToolDefinition>,
+    /// The conversation: each prompt shares it rather than copying it, so a turn costs the
+    /// same however long the conversation is, and the trace holds each message once.
+    messages: Messages,
+    /// Shared by every turn's prompt.
+    tools: Arc<[ToolDefinition]>,
     turns_left: u32,
     max_turns: u32,
     repairs_left: u32,
@@ -312,12 +317,21 @@ impl<S: Merge + Clone + Send + 'static, T: LlmOutput> Turns<S, T> {
             }));
         }
         self.turns_left -= 1;
-        let history = std::mem::take(&mut self.messages);
+        if self.layers.is_empty() {
+            return self.ask();
+        }
+        // Layers rewrite the conversation as a vector of their own.
+        let history = self.messages.to_vec();
         transform(self.layers.clone(), 0, history).and_then(move |messages| {
-            self.messages = messages;
-            let prompt = Prompt::from_messages(self.messages.clone()).tools(self.tools.clone());
-            op::infer_raw(self.model.clone(), prompt).and_then(move |reply| self.answer(reply))
+            self.messages = messages.into();
+            self.ask()
         })
+    }
+
+    /// Asks the model with the conversation so far.
+    fn ask(self) -> Op<S, Result<T, AgentError>> {
+        let prompt = Prompt::from_messages(self.messages.clone()).tools(self.tools.clone());
+        op::infer_raw(self.model.clone(), prompt).and_then(move |reply| self.answer(reply))
     }
 
     fn answer(mut self, reply: Response) -> Op<S, Result<T, AgentError>> {

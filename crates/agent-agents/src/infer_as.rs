@@ -343,11 +343,14 @@ pub(crate) fn repair_message<T: LlmOutput>(
 
 /// Adds `text` to the prompt's system message (creating one first if there is none).
 fn add_to_system(prompt: &mut Prompt, text: &str) {
-    match prompt.messages.first_mut() {
+    // A prompt's messages may be shared with others: the prompt gets a changed copy.
+    let mut messages = prompt.messages.to_vec();
+    match messages.first_mut() {
         Some(Message::System { content }) => {
             content.push_str("\n\n");
             content.push_str(text);
         }
-        _ => prompt.messages.insert(0, Message::system(text)),
+        _ => messages.insert(0, Message::system(text)),
     }
+    prompt.messages = messages.into();
 }

@@ -502,3 +502,98 @@ async fn a_tool_needing_approval_waits_for_it_on_the_steering_channel() {
         }
     }
 }
+
+/// A long loop's prompts share the conversation instead of copying it: every prompt the
+/// trace keeps holds the very messages of the last one and the same tool definitions (each
+/// stored once in memory however many prompts sent it), and the trace's JSONL file has one
+/// content line per
+/// distinct message and names each prompt by the one before it plus its two new messages.
+#[tokio::test]
+async fn a_long_loops_prompts_share_one_conversation_stored_once() {
+    const TURNS: usize = 300;
+    let asked = AtomicUsize::new(0);
+    let provider = ScriptedProvider::from_fn(move |_, _| {
+        let i = asked.fetch_add(1, Ordering::Relaxed);
+        Ok(if i + 1 == TURNS {
+            Response::text("{\"umbrella\": false}")
+        } else {
+            calls(&[(
+                &format!("c{i}"),
+                "weather",
+                json!({"city": format!("city {i}")}),
+            )])
+        })
+    });
+    let weather = tool(
+        "weather",
+        "Today's weather in a city",
+        |q: Query| async move { Ok(format!("sun in {}", q.city)) },
+    );
+    let toolbox = Toolbox::new("weather").with(weather);
+    let config = Config::new().provider(provider).tools(toolbox.tool_set());
+    let program = agent::<(), Advice>("small", &toolbox, "Umbrella?")
+        .max_turns(TURNS as u32)
+        .run();
+    let outcome = agent_interp_seq::run(&config, (), program).await.unwrap();
+    assert_eq!(outcome.value, Ok(Advice { umbrella: false }));
+
+    let prompts = |trace: &agent_op::Trace| -> Vec<Arc<agent_op::Prompt>> {
+        trace
+            .events
+            .iter()
+            .filter_map(|e| match &e.event.kind {
+                agent_op::EventKind::InferStart(start) => start.prompt.clone(),
+                _ => None,
+            })
+            .collect()
+    };
+    let sent = prompts(&outcome.trace);
+    assert_eq!(sent.len(), TURNS);
+    let last = &sent[TURNS - 1].messages;
+    for (turn, prompt) in sent.iter().enumerate() {
+        // The system message and the goal, then a call and its result per turn before.
+        assert_eq!(prompt.messages.len(), 2 + 2 * turn);
+        assert_eq!(
+            prompt.messages.shared_with(last),
+            prompt.messages.len(),
+            "turn {turn}'s prompt copied the conversation"
+        );
+        assert!(
+            Arc::ptr_eq(&prompt.tools, &sent[0].tools),
+            "turn {turn}'s prompt copied the tools"
+        );
+    }
+
+    let mut file = Vec::new();
+    agent_op::trace::jsonl::write_jsonl(&outcome.trace, &mut file).unwrap();
+    let lines: Vec<Value> = String::from_utf8(file.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let content_lines = lines.iter().filter(|l| l.get("content").is_some()).count();
+    // The system message, the goal, every reply (the answer too), every tool result but
+    // none after the answer, and the tool's definition.
+    assert_eq!(content_lines, 2 + TURNS + (TURNS - 1) + 1);
+    let listed: Vec<&Value> = lines
+        .iter()
+        .filter(|l| l["event"]["type"] == "infer_start")
+        .map(|l| &l["event"]["data"]["prompt"]["messages"])
+        .collect();
+    assert_eq!(listed.len(), TURNS);
+    for messages in &listed[1..] {
+        assert_eq!(
+            messages["then"].as_array().map(Vec::len),
+            Some(2),
+            "{messages}"
+        );
+    }
+    // Read back, the prompts share their messages again.
+    let read = agent_op::trace::jsonl::read_jsonl(&file[..]).unwrap().trace;
+    let read_prompts = prompts(&read);
+    let last = &read_prompts[TURNS - 1].messages;
+    assert_eq!(last, &sent[TURNS - 1].messages);
+    for prompt in &read_prompts {
+        assert_eq!(prompt.messages.shared_with(last), prompt.messages.len());
+    }
+}

@@ -193,7 +193,7 @@ async fn the_loop_sends_the_transformed_conversation_and_compaction_is_a_traced_
     );
     assert!(third.last().unwrap().content().starts_with("b results"));
     // The last turn: the system prompt, the summary, the goal, and the newest unit whole.
-    let last = &turns[3].prompt.messages;
+    let last = &turns[3].prompt.messages.to_vec();
     assert!(
         last[1]
             .content()

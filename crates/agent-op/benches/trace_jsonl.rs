@@ -278,7 +278,8 @@ fn conversation(turns: usize) -> Trace {
     let start = Timestamp::UNIX_EPOCH;
     let mut trace = Trace::new(TraceId::from("long-talk-0001"));
     trace.start = start;
-    let mut messages = vec![Message::system(text(&mut rng, 400))];
+    // One conversation the prompts share, as the agent loop's do.
+    let mut messages = agent_op::Messages::from(vec![Message::system(text(&mut rng, 400))]);
     for turn in 0..turns {
         messages.push(Message::user(text(&mut rng, 300)));
         let at = start + chrono::Duration::milliseconds(turn as i64);

@@ -65,6 +65,7 @@ mod macros;
 mod memory;
 mod merge;
 pub mod message;
+mod messages;
 pub mod op;
 mod preview;
 mod provider;
@@ -90,8 +91,8 @@ pub use memory::{
 };
 pub use merge::Merge;
 pub use message::{
-    FinishReason, InferOptions, Message, Prompt, Response, ResponseFormat, ToolCall, ToolChoice,
-    Usage,
+    FinishReason, InferOptions, Message, Messages, Prompt, Response, ResponseFormat, ToolCall,
+    ToolChoice, Usage,
 };
 pub use op::Op;
 pub use preview::{PREVIEW_CHARS, difference_excerpts, preview};

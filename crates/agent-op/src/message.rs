@@ -2,6 +2,8 @@
 //!
 //! These types are provider-neutral; each provider client translates them to its wire format.
 
+use std::sync::Arc;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -17,6 +19,7 @@ pub const TOOL_OVERHEAD_TOKENS: u64 = 32;
 /// [`Prompt::max_input_tokens`].
 pub const PROMPT_OVERHEAD_TOKENS: u64 = 16;
 use crate::attachment::Attachment;
+pub use crate::messages::{Iter, Messages};
 use crate::tool::ToolDefinition;
 
 /// One message of a conversation.
@@ -282,11 +285,13 @@ pub struct InferOptions {
 /// ```
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Prompt {
-    /// The conversation so far.
-    pub messages: Vec<Message>,
-    /// The tools the model may call.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tools: Vec<ToolDefinition>,
+    /// The conversation so far: shared with the conversation it was made from and with the
+    /// prompts made from it before, not copied ([`Messages`]).
+    pub messages: Messages,
+    /// The tools the model may call: shared, so prompts made with the same tools (an agent
+    /// loop's turns) and the trace keeping them hold one copy.
+    #[serde(default, skip_serializing_if = "<[_]>::is_empty")]
+    pub tools: Arc<[ToolDefinition]>,
     /// Sampling and output options.
     #[serde(default)]
     pub options: InferOptions,
@@ -298,10 +303,11 @@ impl Prompt {
         Prompt::default()
     }
 
-    /// A prompt holding `messages`.
-    pub fn from_messages(messages: Vec<Message>) -> Prompt {
+    /// A prompt holding `messages` (a `Vec<Message>`, or a [`Messages`] list, which the prompt
+    /// then shares rather than copies).
+    pub fn from_messages(messages: impl Into<Messages>) -> Prompt {
         Prompt {
-            messages,
+            messages: messages.into(),
             ..Prompt::default()
         }
     }
@@ -322,9 +328,10 @@ impl Prompt {
         self.message(Message::user(content))
     }
 
-    /// Sets the tools the model may call.
-    pub fn tools(mut self, tools: Vec<ToolDefinition>) -> Prompt {
-        self.tools = tools;
+    /// Sets the tools the model may call (a `Vec<ToolDefinition>`, or an `Arc` of them shared
+    /// with other prompts).
+    pub fn tools(mut self, tools: impl Into<Arc<[ToolDefinition]>>) -> Prompt {
+        self.tools = tools.into();
         self
     }
 

@@ -974,6 +974,139 @@ fn full_prompts_are_stored_once_so_files_grow_with_the_conversation_not_its_squa
     );
 }
 
+/// The prompts of `trace` rebuilt as an agent loop makes them: each a view of one growing
+/// conversation, sharing its messages.
+fn sharing_one_conversation(trace: &Trace) -> Trace {
+    use agent_op::{Messages, Prompt};
+    let mut shared = trace.clone();
+    let mut conversation = Messages::new();
+    for entry in &mut shared.events {
+        if let EventKind::InferStart(start) = &mut entry.event.kind
+            && let Some(prompt) = &mut start.prompt
+        {
+            for message in prompt.messages.iter().skip(conversation.len()) {
+                conversation.push(message.clone());
+            }
+            *prompt = std::sync::Arc::new(Prompt::from_messages(conversation.clone()));
+        }
+    }
+    shared
+}
+
+/// The prompts of a trace read back, in order.
+fn prompts(trace: &Trace) -> Vec<std::sync::Arc<agent_op::Prompt>> {
+    trace
+        .events
+        .iter()
+        .filter_map(|e| match &e.event.kind {
+            EventKind::InferStart(start) => start.prompt.clone(),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn prompts_sharing_a_conversation_are_written_as_copies_are_and_read_back_shared() {
+    let copies = conversation(60);
+    let shared = sharing_one_conversation(&copies);
+    let prompts_written = prompts(&shared);
+    let last = &prompts_written.last().unwrap().messages;
+    assert!(
+        prompts_written
+            .iter()
+            .all(|p| p.messages.shared_with(last) == p.messages.len())
+    );
+    // The same file, byte for byte, however the prompts hold their messages.
+    let bytes = to_bytes(&shared);
+    assert_eq!(bytes, to_bytes(&copies));
+    // Each prompt after the first names the one before it and adds its new message only.
+    let text = String::from_utf8(bytes.clone()).unwrap();
+    let listed: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["event"]["type"] == "infer_start")
+        .map(|l| l["event"]["data"]["prompt"]["messages"].clone())
+        .collect();
+    assert_eq!(listed.len(), 60);
+    for messages in &listed[1..] {
+        assert!(messages["prefix"].is_string(), "{messages}");
+        assert_eq!(messages["then"].as_array().unwrap().len(), 2, "{messages}");
+    }
+    // Read back, the prompts share their messages again: each is stored once in memory.
+    let read = load(&bytes).unwrap().trace;
+    assert_eq!(read, copies);
+    let prompts_read = prompts(&read);
+    let last = &prompts_read.last().unwrap().messages;
+    for prompt in &prompts_read {
+        assert_eq!(prompt.messages.shared_with(last), prompt.messages.len());
+    }
+}
+
+#[test]
+fn forked_and_shortened_conversations_are_written_as_their_copies_are() {
+    use agent_op::trace::event::InferStart;
+    use agent_op::{Message, Messages, Prompt, Timestamp};
+    // Prompts of one conversation, of a fork of it (a branch going on from an earlier turn),
+    // interleaved, then of a shortened one going on differently, then an old one again.
+    let mut main = Messages::from(vec![Message::system("rules"), Message::user("goal")]);
+    let mut lists = Vec::new();
+    for i in 0..5 {
+        main.push(Message::assistant(format!("a{i}")));
+        lists.push(main.clone());
+    }
+    let mut fork = lists[1].clone();
+    for i in 0..4 {
+        fork.push(Message::user(format!("f{i}")));
+        lists.push(fork.clone());
+        main.push(Message::user(format!("m{i}")));
+        lists.push(main.clone());
+    }
+    let mut short = main.clone();
+    short.truncate(3);
+    lists.push(short.clone());
+    short.push(Message::user("again"));
+    lists.push(short);
+    lists.push(lists[0].clone());
+    assert_eq!(
+        lists[5].shared_with(&lists[6]),
+        4,
+        "the fork shares its beginning"
+    );
+    let trace_of = |copies: bool| {
+        let mut trace = Trace::new(TraceId::from("forks"));
+        trace.start = Timestamp::UNIX_EPOCH;
+        for (i, list) in lists.iter().enumerate() {
+            let messages = if copies {
+                Messages::from(list.to_vec())
+            } else {
+                list.clone()
+            };
+            trace.events.push(TraceEntry {
+                trace_id: trace.id.clone(),
+                cancelled: false,
+                event: Event::at(
+                    Timestamp::UNIX_EPOCH,
+                    EventKind::InferStart(InferStart {
+                        model: "m".into(),
+                        prompt_preview: String::new(),
+                        messages: list.len() as u32,
+                        tools: 0,
+                        iteration: i as u32,
+                        prompt: Some(std::sync::Arc::new(Prompt::from_messages(messages))),
+                    }),
+                ),
+            });
+        }
+        trace
+    };
+    let bytes = to_bytes(&trace_of(false));
+    assert_eq!(
+        String::from_utf8(bytes.clone()).unwrap(),
+        String::from_utf8(to_bytes(&trace_of(true))).unwrap()
+    );
+    assert_eq!(load(&bytes).unwrap().trace, trace_of(true));
+}
+
 #[test]
 fn content_that_does_not_match_its_hash_or_is_missing_is_a_malformed_line() {
     let bytes = to_bytes(&conversation(3));

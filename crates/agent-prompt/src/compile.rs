@@ -511,7 +511,7 @@ fn assemble(
         messages.push(Message::user(ir.observation.clone()));
     }
     let mut prompt = Prompt::from_messages(messages);
-    prompt.tools = definitions;
+    prompt.tools = definitions.into();
     let compression_ratio = if tokens_before == 0 {
         1.0
     } else {

@@ -37,7 +37,7 @@ fn recount(prompt: &agent_op::Prompt, counter: &TokenCounter) -> u32 {
                 + counter.count(&t.parameters.to_string())
         })
         .sum();
-    agent_prompt::REPLY_PRIMING + counter.count_messages(&prompt.messages) + tools
+    agent_prompt::REPLY_PRIMING + counter.count_messages(&prompt.messages.to_vec()) + tools
 }
 
 fn outcome<'a>(report: &'a agent_prompt::CompileReport, id: &str) -> &'a Outcome {
@@ -158,7 +158,7 @@ fn message_sections_keep_tool_calls_with_their_results_and_drop_orphans() {
         let Ok(compiled) = compile(&ir, &counter) else {
             continue;
         };
-        let sent = &compiled.prompt.messages;
+        let sent = compiled.prompt.messages.to_vec();
         // Never starts with a tool result; every tool result follows its call.
         assert!(
             !matches!(sent.first(), Some(Message::Tool { .. })),
@@ -503,7 +503,7 @@ proptest! {
                             );
                         }
                     }
-                    if let Err(split) = tool_pairs_intact(&compiled.prompt.messages) {
+                    if let Err(split) = tool_pairs_intact(&compiled.prompt.messages.to_vec()) {
                         prop_assert!(false, "{split}: {:?}", compiled.prompt.messages);
                     }
                     // Same IR, same bytes — counted or not.

@@ -244,7 +244,7 @@ async fn structured_output_and_tool_choice_shapes() {
     prompt.options.response_format = Some(ResponseFormat::Text);
     client.chat("m", &prompt).await.unwrap();
     // Without tools, no `tool_choice` is sent (OpenAI rejects one).
-    prompt.tools.clear();
+    prompt.tools = Default::default();
     client.chat("m", &prompt).await.unwrap();
     let requests = server.requests();
     assert!(requests[2].json().get("tool_choice").is_none());

@@ -334,8 +334,10 @@ pub(crate) fn chat_input(span: &Span, prompt: &agent_op::Prompt) {
         .take_while(|m| matches!(m, Message::System { .. }))
         .count();
     if leading > 0 {
-        let instructions: Vec<Value> = prompt.messages[..leading]
+        let instructions: Vec<Value> = prompt
+            .messages
             .iter()
+            .take(leading)
             .map(|m| json!({"type": "text", "content": m.content()}))
             .collect();
         span.record(
@@ -343,8 +345,10 @@ pub(crate) fn chat_input(span: &Span, prompt: &agent_op::Prompt) {
             Value::from(instructions).to_string(),
         );
     }
-    let messages: Vec<Value> = prompt.messages[leading..]
+    let messages: Vec<Value> = prompt
+        .messages
         .iter()
+        .skip(leading)
         .map(genai_message)
         .collect();
     span.record("gen_ai.input.messages", Value::from(messages).to_string());

@@ -24,15 +24,16 @@
 //! scope around each line, so the event types keep ordinary serde derives.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
 use std::marker::PhantomData;
+use std::sync::Arc;
 
 use serde::de::{self, DeserializeOwned, MapAccess, Visitor};
 use serde::ser::{SerializeMap, SerializeSeq};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::message::{InferOptions, Message, Prompt};
+use crate::message::{InferOptions, Message, Messages, Prompt};
 use crate::tool::ToolDefinition;
 
 /// What the helpers do on this thread right now.
@@ -53,22 +54,30 @@ struct WriterState {
     seen: HashSet<String>,
     /// Chain hashes of the message lists of the prompts written.
     chains: HashSet<String>,
-    /// The message lists of the last few prompts written, with their hashes: a prompt that
-    /// begins like one of them is compared, not hashed again (hashing every message of every
-    /// prompt made writing a long conversation quadratic in hashing).
-    recent: std::collections::VecDeque<Vec<std::sync::Arc<Written>>>,
+    /// The message lists written lately, one per storage they share (an agent loop's
+    /// prompts are one conversation growing in one storage): a prompt continuing one of them
+    /// hashes only its new messages, and one built afresh is compared with them rather than
+    /// hashed again (hashing every message of every prompt made writing a long conversation
+    /// quadratic in hashing).
+    recent: VecDeque<WrittenList>,
 }
 
-/// A message of a prompt written, with its hash and its list's chain hash up to it.
+/// The longest list of messages written from one storage, with each message's hashes.
+#[derive(Debug)]
+struct WrittenList {
+    messages: Messages,
+    written: Vec<Arc<Written>>,
+}
+
+/// A message of a prompt written: its hash and its list's chain hash up to it.
 #[derive(Debug)]
 struct Written {
-    message: Message,
     hash: String,
     chain: String,
 }
 
-/// How many recent prompts a writer compares a new one with (concurrent branches interleave
-/// their conversations).
+/// How many recent message lists a writer keeps (concurrent branches interleave their
+/// conversations).
 const RECENT: usize = 8;
 
 /// What a file being read has shown so far.
@@ -76,11 +85,12 @@ const RECENT: usize = 8;
 struct ReaderState {
     /// Pieces by hash: their JSON text.
     pieces: HashMap<String, String>,
-    /// Message lists of prompts read, by chain hash: the chain without the last message, and
-    /// the last message's hash.
-    chains: HashMap<String, (String, String)>,
-    /// Pieces already parsed (every prompt repeats the messages before it: parsing each once
-    /// and cloning it after is several times faster).
+    /// Message lists of prompts read (and every beginning of each), by chain hash: a prompt
+    /// naming one as its prefix continues it, sharing its messages as the prompts written
+    /// did, so reading a long conversation neither copies nor parses its messages again.
+    chains: HashMap<String, Messages>,
+    /// Pieces already parsed, each an `Arc` of its type (every prompt repeats the messages
+    /// before it: parsing each once and sharing it after is several times faster).
     parsed: HashMap<String, Box<dyn std::any::Any>>,
 }
 
@@ -222,75 +232,108 @@ fn register<T: Serialize>(item: &T) -> Result<String, serde_json::Error> {
 }
 
 /// A prompt's messages: in file mode, a known prefix and the rest, by hash.
-struct Messages<'a>(&'a [Message]);
+struct MessagesOut<'a>(&'a Messages);
 
-impl Serialize for Messages<'_> {
+impl Serialize for MessagesOut<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let messages = self.0;
         if !writing() {
-            return self.0.serialize(s);
+            return messages.serialize(s);
         }
-        // The longest beginning this prompt shares with a recent one: those messages have
-        // their hashes and content lines already.
-        let base = SCOPE.with(|scope| match &*scope.borrow() {
-            Some(Scope::Writing { state, .. }) => state
-                .recent
-                .iter()
-                .map(|list| {
-                    let shared = list
-                        .iter()
-                        .zip(self.0)
-                        .take_while(|(w, m)| &w.message == *m)
-                        .count();
-                    (shared, list)
-                })
-                .max_by_key(|(shared, _)| *shared)
-                .map(|(shared, list)| list[..shared].to_vec())
-                .unwrap_or_default(),
-            _ => Vec::new(),
-        });
-        let shared = base.len();
-        let mut written = base;
-        written.reserve(self.0.len() - shared);
-        for message in &self.0[shared..] {
+        let mut list = written_list(messages);
+        // Only the messages no list of this storage had yet are hashed.
+        for message in messages.iter().skip(list.written.len()) {
             let hash = register(message).map_err(serde::ser::Error::custom)?;
-            let before = written.last().map_or("", |w| w.chain.as_str());
+            let before = list.written.last().map_or("", |w| w.chain.as_str());
             let chain = chain(before, &hash);
-            written.push(std::sync::Arc::new(Written {
-                message: message.clone(),
-                hash,
-                chain,
-            }));
+            list.written.push(Arc::new(Written { hash, chain }));
         }
+        if messages.len() > list.messages.len() {
+            list.messages = messages.clone();
+        }
+        let len = messages.len();
         let known = SCOPE.with(|scope| match &mut *scope.borrow_mut() {
             Some(Scope::Writing { state, .. }) => {
-                let known = written
+                // Every beginning of a known list is known: the search stops at the first
+                // message this file has not listed before.
+                let known = list.written[..len]
                     .iter()
                     .rposition(|w| state.chains.contains(&w.chain));
                 let new = known.map_or(0, |k| k + 1);
                 state
                     .chains
-                    .extend(written[new..].iter().map(|w| w.chain.clone()));
-                state.recent.push_front(written.clone());
-                state.recent.truncate(RECENT);
+                    .extend(list.written[new..len].iter().map(|w| w.chain.clone()));
                 known
             }
             _ => None,
         });
-        let hashes: Vec<&str> = written.iter().map(|w| w.hash.as_str()).collect();
-        match known {
-            None => hashes.serialize(s),
+        let result = match known {
+            None => s.collect_seq(list.written[..len].iter().map(|w| w.hash.as_str())),
             Some(k) => {
                 let mut map = s.serialize_map(Some(2))?;
-                map.serialize_entry("prefix", &written[k].chain)?;
-                map.serialize_entry("then", &hashes[k + 1..])?;
+                map.serialize_entry("prefix", &list.written[k].chain)?;
+                let then: Vec<&str> = list.written[k + 1..len]
+                    .iter()
+                    .map(|w| w.hash.as_str())
+                    .collect();
+                map.serialize_entry("then", &then)?;
                 map.end()
             }
-        }
+        };
+        SCOPE.with(|scope| {
+            if let Some(Scope::Writing { state, .. }) = &mut *scope.borrow_mut() {
+                state.recent.push_front(list);
+                state.recent.truncate(RECENT);
+            }
+        });
+        result
     }
 }
 
+/// The written list `messages` continues, taken out of the writer's recent lists: the one of
+/// the same storage, else a new one starting with the longest beginning `messages` shares
+/// with a recent list (whose messages have their hashes and content lines already).
+fn written_list(messages: &Messages) -> WrittenList {
+    SCOPE.with(|scope| {
+        let mut scope = scope.borrow_mut();
+        let Some(Scope::Writing { state, .. }) = &mut *scope else {
+            return WrittenList {
+                messages: messages.clone(),
+                written: Vec::new(),
+            };
+        };
+        if let Some(same) = state
+            .recent
+            .iter()
+            .position(|list| list.messages.same_buffer(messages))
+            .and_then(|i| state.recent.remove(i))
+        {
+            return same;
+        }
+        let base = state
+            .recent
+            .iter()
+            .map(|list| {
+                let shared = list
+                    .messages
+                    .iter()
+                    .zip(messages)
+                    .take_while(|(w, m)| std::ptr::eq(*w, *m) || w == m)
+                    .count();
+                (shared, list)
+            })
+            .max_by_key(|(shared, _)| *shared)
+            .map(|(shared, list)| list.written[..shared].to_vec())
+            .unwrap_or_default();
+        WrittenList {
+            messages: messages.clone(),
+            written: base,
+        }
+    })
+}
+
 /// A prompt's messages read back: inline, by hash, or a known prefix and the rest.
-struct MessagesIn(Vec<Message>);
+struct MessagesIn(Messages);
 
 impl<'de> Deserialize<'de> for MessagesIn {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<MessagesIn, D::Error> {
@@ -306,14 +349,12 @@ impl<'de> Deserialize<'de> for MessagesIn {
             List(Vec<Item>),
             Prefixed { prefix: String, then: Vec<String> },
         }
-        // The chain hash the list's new part starts from, and where that part starts: a
-        // prefix's chains are known already.
-        let (mut last, new_from);
-        let mut hashes: Vec<String> = match Form::deserialize(d)? {
+        // The list the new part continues, and its chain hash.
+        let (mut list, mut last, hashes) = match Form::deserialize(d)? {
             Form::Prefixed { prefix, then } => {
-                let mut hashes = SCOPE
+                let list = SCOPE
                     .with(|scope| match &*scope.borrow() {
-                        Some(Scope::Reading(state)) => unchain(state, &prefix),
+                        Some(Scope::Reading(state)) => state.chains.get(&prefix).cloned(),
                         _ => None,
                     })
                     .ok_or_else(|| {
@@ -321,21 +362,18 @@ impl<'de> Deserialize<'de> for MessagesIn {
                             "messages {prefix} are not in the file (no prompt before began with them)"
                         ))
                     })?;
-                new_from = hashes.len();
-                last = prefix;
-                hashes.extend(then);
-                hashes
+                (list, prefix, then)
             }
             Form::List(items) => {
                 if items.iter().all(|i| matches!(i, Item::Hash(_))) {
-                    (last, new_from) = (String::new(), 0);
-                    items
+                    let hashes = items
                         .into_iter()
                         .filter_map(|i| match i {
                             Item::Hash(h) => Some(h),
                             Item::Inline(_) => None,
                         })
-                        .collect()
+                        .collect();
+                    (Messages::new(), String::new(), hashes)
                 } else {
                     // Inline (or mixed): as written.
                     let mut messages = Vec::with_capacity(items.len());
@@ -345,56 +383,49 @@ impl<'de> Deserialize<'de> for MessagesIn {
                             Item::Hash(h) => resolve::<Message, D::Error>(&h)?,
                         });
                     }
-                    return Ok(MessagesIn(messages));
+                    return Ok(MessagesIn(messages.into()));
                 }
             }
         };
-        // Remember this list's chains for the prompts after it.
-        SCOPE.with(|scope| {
-            if let Some(Scope::Reading(state)) = &mut *scope.borrow_mut() {
-                for hash in &hashes[new_from..] {
-                    let next = chain(&last, hash);
+        for hash in &hashes {
+            list.push_shared(resolve_shared::<Message, D::Error>(hash)?);
+            last = chain(&last, hash);
+            // Remember each beginning for the prompts after it.
+            SCOPE.with(|scope| {
+                if let Some(Scope::Reading(state)) = &mut *scope.borrow_mut() {
                     state
                         .chains
-                        .entry(next.clone())
-                        .or_insert_with(|| (last.clone(), hash.clone()));
-                    last = next;
+                        .entry(last.clone())
+                        .or_insert_with(|| list.clone());
                 }
-            }
-        });
-        let messages = hashes
-            .drain(..)
-            .map(|h| resolve::<Message, D::Error>(&h))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(MessagesIn(messages))
+            });
+        }
+        Ok(MessagesIn(list))
     }
-}
-
-/// The message hashes of the list with chain hash `prefix`, first to last.
-fn unchain(state: &ReaderState, prefix: &str) -> Option<Vec<String>> {
-    let mut hashes = Vec::new();
-    let mut at = prefix;
-    while !at.is_empty() {
-        let (before, hash) = state.chains.get(at)?;
-        hashes.push(hash.clone());
-        at = before;
-    }
-    hashes.reverse();
-    Some(hashes)
 }
 
 /// The piece with this hash, from the file's content lines.
 fn resolve<T: DeserializeOwned + Clone + 'static, E: de::Error>(hash: &str) -> Result<T, E> {
+    resolve_shared::<T, E>(hash).map(|piece| (*piece).clone())
+}
+
+/// The piece with this hash, shared with every other use of it in the file.
+fn resolve_shared<T: DeserializeOwned + 'static, E: de::Error>(hash: &str) -> Result<Arc<T>, E> {
     let found = SCOPE.with(|scope| {
         let mut scope = scope.borrow_mut();
         let Some(Scope::Reading(state)) = &mut *scope else {
             return None;
         };
-        if let Some(known) = state.parsed.get(hash).and_then(|p| p.downcast_ref::<T>()) {
+        if let Some(known) = state
+            .parsed
+            .get(hash)
+            .and_then(|p| p.downcast_ref::<Arc<T>>())
+        {
             return Some(Ok(known.clone()));
         }
         let text = state.pieces.get(hash)?;
         let parsed = serde_json::from_str::<T>(text)
+            .map(Arc::new)
             .map_err(|e| E::custom(format_args!("content {hash}: {e}")));
         if let Ok(value) = &parsed {
             state
@@ -450,7 +481,7 @@ pub(crate) mod prompt {
 
     #[derive(Serialize)]
     struct Out<'a> {
-        messages: Messages<'a>,
+        messages: MessagesOut<'a>,
         #[serde(skip_serializing_if = "is_empty")]
         tools: Pieces<'a, ToolDefinition>,
         #[serde(skip_serializing_if = "is_default")]
@@ -480,7 +511,7 @@ pub(crate) mod prompt {
     ) -> Result<S::Ok, S::Error> {
         match prompt {
             Some(p) => Out {
-                messages: Messages(&p.messages),
+                messages: MessagesOut(&p.messages),
                 tools: Pieces(&p.tools),
                 options: &p.options,
             }
@@ -495,7 +526,7 @@ pub(crate) mod prompt {
         Ok(Option::<In>::deserialize(d)?.map(|p| {
             std::sync::Arc::new(Prompt {
                 messages: p.messages.0,
-                tools: p.tools.into_iter().map(|t| t.0).collect(),
+                tools: p.tools.into_iter().map(|t| t.0).collect::<Vec<_>>().into(),
                 options: p.options,
             })
         }))

@@ -187,7 +187,7 @@ pub fn prompt() -> impl Strategy<Value = agent_op::Prompt> + Clone {
     )
         .prop_map(|(messages, tools, max_tokens)| {
             let mut prompt = agent_op::Prompt::from_messages(messages);
-            prompt.tools = tools;
+            prompt.tools = tools.into();
             prompt.options.max_tokens = max_tokens;
             prompt
         })

@@ -94,13 +94,13 @@ impl<'a> ChatRequest<'a> {
             Some(ToolChoice::Tool(name)) => &t.name == name,
             _ => true,
         });
+        let messages: Vec<&Message> = prompt.messages.iter().collect();
         Ok(ChatRequest {
             model,
-            messages: prompt
-                .messages
+            messages: messages
                 .iter()
                 .enumerate()
-                .map(|(i, m)| WireMessage::new(m, &prompt.messages[..i]))
+                .map(|(i, m)| WireMessage::new(m, &messages[..i]))
                 .collect::<Result<_, _>>()?,
             tools: request::tools(tools)?,
             format: match &o.response_format {
@@ -156,7 +156,10 @@ fn images(attachments: &[agent_op::Attachment]) -> Result<Vec<String>, ProviderE
 impl<'a> WireMessage<'a> {
     /// `message`, after `earlier` messages (where a tool result finds its tool's name: Ollama
     /// matches results to calls by name).
-    fn new(message: &'a Message, earlier: &'a [Message]) -> Result<WireMessage<'a>, ProviderError> {
+    fn new(
+        message: &'a Message,
+        earlier: &[&'a Message],
+    ) -> Result<WireMessage<'a>, ProviderError> {
         let plain = |role, content| WireMessage {
             role,
             content,
@@ -197,8 +200,8 @@ impl<'a> WireMessage<'a> {
 }
 
 /// The name of the latest call with id `id` in `earlier`.
-fn tool_name_of<'a>(id: &str, earlier: &'a [Message]) -> Option<&'a str> {
-    earlier.iter().rev().find_map(|m| match m {
+fn tool_name_of<'a>(id: &str, earlier: &[&'a Message]) -> Option<&'a str> {
+    earlier.iter().rev().find_map(|m| match *m {
         Message::Assistant { tool_calls, .. } => tool_calls
             .iter()
             .find(|c| c.id == id)

@@ -2,7 +2,7 @@
 //! [`Prompt`], and the response shapes we read.
 
 use agent_op::{
-    Message, Prompt, ProviderError, Response, ResponseFormat, ToolCall, ToolChoice, Usage,
+    Message, Messages, Prompt, ProviderError, Response, ResponseFormat, ToolCall, ToolChoice, Usage,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -66,7 +66,7 @@ impl<'a> ChatRequest<'a> {
         Ok(ChatRequest {
             model,
             messages: wire_messages(&prompt.messages)?,
-            tools: request::tools(&prompt.tools)?,
+            tools: request::tools(prompt.tools.iter())?,
             // Without tools, a `tool_choice` is an error for OpenAI (and means nothing).
             tool_choice: options
                 .tool_choice
@@ -115,7 +115,7 @@ impl<'a> ChatRequest<'a> {
 /// The messages on the wire. Images a tool returned travel in a user message after the tool
 /// messages (the API takes images in user messages only, and the tool messages answering
 /// one reply must follow it without a break).
-fn wire_messages(messages: &[Message]) -> Result<Vec<WireMessage<'_>>, ProviderError> {
+fn wire_messages(messages: &Messages) -> Result<Vec<WireMessage<'_>>, ProviderError> {
     let mut wire = Vec::with_capacity(messages.len());
     let mut returned: Vec<WirePart> = Vec::new();
     for message in messages {
