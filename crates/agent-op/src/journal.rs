@@ -230,11 +230,11 @@ impl Request {
         struct Summary<'a> {
             model: &'a str,
             #[serde(serialize_with = "messages")]
-            messages: &'a [Message],
+            messages: &'a crate::Messages,
             #[serde(serialize_with = "tool_names")]
             tools: &'a [crate::ToolDefinition],
         }
-        fn messages<S: Serializer>(messages: &&[Message], s: S) -> Result<S::Ok, S::Error> {
+        fn messages<S: Serializer>(messages: &&crate::Messages, s: S) -> Result<S::Ok, S::Error> {
             s.collect_seq(messages.iter().map(MessageSummary))
         }
         fn tool_names<S: Serializer>(
