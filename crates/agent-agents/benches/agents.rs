@@ -114,14 +114,20 @@ fn by_hand(model: String, messages: agent_op::Messages, left: usize) -> agent_op
     })
 }
 
-fn loop_turn() {
-    use agent_agents::{Toolbox, agent, tool};
+/// What the loop benchmarks run on: a current-thread runtime and a toolbox with `echo`.
+fn loop_setup() -> (tokio::runtime::Runtime, agent_agents::Toolbox) {
+    use agent_agents::{Toolbox, tool};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .build()
         .expect("runtime");
     let echo = tool("echo", "Echoes", |e: Echo| async move { Ok(e.text) });
-    let toolbox = Toolbox::new("echo").with(echo);
+    (rt, Toolbox::new("echo").with(echo))
+}
+
+fn loop_turn() {
+    use agent_agents::agent;
+    let (rt, toolbox) = loop_setup();
     // The agent's turns, recording whole prompts and replies in the trace or not.
     let run_agent = |content: bool| {
         let config = agent_interp_seq::Config::new()
@@ -177,16 +183,11 @@ fn loop_turn() {
 
 /// `agent.loop_turn_{turns}`: 1,000 turns per sample, in runs of `turns`.
 fn loop_turns(turns: usize) {
-    use agent_agents::{Toolbox, agent, tool};
+    use agent_agents::agent;
     use agent_op::{Message, Prompt, Provider};
     const PER_SAMPLE: usize = 1_000;
     let runs = PER_SAMPLE / turns;
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_time()
-        .build()
-        .expect("runtime");
-    let echo = tool("echo", "Echoes", |e: Echo| async move { Ok(e.text) });
-    let toolbox = Toolbox::new("echo").with(echo);
+    let (rt, toolbox) = loop_setup();
     let (subject, baseline) = bench_kit::interleaved(
         9,
         || {
