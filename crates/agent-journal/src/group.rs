@@ -17,6 +17,9 @@ pub(crate) struct Batch {
     /// The entries of each queued append, in order. Kept apart, not gathered into one
     /// vector: a wide fan-out queues thousands, which would be moved again at every growth.
     pub(crate) appends: Vec<Vec<Entry>>,
+    /// The checksum of each entry, in order: summed when the entry is queued, while what it
+    /// holds was just written (in a large batch, reading it again later misses the cache).
+    pub(crate) checksums: Vec<u32>,
     /// Who waits for them.
     pub(crate) waiters: Waiters,
 }
@@ -52,9 +55,19 @@ impl Pending {
     pub(crate) fn push(&self, entries: Vec<Entry>) -> Answered {
         let (tx, rx) = oneshot::channel();
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        queue.checksums.extend(entries.iter().map(Entry::checksum));
         queue.appends.push(entries);
         queue.waiters.0.push(tx);
         rx
+    }
+
+    /// Whether nothing is queued.
+    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     /// Takes everything queued (call it holding the writer, so batches commit in order).

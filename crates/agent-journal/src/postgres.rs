@@ -269,21 +269,33 @@ impl Journal for PostgresJournal {
     fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
         Box::pin(async move {
             let mut answered = self.pending.push(entries);
-            let mut guard = match turn(&self.describe, &mut answered, self.conn.lock()).await {
+            let guard = match turn(&self.describe, &mut answered, self.conn.lock()).await {
                 Turn::Answered(result) => return result,
                 Turn::Writer(guard) => guard,
             };
-            let batch = self.pending.take();
-            if !batch.is_empty() {
-                let result = self
-                    .with_conn(&mut guard, Work::Insert(&batch))
-                    .await
-                    .map(drop);
-                batch.waiters.answer(&result);
-            }
-            drop(guard);
+            // Boxed: every append's future would otherwise carry the commit's state.
+            Box::pin(self.commit(guard, self.pending.take())).await;
             wait(&self.describe, answered).await
         })
+    }
+}
+
+impl PostgresJournal {
+    /// Commits `batch` on the connection `guard` holds and answers its waiters.
+    async fn commit(
+        &self,
+        mut guard: tokio::sync::MutexGuard<'_, Option<PgConnection>>,
+        batch: Batch,
+    ) {
+        if batch.is_empty() {
+            return;
+        }
+        let result = self
+            .with_conn(&mut guard, Work::Insert(&batch))
+            .await
+            .map(drop);
+        drop(guard);
+        batch.waiters.answer(&result);
     }
 }
 
@@ -328,7 +340,7 @@ impl PostgresJournal {
     /// any already there (a commit acknowledged just before the connection broke).
     async fn insert(&self, conn: &mut PgConnection, batch: &Batch) -> Result<(), sqlx::Error> {
         // Borrowed: a broken connection retries with the same entries.
-        let rows = batch.appends.iter().map(Vec::len).sum();
+        let rows = batch.checksums.len();
         let mut branches = Vec::with_capacity(rows);
         let mut seqs = Vec::with_capacity(rows);
         let mut kinds = Vec::with_capacity(rows);
@@ -336,14 +348,14 @@ impl PostgresJournal {
         let mut requests = Vec::with_capacity(rows);
         let mut results = Vec::with_capacity(rows);
         let mut checksums = Vec::with_capacity(rows);
-        for e in batch.appends.iter().flatten() {
+        for (e, checksum) in batch.appends.iter().flatten().zip(&batch.checksums) {
             branches.push(e.key.branch.as_str());
             seqs.push(i64::try_from(e.key.seq).unwrap_or(i64::MAX));
             kinds.push(e.kind.as_str());
             fingerprints.push(e.fingerprint.as_str());
             requests.push(e.request.get());
             results.push(e.result.get());
-            checksums.push(i64::from(e.checksum()));
+            checksums.push(i64::from(*checksum));
         }
         sqlx::query(
             "INSERT INTO effect_agents_journal_entries \

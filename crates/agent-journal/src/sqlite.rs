@@ -1,6 +1,8 @@
 //! [`SqliteJournal`]: a journal in a SQLite database, one row per entry.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use agent_op::journal::{Entry, JOURNAL_VERSION, Journal, JournalError};
@@ -9,7 +11,7 @@ use sqlx::sqlite::{
     SqliteArguments, SqliteConnectOptions, SqliteJournalMode, SqliteLockingMode, SqliteSynchronous,
 };
 use sqlx::{Arguments, ConnectOptions, Connection, SqliteConnection};
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::group::{Batch, Pending, Turn, turn, wait};
 use crate::row::{COLUMNS, entry_of};
@@ -34,6 +36,13 @@ pub enum Durability {
 /// gets [`JournalError::Locked`]. A file that is not a journal database (another SQLite
 /// database, a damaged or foreign file) is refused with a clear error, never replaced.
 ///
+/// Appends that arrive while a commit is under way are committed together by the next one.
+/// The append that starts a commit hands it to SQLite at once; within a tokio runtime the
+/// commit then finishes on a task of its own, committing whatever else was queued meanwhile,
+/// so it neither waits for the appending task to come back to it (in a wide `par`, that task
+/// polls thousands of branches first) nor stops if that append is dropped. Close the journal
+/// ([`close`](SqliteJournal::close)) to release its file: it waits for a commit under way.
+///
 /// ```
 /// use agent_journal::{Journal, SqliteJournal};
 ///
@@ -46,9 +55,10 @@ pub enum Durability {
 pub struct SqliteJournal {
     path: PathBuf,
     /// The path as text, for messages.
-    name: String,
-    conn: Mutex<Option<SqliteConnection>>,
-    pending: Pending,
+    name: Arc<str>,
+    /// Shared with the commit under way (see [`Commit`]).
+    conn: Arc<Mutex<Option<SqliteConnection>>>,
+    pending: Arc<Pending>,
 }
 
 impl std::fmt::Debug for SqliteJournal {
@@ -103,6 +113,11 @@ impl SqliteJournal {
             })
             // Refuse at once rather than wait: the other writer holds the lock for its life.
             .busy_timeout(Duration::ZERO)
+            // A wide fan-out commits thousands of entries at once: with SQLite's default
+            // 2 MiB page cache their pages went to the WAL before the commit and again at
+            // it, and each statement's undo journal went to a temporary file.
+            .pragma("cache_size", "-16384")
+            .pragma("temp_store", "memory")
             .disable_statement_logging();
         let conn = match connect(&name, &options, existed).await {
             // SQLite answers "locked" for some damaged files too: tell them apart.
@@ -111,9 +126,9 @@ impl SqliteJournal {
         }?;
         Ok(SqliteJournal {
             path,
-            name,
-            conn: Mutex::new(Some(conn)),
-            pending: Pending::default(),
+            name: name.into(),
+            conn: Arc::new(Mutex::new(Some(conn))),
+            pending: Arc::default(),
         })
     }
 
@@ -300,7 +315,7 @@ fn database(name: &str, e: sqlx::Error) -> JournalError {
 
 impl Journal for SqliteJournal {
     fn describe(&self) -> String {
-        self.name.clone()
+        self.name.to_string()
     }
 
     fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, JournalError>> {
@@ -324,22 +339,70 @@ impl Journal for SqliteJournal {
         Box::pin(async move {
             let name = &self.name;
             let mut answered = self.pending.push(entries);
-            let mut guard = match turn(name, &mut answered, self.conn.lock()).await {
+            let lock = Arc::clone(&self.conn).lock_owned();
+            let guard = match turn(name, &mut answered, lock).await {
                 Turn::Answered(result) => return result,
                 Turn::Writer(guard) => guard,
             };
-            let batch = self.pending.take();
-            if !batch.is_empty() {
-                let Batch { appends, waiters } = batch;
-                let result = match open_conn(name, &mut guard) {
-                    Ok(conn) => insert(name, conn, appends).await,
-                    Err(e) => Err(e),
-                };
-                waiters.answer(&result);
+            // Boxed: every append's future would otherwise carry the commit's state (the
+            // driver's futures, the statements), allocated and moved with each entry.
+            let mut commit = Box::pin(
+                Commit {
+                    name: Arc::clone(name),
+                    guard,
+                    pending: Arc::clone(&self.pending),
+                }
+                .run(),
+            );
+            // Started here, so a lone append hands its statement to SQLite at once; finished
+            // on a task of its own where there is a runtime, since this task may not come
+            // back to it for long (in a wide `par` it polls thousands of branches first),
+            // and the connection would stay taken meanwhile.
+            let started = std::future::poll_fn(|cx| Poll::Ready(commit.as_mut().poll(cx))).await;
+            if started.is_pending() {
+                match tokio::runtime::Handle::try_current() {
+                    Ok(runtime) => drop(runtime.spawn(commit)),
+                    Err(_) => commit.await,
+                }
             }
-            drop(guard);
             wait(name, answered).await
         })
+    }
+}
+
+/// The writer's turn at the connection: it commits what is queued, group after group, until
+/// nothing is.
+struct Commit {
+    name: Arc<str>,
+    guard: OwnedMutexGuard<Option<SqliteConnection>>,
+    pending: Arc<Pending>,
+}
+
+impl Commit {
+    async fn run(mut self) {
+        loop {
+            let batch = self.pending.take();
+            if batch.is_empty() {
+                return;
+            }
+            let Batch {
+                appends,
+                checksums,
+                waiters,
+            } = batch;
+            let result = match open_conn(&self.name, &mut self.guard) {
+                Ok(conn) => insert(&self.name, conn, appends, checksums).await,
+                Err(e) => Err(e),
+            };
+            if self.pending.is_empty() {
+                // The last group: the connection is free before its appends return, so a
+                // caller that closes the journal next finds it so.
+                drop(self.guard);
+                waiters.answer(&result);
+                return;
+            }
+            waiters.answer(&result);
+        }
     }
 }
 
@@ -357,21 +420,21 @@ fn open_conn<'c>(
 /// worker thread each, which dominates a large group commit.
 const ROWS_PER_STATEMENT: usize = 200;
 
-/// Inserts the entries of `appends`, in order, in one transaction. Their text is moved into
-/// the statement's arguments, not copied: the driver would copy borrowed text again to hand
-/// it to its own thread.
+/// Inserts the entries of `appends`, in order, with their `checksums`, atomically: as one
+/// statement when they fit in one (SQLite commits a statement on its own, one round trip to
+/// the driver's thread), else in a transaction. Their text is moved into the statements'
+/// arguments, not copied: the driver would copy borrowed text again to hand it to its own
+/// thread.
 async fn insert(
     name: &str,
     conn: &mut SqliteConnection,
     appends: Vec<Vec<Entry>>,
+    checksums: Vec<u32>,
 ) -> Result<(), JournalError> {
     let db = |e: sqlx::Error| database(name, e);
-    let mut tx = conn.begin().await.map_err(db)?;
-    let mut left: usize = appends.iter().map(Vec::len).sum();
-    let mut entries = appends.into_iter().flatten();
-    while left > 0 {
-        let rows = left.min(ROWS_PER_STATEMENT);
-        left -= rows;
+    let total = checksums.len();
+    let mut entries = appends.into_iter().flatten().zip(checksums);
+    let mut statement = |rows: usize| {
         let mut sql = String::with_capacity(INSERT.len() + ROW.len() * rows);
         sql.push_str(INSERT);
         for i in 0..rows {
@@ -379,12 +442,31 @@ async fn insert(
         }
         let mut args = SqliteArguments::default();
         args.reserve(7 * rows, 0);
-        for entry in entries.by_ref().take(rows) {
-            bind_row(&mut args, entry).map_err(|e| JournalError::Database {
+        for (entry, checksum) in entries.by_ref().take(rows) {
+            bind_row(&mut args, entry, checksum).map_err(|e| JournalError::Database {
                 journal: name.to_owned(),
                 cause: Cause::from_boxed(e),
             })?;
         }
+        Ok::<_, JournalError>((sql, args))
+    };
+    if total == 0 {
+        return Ok(());
+    }
+    if total <= ROWS_PER_STATEMENT {
+        let (sql, args) = statement(total)?;
+        sqlx::query_with(&sql, args)
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
+        return Ok(());
+    }
+    let mut tx = conn.begin().await.map_err(db)?;
+    let mut left = total;
+    while left > 0 {
+        let rows = left.min(ROWS_PER_STATEMENT);
+        left -= rows;
+        let (sql, args) = statement(rows)?;
         sqlx::query_with(&sql, args)
             .execute(&mut *tx)
             .await
@@ -393,9 +475,12 @@ async fn insert(
     tx.commit().await.map_err(db)
 }
 
-/// Adds `entry`'s row to `args`, in the columns' order.
-fn bind_row(args: &mut SqliteArguments<'_>, entry: Entry) -> Result<(), sqlx::error::BoxDynError> {
-    let checksum = entry.checksum();
+/// Adds `entry`'s row, with its `checksum`, to `args`, in the columns' order.
+fn bind_row(
+    args: &mut SqliteArguments<'_>,
+    entry: Entry,
+    checksum: u32,
+) -> Result<(), sqlx::error::BoxDynError> {
     args.add(entry.key.branch)?;
     args.add(i64::try_from(entry.key.seq).unwrap_or(i64::MAX))?;
     args.add(entry.kind.as_str())?;
@@ -463,6 +548,65 @@ mod tests {
         let read = again.entries().await.unwrap();
         assert_eq!(read.len(), 50);
         assert_eq!(read[0], entry(read[0].key.seq));
+    }
+
+    /// Every append (one per journaled effect of a durable run) allocates its future: the
+    /// commit's state, which only the append that writes needs, is not part of it.
+    #[tokio::test]
+    async fn an_appends_future_stays_small() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = SqliteJournal::open(dir.path().join("small.db"))
+            .await
+            .unwrap();
+        let append = journal.append(vec![entry(0)]);
+        let size = std::mem::size_of_val(&*append);
+        assert!(size <= 512, "{size}");
+        append.await.unwrap();
+    }
+
+    /// A commit, once started, finishes even if the append that started it is dropped (a
+    /// race loser cancelled mid-append): its entries are in the journal, and the connection
+    /// is free for the next.
+    #[tokio::test]
+    async fn a_started_commit_outlives_its_dropped_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = SqliteJournal::open(dir.path().join("dropped.db"))
+            .await
+            .unwrap();
+        let mut append = journal.append(vec![entry(0)]);
+        // Polled once: the commit is started (and, but in a rare race, not yet finished).
+        let _ = std::future::poll_fn(|cx| Poll::Ready(append.as_mut().poll(cx))).await;
+        drop(append);
+        journal.append(vec![entry(1)]).await.unwrap();
+        assert_eq!(journal.entries().await.unwrap(), [entry(0), entry(1)]);
+    }
+
+    #[tokio::test]
+    async fn empty_and_multi_statement_appends_commit_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = SqliteJournal::open(dir.path().join("sizes.db"))
+            .await
+            .unwrap();
+        journal.append(Vec::new()).await.unwrap();
+        assert!(journal.entries().await.unwrap().is_empty());
+        // More rows than one statement takes, then exactly one statement's worth.
+        let many: Vec<Entry> = (0..ROWS_PER_STATEMENT as u64 * 2 + 3).map(entry).collect();
+        journal.append(many.clone()).await.unwrap();
+        let one: Vec<Entry> = (1000..1000 + ROWS_PER_STATEMENT as u64)
+            .map(entry)
+            .collect();
+        journal.append(one.clone()).await.unwrap();
+        let all: Vec<Entry> = many.into_iter().chain(one).collect();
+        assert_eq!(journal.entries().await.unwrap(), all);
+        // A batch that fails (a position already taken) leaves none of its rows behind.
+        let clash = vec![entry(5000), entry(0)];
+        journal.append(clash).await.unwrap_err();
+        let big_clash: Vec<Entry> = (6000..6000 + ROWS_PER_STATEMENT as u64 + 1)
+            .map(entry)
+            .chain([entry(1)])
+            .collect();
+        journal.append(big_clash).await.unwrap_err();
+        assert_eq!(journal.entries().await.unwrap(), all);
     }
 
     #[tokio::test]
