@@ -689,24 +689,9 @@ pub struct Divergence {
     pub recorded: Option<Recorded>,
 }
 
-/// The recorded side of a [`Divergence`].
-#[derive(Clone, Debug)]
-pub struct Recorded {
-    /// What produced it.
-    pub kind: EntryKind,
-    /// Its request's fingerprint.
-    pub fingerprint: String,
-    /// Its request's summary, as JSON text.
-    pub summary: Box<RawValue>,
-}
-
-impl PartialEq for Recorded {
-    fn eq(&self, other: &Recorded) -> bool {
-        self.kind == other.kind
-            && self.fingerprint == other.fingerprint
-            && self.summary.get() == other.summary.get()
-    }
-}
+/// The recorded side of a [`Divergence`]: the request the journal holds at that position,
+/// as it was recorded (its kind, fingerprint and summary).
+pub type Recorded = Request;
 
 impl Divergence {
     /// A short, readable account of how the two requests differ (at most a few lines).
