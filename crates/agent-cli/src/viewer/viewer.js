@@ -40,13 +40,20 @@
   // Formatting
   // --------------------------------------------------------------------------------------
 
+  // The units of `agent trace summary` (its human_duration): `842 µs`, `68.5 ms`, `7.02 s`,
+  // `7 min 01 s`, `2 h 05 min`.
   function fmtDur(us) {
     if (!isNum(us) || us < 0) return '—';
     if (us < 1000) return Math.round(us) + ' µs';
     if (us < 1e6) return (us / 1000).toFixed(us < 1e4 ? 2 : 1) + ' ms';
     if (us < 60e6) return (us / 1e6).toFixed(2) + ' s';
-    const min = Math.floor(us / 60e6);
-    return min + ' min ' + Math.round((us - min * 60e6) / 1e6) + ' s';
+    const two = (n) => String(n).padStart(2, '0');
+    if (us < 3600e6) {
+      const secs = Math.floor(us / 1e6);
+      return Math.floor(secs / 60) + ' min ' + two(secs % 60) + ' s';
+    }
+    const mins = Math.floor(us / 60e6);
+    return Math.floor(mins / 60) + ' h ' + two(mins % 60) + ' min';
   }
 
   // Offsets from the start of the trace, for the time column and the axis.
