@@ -829,6 +829,38 @@ fn every_reading_command_warns_about_a_torn_trace_and_takes_lenient() {
     }
 }
 
+/// One of anything is counted in the singular ("1 event", not "1 events").
+#[test]
+fn one_of_a_thing_is_counted_in_the_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let torn = dir.path().join("one.jsonl");
+    std::fs::write(
+        &torn,
+        concat!(
+            r#"{"v":3,"trace":{"id":"one","start":"2026-11-22T10:00:00Z"}}"#,
+            "\n",
+            r#"{"v":3,"trace_id":"one","event":{"at":"2026-11-22T10:00:00Z","type":"custom","data":{"name":"a","data":null}}}"#,
+            "\n",
+            r#"{"v":3,"trace_id":"one","ev"#,
+        ),
+    )
+    .unwrap();
+    let out = agent(&["trace", "summary", torn.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warning = stderr(&out);
+    assert!(
+        warning.contains(
+            "line 3 is torn (27 bytes, cut off mid-write); reading the 1 event before it"
+        ),
+        "{warning}"
+    );
+    let summary = stdout(&out);
+    assert!(
+        summary.contains("1 in 1 branch (0 cancelled), 0 errors"),
+        "{summary}"
+    );
+}
+
 #[test]
 fn trace_diff_compares_whole_answers_and_shows_where_they_differ() {
     let dir = tempfile::tempdir().unwrap();

@@ -634,11 +634,12 @@ impl Progress {
     }
 
     fn update(&self) {
+        use crate::trace_cmd::counted;
         self.bar.set_message(format!(
-            "{} model calls · {} tool calls · {} branches running",
-            self.calls.load(Ordering::Relaxed),
-            self.tools.load(Ordering::Relaxed),
-            self.branches.load(Ordering::Relaxed),
+            "{} · {} · {} running",
+            counted(self.calls.load(Ordering::Relaxed), "model call"),
+            counted(self.tools.load(Ordering::Relaxed), "tool call"),
+            counted(self.branches.load(Ordering::Relaxed), "branch"),
         ));
     }
 

@@ -467,7 +467,7 @@
       stat('Cost', (T.costUnknown && !T.cost ? '?' : fmtCost(T.cost)) + (T.costUnknown && T.cost ? '+' : ''), costNote.join(', ')) +
       stat('Wall time', fmtDur(T.wall)) +
       stat('Errors', int(T.errors), T.denied ? `${int(T.denied)} tool(s) denied` : '', T.errors ? 'bad' : '') +
-      stat('Cancelled branches', int(T.cancelledLanes), `of ${int(T.lanes)} lanes`, T.cancelledLanes ? 'cancel' : '');
+      stat('Cancelled branches', int(T.cancelledLanes), `of ${count(T.lanes, 'lane', 'lanes')}`, T.cancelledLanes ? 'cancel' : '');
   }
 
   function renderMeta() {
@@ -650,7 +650,7 @@
       (L.won ? '<span class="badge won">won</span>' : '') +
       (L.errors ? '<span class="badge error">error</span>' : '');
     const tip = `${L.id}${L.what ? ' · ' + L.what : ''}\nfrom ${fmtRel(first)} for ${fmtDur(last - first)}\n` +
-      `${int(L.events.length)} events, ${int(L.calls)} model calls, ${int(L.tools)} tool calls, ${fmtCost(L.cost)}` +
+      `${count(L.events.length, 'event', 'events')}, ${count(L.calls, 'model call', 'model calls')}, ${count(L.tools, 'tool call', 'tool calls')}, ${fmtCost(L.cost)}` +
       (L.cancelled ? '\ncancelled' : '') + (L.won ? '\nwon its race' : '');
     const style = top === null ? '' : ` style="position:absolute;left:0;right:0;top:${top}px"`;
     const name = L.depth ? shortId(L.id) : L.id;
@@ -880,8 +880,8 @@
     byId('events-spacer').style.height = kind.length * ROW_H + 'px';
     const shown = active || view.branch >= 0;
     byId('match-count').textContent = shown
-      ? `${int(total)} of ${int(M.n)} events`
-      : `${int(M.n)} events · ${int(kind.length)} rows`;
+      ? `${int(total)} of ${count(M.n, 'event', 'events')}`
+      : `${count(M.n, 'event', 'events')} · ${count(kind.length, 'row', 'rows')}`;
     byId('match-count').dataset.matches = String(total);
     // The timeline follows what the tree shows.
     if (rebuildTimeline()) renderLanes(true);
@@ -1140,7 +1140,7 @@
   // The whole request of a model call, when the run recorded content.
   const promptHtml = (p) => {
     if (!p || typeof p !== 'object' || !Array.isArray(p.messages)) return '';
-    let html = `<h3>Prompt (${int(p.messages.length)} messages)</h3><div class="prompt">` +
+    let html = `<h3>Prompt (${count(p.messages.length, 'message', 'messages')})</h3><div class="prompt">` +
       p.messages.map(messageHtml).join('') + '</div>';
     if (Array.isArray(p.tools) && p.tools.length) {
       html += '<h3>Tools offered</h3><ul class="tools">' + p.tools.map((t) => {
@@ -1340,7 +1340,7 @@
           const L = bl === undefined ? null : M.lanes[bl];
           const status = !L ? 'never started' : [L.cancelled ? 'cancelled' : '', L.won ? 'won' : '', L.errors ? 'error' : ''].filter(Boolean).join(', ');
           return `<tr><td class="n">${k}</td><td>${idLink(String(id))}</td><td>${esc(status)}</td>` +
-            `<td class="n">${L ? int(L.events.length) + ' events' : ''}</td></tr>`;
+            `<td class="n">${L ? count(L.events.length, 'event', 'events') : ''}</td></tr>`;
         }).join('') + '</table>';
         break;
       }
