@@ -665,6 +665,9 @@ fn browser_stays_usable_with_5000_branches() {
         "viewer: {} events in 5,000 branches, first render after {ms} ms (the benchmark viewer.render_5000_branches times it)",
         trace.events.len()
     );
+    // What the issue asked of a page this wide (an absolute bound, as the 100,000-event test
+    // has; about 0.3-0.4 s here, so a loaded machine still passes).
+    assert!(ms > 0.0 && ms < 2_000.0, "first render after {ms} ms");
     assert_eq!(totals(&dom, "events"), trace.events.len() as u64);
     assert_eq!(totals(&dom, "lanes"), 5_001);
     // The timeline draws a screenful: the run, the first branches, and one row for the rest.
