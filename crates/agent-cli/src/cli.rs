@@ -7,9 +7,10 @@ use clap::{Parser, Subcommand};
 /// Run LLM agents from a spec, and inspect their traces and memories.
 ///
 /// Exit codes: 0 success; 1 the run failed (a model server that cannot be reached fails the
-/// run), or `trace diff` found a divergence; 2 the command line could not be parsed; 3
-/// invalid input (a file, a spec, a flag value); 4 the environment lacks something (an API key
-/// variable, an MCP server that does not start); 130 aborted by Ctrl-C.
+/// run), or `trace diff` or `journal diff` found a difference; 2 the command line could not
+/// be parsed; 3 invalid input (a file, a spec, a flag value); 4 the environment lacks
+/// something (an API key variable, an MCP server that does not start); 130 aborted by Ctrl-C
+/// (or SIGTERM, SIGHUP).
 #[derive(Debug, Parser)]
 #[command(name = "agent", version, about, long_about)]
 pub struct Cli {
@@ -245,7 +246,8 @@ pub enum TraceCommand {
 /// `agent journal …`.
 #[derive(Debug, Subcommand)]
 pub enum JournalCommand {
-    /// Every committed entry: position, kind, fingerprint and the request.
+    /// The run's id, then every committed entry: position, kind, fingerprint, the request
+    /// and its result.
     Show {
         /// The journal (a SQLite database or a JSON Lines file).
         file: PathBuf,

@@ -38,13 +38,18 @@ pub enum CliError {
     /// The agent ran and failed (or was stopped by its budget).
     #[error("the run failed: {0}")]
     Run(String),
-    /// Ctrl-C stopped the run; its trace was still written.
-    #[error("aborted (Ctrl-C); the trace so far is in {0}")]
-    Aborted(PathBuf),
-    /// Ctrl-C stopped the command before a run started (MCP servers started so far were
-    /// killed).
-    #[error("aborted (Ctrl-C) before the run started")]
-    Interrupted,
+    /// Ctrl-C (or SIGTERM, SIGHUP) stopped the run; its trace was still written.
+    #[error("aborted ({by}); the trace so far is in {trace}")]
+    Aborted {
+        /// Where the trace is.
+        trace: PathBuf,
+        /// The signal: `Ctrl-C`, `SIGTERM` or `SIGHUP`.
+        by: &'static str,
+    },
+    /// Ctrl-C (or SIGTERM, SIGHUP; named here) stopped the command before a run started (MCP
+    /// servers started so far were killed).
+    #[error("aborted ({0}) before the run started")]
+    Interrupted(&'static str),
     /// A journal could not be read.
     #[error("{path}: not a readable journal")]
     Journal {
@@ -80,8 +85,8 @@ fn lenient_hint(error: &agent_op::trace::jsonl::JsonlError) -> &'static str {
 impl CliError {
     /// The process exit code: 1 the run failed (also when its model server cannot be
     /// reached), 3 invalid input (a file, a spec, a flag value), 4 the environment (a missing
-    /// API key variable, an MCP server that does not start), 130 aborted by Ctrl-C. (2 is
-    /// clap's, for a command line it cannot parse.)
+    /// API key variable, an MCP server that does not start), 130 aborted by Ctrl-C, SIGTERM
+    /// or SIGHUP. (2 is clap's, for a command line it cannot parse.)
     pub fn exit_code(&self) -> u8 {
         match self {
             CliError::Run(_) => 1,
@@ -96,7 +101,7 @@ impl CliError {
             } => 4,
             CliError::Journal { .. } => 3,
             CliError::Environment(_) => 4,
-            CliError::Aborted(_) | CliError::Interrupted => 130,
+            CliError::Aborted { .. } | CliError::Interrupted(_) => 130,
         }
     }
 }

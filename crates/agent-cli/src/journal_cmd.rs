@@ -144,7 +144,10 @@ pub async fn show(path: &Path, json: bool) -> Result<String, CliError> {
         );
     }
     if !json {
-        let _ = writeln!(out, "{} entries", entries.len());
+        let _ = match entries.len() {
+            1 => writeln!(out, "1 entry"),
+            n => writeln!(out, "{n} entries"),
+        };
     }
     Ok(out)
 }

@@ -37,18 +37,18 @@ pub fn read(path: &Path, lenient: bool) -> Result<Trace, CliError> {
     };
     if let Some(torn) = &read.torn {
         eprintln!(
-            "warning: {}: line {} is torn ({} bytes, cut off mid-write); reading the {} events before it",
+            "warning: {}: line {} is torn ({}, cut off mid-write); reading the {} before it",
             path.display(),
             torn.line,
-            torn.bytes,
-            read.trace.events.len()
+            counted(torn.bytes as u64, "byte"),
+            counted(read.trace.events.len() as u64, "event")
         );
     }
     if let Some(error) = stopped {
         eprintln!(
-            "warning: {}: {error}; reading the {} events before it",
+            "warning: {}: {error}; reading the {} before it",
             path.display(),
-            read.trace.events.len()
+            counted(read.trace.events.len() as u64, "event")
         );
     }
     Ok(read.trace)

@@ -332,7 +332,14 @@ fn an_unreachable_endpoint_fails_the_run_promptly_and_the_trace_is_written() {
 }
 
 #[test]
-fn ctrl_c_aborts_cleanly_and_still_writes_the_trace() {
+fn ctrl_c_or_sigterm_aborts_cleanly_and_still_writes_the_trace() {
+    for (signal, named) in [("INT", "Ctrl-C"), ("TERM", "SIGTERM")] {
+        aborts_cleanly_and_still_writes_the_trace(signal, named);
+    }
+}
+
+/// A run stopped by `kill -SIGNAL` while its model call hangs says `aborted (NAMED)`.
+fn aborts_cleanly_and_still_writes_the_trace(signal: &str, named: &str) {
     let dir = tempfile::tempdir().unwrap();
     // A server that accepts and never answers: the model call hangs until the abort.
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -374,13 +381,17 @@ fn ctrl_c_aborts_cleanly_and_still_writes_the_trace() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let killed = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
+        .args([&format!("-{signal}"), &child.id().to_string()])
         .status()
         .unwrap();
     assert!(killed.success());
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
-    assert!(stderr(&out).contains("aborted"), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(130), "{signal}: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("aborted ({named})")),
+        "{}",
+        stderr(&out)
+    );
     let written = std::fs::read_to_string(&trace).unwrap();
     assert!(
         written.contains("\"trace\""),
@@ -482,6 +493,30 @@ fn completions_and_help_work() {
     assert!(stdout(&help).contains("Exit codes"), "{}", stdout(&help));
     let usage = agent(&["trace"], dir.path());
     assert_eq!(usage.status.code(), Some(2));
+}
+
+/// The README lists the exit codes as `agent --help` does, word for word.
+#[test]
+fn the_readme_gives_the_exit_codes_of_the_help() {
+    let dir = tempfile::tempdir().unwrap();
+    let words = |text: &str| text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let help = words(&stdout(&agent(&["--help"], dir.path())));
+    let start = help
+        .find("Exit codes: ")
+        .expect("the help lists exit codes")
+        + 12;
+    // The list ends with the sentence of its last code, 130.
+    let last = start + help[start..].find("; 130 ").expect("130 is listed");
+    let end = last + help[last..].find('.').expect("the list ends");
+    let codes = &help[start..end];
+    assert!(codes.starts_with("0 success; 1 "), "{codes}");
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap();
+    assert!(
+        words(&readme).contains(codes),
+        "README.md does not give the exit codes as `agent --help` does: {codes}"
+    );
 }
 
 #[test]
@@ -829,6 +864,38 @@ fn every_reading_command_warns_about_a_torn_trace_and_takes_lenient() {
     }
 }
 
+/// One of anything is counted in the singular ("1 event", not "1 events").
+#[test]
+fn one_of_a_thing_is_counted_in_the_singular() {
+    let dir = tempfile::tempdir().unwrap();
+    let torn = dir.path().join("one.jsonl");
+    std::fs::write(
+        &torn,
+        concat!(
+            r#"{"v":3,"trace":{"id":"one","start":"2026-11-22T10:00:00Z"}}"#,
+            "\n",
+            r#"{"v":3,"trace_id":"one","event":{"at":"2026-11-22T10:00:00Z","type":"custom","data":{"name":"a","data":null}}}"#,
+            "\n",
+            r#"{"v":3,"trace_id":"one","ev"#,
+        ),
+    )
+    .unwrap();
+    let out = agent(&["trace", "summary", torn.to_str().unwrap()], dir.path());
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let warning = stderr(&out);
+    assert!(
+        warning.contains(
+            "line 3 is torn (27 bytes, cut off mid-write); reading the 1 event before it"
+        ),
+        "{warning}"
+    );
+    let summary = stdout(&out);
+    assert!(
+        summary.contains("1 in 1 branch (0 cancelled), 0 errors"),
+        "{summary}"
+    );
+}
+
 #[test]
 fn trace_diff_compares_whole_answers_and_shows_where_they_differ() {
     let dir = tempfile::tempdir().unwrap();
@@ -992,29 +1059,37 @@ fn an_mcp_server_that_never_answers_times_out_says_why_and_leaves_no_process() {
     procs::wait_gone(&pids).unwrap_or_else(|left| panic!("left running: {left:?}"));
 }
 
+/// Ctrl-C, and SIGTERM (`kill`, `timeout`, a service manager) or SIGHUP (the terminal went
+/// away), which the servers' own process groups do not receive.
 #[test]
-fn ctrl_c_while_an_mcp_server_starts_kills_it_and_its_children() {
-    let dir = tempfile::tempdir().unwrap();
-    let (spec, pids) = silent_mcp_spec(dir.path(), 600);
-    let child = Command::new(env!("CARGO_BIN_EXE_agent"))
-        .args(["run", spec.to_str().unwrap(), "--quiet"])
-        .current_dir(dir.path())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let pids = procs::read_pids(&pids);
-    assert_eq!(pids.len(), 2, "the server and its child: {pids:?}");
-    assert!(pids.iter().all(|&p| procs::alive(p)));
-    let killed = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
-    assert!(stderr(&out).contains("aborted"), "{}", stderr(&out));
-    procs::wait_gone(&pids).unwrap_or_else(|left| panic!("left running: {left:?}"));
+fn ctrl_c_sigterm_or_sighup_while_an_mcp_server_starts_kills_it_and_its_children() {
+    for (signal, named) in [("INT", "Ctrl-C"), ("TERM", "SIGTERM"), ("HUP", "SIGHUP")] {
+        let dir = tempfile::tempdir().unwrap();
+        let (spec, pids) = silent_mcp_spec(dir.path(), 600);
+        let child = Command::new(env!("CARGO_BIN_EXE_agent"))
+            .args(["run", spec.to_str().unwrap(), "--quiet"])
+            .current_dir(dir.path())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pids = procs::read_pids(&pids);
+        assert_eq!(pids.len(), 2, "the server and its child: {pids:?}");
+        assert!(pids.iter().all(|&p| procs::alive(p)));
+        let killed = Command::new("kill")
+            .args([&format!("-{signal}"), &child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(out.status.code(), Some(130), "{signal}: {}", stderr(&out));
+        assert!(
+            stderr(&out).contains(&format!("aborted ({named})")),
+            "{}",
+            stderr(&out)
+        );
+        procs::wait_gone(&pids).unwrap_or_else(|left| panic!("{signal}: left running: {left:?}"));
+    }
 }
 
 #[test]

@@ -465,7 +465,15 @@ fn the_agent_span_carries_the_goal_and_the_whole_answer() {
             serde_json::json!([{"role": "user", "parts": [{"type": "text", "content": "What is the long answer?"}]}])
         );
         let output: serde_json::Value = serde_json::from_str(output.unwrap()).unwrap();
-        assert_eq!(output[0]["parts"][0]["content"], answer.as_str());
+        // An output message as the conventions define it: `finish_reason` is required.
+        assert_eq!(
+            output,
+            serde_json::json!([{
+                "role": "assistant",
+                "parts": [{"type": "text", "content": answer}],
+                "finish_reason": "stop",
+            }])
+        );
     }
 }
 

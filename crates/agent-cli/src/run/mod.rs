@@ -90,10 +90,40 @@ pub(crate) struct SpecTools {
     pub(crate) sources: Vec<(String, String)>,
 }
 
+/// Waits for a signal that stops a command, and names it: Ctrl-C (SIGINT) and, on Unix,
+/// SIGTERM (what `kill`, `timeout` and service managers send) and SIGHUP (its terminal went
+/// away). Each stops a command as Ctrl-C does: the MCP servers started so far are killed (they
+/// run in process groups of their own, which no signal to this process reaches), and a run
+/// writes its trace. A signal that cannot be watched never arrives.
+pub(crate) async fn stop_signal() -> &'static str {
+    async fn ctrl_c() {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        if let (Ok(mut term), Ok(mut hup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) {
+            return tokio::select! {
+                () = ctrl_c() => "Ctrl-C",
+                _ = term.recv() => "SIGTERM",
+                _ = hup.recv() => "SIGHUP",
+            };
+        }
+    }
+    ctrl_c().await;
+    "Ctrl-C"
+}
+
 /// Builds the toolbox of `spec` (read from `spec_path`), starting its MCP servers (their
 /// stderr logged in `logs` unless the spec says where).
 ///
-/// A Ctrl-C while MCP servers start stops here, with every server started so far killed.
+/// A Ctrl-C (or another [`stop_signal`]) while MCP servers start stops here, with every
+/// server started so far killed.
 pub(crate) async fn started_toolbox(
     spec: &Spec,
     spec_path: &Path,
@@ -104,7 +134,7 @@ pub(crate) async fn started_toolbox(
     tokio::select! {
         tools = toolbox(spec, base, &logs) => tools,
         // Dropping the unfinished toolbox future kills the servers it started.
-        Ok(()) = tokio::signal::ctrl_c() => Err(CliError::Interrupted),
+        by = stop_signal() => Err(CliError::Interrupted(by)),
     }
 }
 
@@ -225,21 +255,19 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
 
     let program = program(&spec, &toolbox)?;
     let abort = config.abort_handle().clone();
-    let interrupted = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Which signal stopped the run, if one did.
+    let stopped = Arc::new(std::sync::OnceLock::<&'static str>::new());
     let watcher = {
-        let interrupted = interrupted.clone();
+        let stopped = stopped.clone();
         tokio::spawn(async move {
-            if tokio::signal::ctrl_c().await.is_ok() {
-                interrupted.store(true, Ordering::SeqCst);
-                abort.cancel();
-            }
-            // A second Ctrl-C while the run winds down stops at once.
-            if tokio::signal::ctrl_c().await.is_ok() {
-                eprintln!("aborted again: exiting without waiting");
-                // `exit` runs no destructors: the MCP servers are killed here.
-                agent_agents::kill_spawned_servers();
-                std::process::exit(130);
-            }
+            let _ = stopped.set(stop_signal().await);
+            abort.cancel();
+            // A second one while the run winds down stops at once.
+            let again = stop_signal().await;
+            eprintln!("aborted again ({again}): exiting without waiting");
+            // `exit` runs no destructors: the MCP servers are killed here.
+            agent_agents::kill_spawned_servers();
+            std::process::exit(130);
         })
     };
     let outcome = match (&options.mode, journal) {
@@ -283,9 +311,10 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
             streamed: progress.streamed.load(Ordering::Relaxed),
             journal: done.journal,
         }),
-        Err(_) if interrupted.load(Ordering::SeqCst) => {
-            Err(CliError::Aborted(options.trace.clone()))
-        }
+        Err(_) if stopped.get().is_some() => Err(CliError::Aborted {
+            trace: options.trace.clone(),
+            by: stopped.get().copied().unwrap_or("Ctrl-C"),
+        }),
         Err(error) => Err(CliError::Run(format!(
             "{} (trace: {})",
             error.kind,
@@ -634,11 +663,12 @@ impl Progress {
     }
 
     fn update(&self) {
+        use crate::trace_cmd::counted;
         self.bar.set_message(format!(
-            "{} model calls · {} tool calls · {} branches running",
-            self.calls.load(Ordering::Relaxed),
-            self.tools.load(Ordering::Relaxed),
-            self.branches.load(Ordering::Relaxed),
+            "{} · {} · {} running",
+            counted(self.calls.load(Ordering::Relaxed), "model call"),
+            counted(self.tools.load(Ordering::Relaxed), "tool call"),
+            counted(self.branches.load(Ordering::Relaxed), "branch"),
         ));
     }
 

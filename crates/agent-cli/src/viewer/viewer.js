@@ -40,13 +40,20 @@
   // Formatting
   // --------------------------------------------------------------------------------------
 
+  // The units of `agent trace summary` (its human_duration): `842 µs`, `68.5 ms`, `7.02 s`,
+  // `7 min 01 s`, `2 h 05 min`.
   function fmtDur(us) {
     if (!isNum(us) || us < 0) return '—';
     if (us < 1000) return Math.round(us) + ' µs';
     if (us < 1e6) return (us / 1000).toFixed(us < 1e4 ? 2 : 1) + ' ms';
     if (us < 60e6) return (us / 1e6).toFixed(2) + ' s';
-    const min = Math.floor(us / 60e6);
-    return min + ' min ' + Math.round((us - min * 60e6) / 1e6) + ' s';
+    const two = (n) => String(n).padStart(2, '0');
+    if (us < 3600e6) {
+      const secs = Math.floor(us / 1e6);
+      return Math.floor(secs / 60) + ' min ' + two(secs % 60) + ' s';
+    }
+    const mins = Math.floor(us / 60e6);
+    return Math.floor(mins / 60) + ' h ' + two(mins % 60) + ' min';
   }
 
   // Offsets from the start of the trace, for the time column and the axis.
@@ -460,7 +467,7 @@
       stat('Cost', (T.costUnknown && !T.cost ? '?' : fmtCost(T.cost)) + (T.costUnknown && T.cost ? '+' : ''), costNote.join(', ')) +
       stat('Wall time', fmtDur(T.wall)) +
       stat('Errors', int(T.errors), T.denied ? `${int(T.denied)} tool(s) denied` : '', T.errors ? 'bad' : '') +
-      stat('Cancelled branches', int(T.cancelledLanes), `of ${int(T.lanes)} lanes`, T.cancelledLanes ? 'cancel' : '');
+      stat('Cancelled branches', int(T.cancelledLanes), `of ${count(T.lanes, 'lane', 'lanes')}`, T.cancelledLanes ? 'cancel' : '');
   }
 
   function renderMeta() {
@@ -643,7 +650,7 @@
       (L.won ? '<span class="badge won">won</span>' : '') +
       (L.errors ? '<span class="badge error">error</span>' : '');
     const tip = `${L.id}${L.what ? ' · ' + L.what : ''}\nfrom ${fmtRel(first)} for ${fmtDur(last - first)}\n` +
-      `${int(L.events.length)} events, ${int(L.calls)} model calls, ${int(L.tools)} tool calls, ${fmtCost(L.cost)}` +
+      `${count(L.events.length, 'event', 'events')}, ${count(L.calls, 'model call', 'model calls')}, ${count(L.tools, 'tool call', 'tool calls')}, ${fmtCost(L.cost)}` +
       (L.cancelled ? '\ncancelled' : '') + (L.won ? '\nwon its race' : '');
     const style = top === null ? '' : ` style="position:absolute;left:0;right:0;top:${top}px"`;
     const name = L.depth ? shortId(L.id) : L.id;
@@ -873,8 +880,8 @@
     byId('events-spacer').style.height = kind.length * ROW_H + 'px';
     const shown = active || view.branch >= 0;
     byId('match-count').textContent = shown
-      ? `${int(total)} of ${int(M.n)} events`
-      : `${int(M.n)} events · ${int(kind.length)} rows`;
+      ? `${int(total)} of ${count(M.n, 'event', 'events')}`
+      : `${count(M.n, 'event', 'events')} · ${count(kind.length, 'row', 'rows')}`;
     byId('match-count').dataset.matches = String(total);
     // The timeline follows what the tree shows.
     if (rebuildTimeline()) renderLanes(true);
@@ -1133,7 +1140,7 @@
   // The whole request of a model call, when the run recorded content.
   const promptHtml = (p) => {
     if (!p || typeof p !== 'object' || !Array.isArray(p.messages)) return '';
-    let html = `<h3>Prompt (${int(p.messages.length)} messages)</h3><div class="prompt">` +
+    let html = `<h3>Prompt (${count(p.messages.length, 'message', 'messages')})</h3><div class="prompt">` +
       p.messages.map(messageHtml).join('') + '</div>';
     if (Array.isArray(p.tools) && p.tools.length) {
       html += '<h3>Tools offered</h3><ul class="tools">' + p.tools.map((t) => {
@@ -1333,7 +1340,7 @@
           const L = bl === undefined ? null : M.lanes[bl];
           const status = !L ? 'never started' : [L.cancelled ? 'cancelled' : '', L.won ? 'won' : '', L.errors ? 'error' : ''].filter(Boolean).join(', ');
           return `<tr><td class="n">${k}</td><td>${idLink(String(id))}</td><td>${esc(status)}</td>` +
-            `<td class="n">${L ? int(L.events.length) + ' events' : ''}</td></tr>`;
+            `<td class="n">${L ? count(L.events.length, 'event', 'events') : ''}</td></tr>`;
         }).join('') + '</table>';
         break;
       }

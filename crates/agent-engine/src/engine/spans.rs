@@ -69,7 +69,9 @@ pub(crate) fn run_goal(span: &Span, goal: &str) {
 
 /// How the run ended, on its span: what all its model calls used (tokens, and the cost when
 /// every call's is known, as `effect_agents.cost.usd`), its error's message, and its whole
-/// `answer` (given when content is exported) as `gen_ai.output.messages`.
+/// `answer` (given when content is exported) as `gen_ai.output.messages`: an output message,
+/// which the conventions require to carry a `finish_reason` (receivers such as Phoenix drop
+/// output messages without one).
 pub(crate) fn run_ended(span: &Span, ended: &agent_op::RunEnd, answer: Option<&str>) {
     if span.is_disabled() {
         return;
@@ -93,6 +95,7 @@ pub(crate) fn run_ended(span: &Span, ended: &agent_op::RunEnd, answer: Option<&s
         let message = json!({
             "role": "assistant",
             "parts": [{"type": "text", "content": answer}],
+            "finish_reason": "stop",
         });
         span.record(
             "gen_ai.output.messages",
@@ -492,4 +495,73 @@ pub(crate) fn winner(span: &Span, index: usize) {
 /// turns a `u64` into a string.
 pub(crate) fn int(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use agent_op::{Attachment, Image, Message, ToolCall};
+    use serde_json::json;
+
+    use super::genai_message;
+
+    /// The parts of a tool-calling conversation, in the shape the conventions define (and
+    /// Phoenix's converter turns into its `tool_calls` and `tool_call_id` attributes).
+    #[test]
+    fn tool_calls_their_answers_and_images_are_typed_parts() {
+        let asked = Message::Assistant {
+            content: String::new(),
+            tool_calls: vec![ToolCall {
+                id: "call_1".into(),
+                name: "weather".into(),
+                arguments: json!({"city": "Oslo"}),
+            }],
+        };
+        assert_eq!(
+            genai_message(&asked),
+            json!({"role": "assistant", "parts": [
+                {"type": "tool_call", "id": "call_1", "name": "weather", "arguments": {"city": "Oslo"}},
+            ]})
+        );
+        let said_and_asked = Message::Assistant {
+            content: "Let me look.".into(),
+            tool_calls: vec![ToolCall {
+                id: "call_2".into(),
+                name: "weather".into(),
+                arguments: json!({}),
+            }],
+        };
+        assert_eq!(
+            genai_message(&said_and_asked)["parts"][0],
+            json!({"type": "text", "content": "Let me look."})
+        );
+        assert_eq!(
+            genai_message(&Message::tool_result("call_1", "sunny")),
+            json!({"role": "tool", "parts": [
+                {"type": "tool_call_response", "id": "call_1", "response": "sunny"},
+            ]})
+        );
+        let pixel = Image::new("image/png", vec![1u8, 2, 3]);
+        let with_image = Message::user("What is this?").with_attachment(Attachment::Image(pixel));
+        assert_eq!(
+            genai_message(&with_image),
+            json!({"role": "user", "parts": [
+                {"type": "text", "content": "What is this?"},
+                {"type": "blob", "modality": "image", "mime_type": "image/png", "content": "AQID"},
+            ]})
+        );
+        // Too large to travel on a span: named by its hash instead.
+        let large = Image::new(
+            "image/jpeg",
+            vec![0u8; agent_op::attachment::TRACE_IMAGE_BYTES + 1],
+        );
+        let large_sha = large.sha256().to_owned();
+        let part = &genai_message(
+            &Message::user("and this?").with_attachment(Attachment::Image(large)),
+        )["parts"][1];
+        assert_eq!(part["type"], "text");
+        assert!(
+            part["content"].as_str().unwrap().contains(&large_sha),
+            "{part}"
+        );
+    }
 }
