@@ -478,6 +478,34 @@ async fn a_server_that_crashes_mid_call_is_a_tool_error_and_the_run_goes_on() {
     );
 }
 
+/// A call the server never answers fails as timed out, and one its server dies in the
+/// middle of as unavailable: the kinds spans carry as `error.type`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_times_out_or_loses_its_server_says_which() {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/crashing_mcp_server.js"
+    );
+    let server = match McpServer::spawn("crashing", "node", &[script]).await {
+        Ok(server) => server.timeout(std::time::Duration::from_millis(300)),
+        Err(McpError::Spawn { source, .. }) => {
+            eprintln!("SKIPPED: the MCP timeout test needs node ({source})");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    let tools = server.toolbox(&[]).await.unwrap().tool_set();
+    let hang = tools.get("hang").expect("hang").call(json!({})).await;
+    let hang = hang.expect_err("no answer");
+    assert_eq!(hang.kind, ToolErrorKind::TimedOut, "{hang}");
+    assert_eq!(hang.kind.as_str(), "timed_out");
+    assert!(hang.message.contains("did not answer"), "{hang}");
+    let crash = tools.get("crash").expect("crash").call(json!({})).await;
+    let crash = crash.expect_err("the server died");
+    assert_eq!(crash.kind, ToolErrorKind::Unavailable, "{crash}");
+    assert!(crash.message.contains("crashing"), "{crash}");
+}
+
 #[derive(serde::Deserialize, schemars::JsonSchema)]
 struct Question {
     question: String,

@@ -35,10 +35,14 @@ pub async fn worker(spec_path: &Path, address: &str, task_queue: &str) -> Result
     if let Some(memory) = parts.memory {
         worker = worker.memory(memory);
     }
-    eprintln!("serving `{name}` on task queue `{task_queue}` at {address} (Ctrl-C stops)");
+    eprintln!(
+        "serving `{name}` on task queue `{task_queue}` at {address} (Ctrl-C or SIGTERM stops)"
+    );
+    // Stopped like a run (Ctrl-C, SIGTERM, SIGHUP): returning drops the toolbox, which kills
+    // the MCP servers' process groups.
     worker
         .run(async {
-            let _ = tokio::signal::ctrl_c().await;
+            let _ = run::stop_signal().await;
         })
         .await
         .map_err(failed)?;

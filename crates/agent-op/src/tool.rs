@@ -84,6 +84,11 @@ pub struct ToolError {
 pub enum ToolErrorKind {
     /// The tool ran and reported a failure.
     Failed,
+    /// The tool did not answer within its time limit (an MCP server's call timeout).
+    TimedOut,
+    /// The tool could not be reached: the server behind it (an MCP server) broke the
+    /// connection or the protocol.
+    Unavailable,
     /// The arguments did not fit the tool's schema.
     InvalidArguments,
     /// The tool panicked; the interpreter caught it.
@@ -101,6 +106,8 @@ impl ToolErrorKind {
     pub fn as_str(self) -> &'static str {
         match self {
             ToolErrorKind::Failed => "failed",
+            ToolErrorKind::TimedOut => "timed_out",
+            ToolErrorKind::Unavailable => "unavailable",
             ToolErrorKind::InvalidArguments => "invalid_arguments",
             ToolErrorKind::Panicked => "panicked",
             ToolErrorKind::NotOffered => "not_offered",
@@ -113,6 +120,8 @@ impl fmt::Display for ToolErrorKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
             ToolErrorKind::Failed => "tool failed",
+            ToolErrorKind::TimedOut => "tool timed out",
+            ToolErrorKind::Unavailable => "tool unavailable",
             ToolErrorKind::InvalidArguments => "invalid arguments",
             ToolErrorKind::Panicked => "tool panicked",
             ToolErrorKind::NotOffered => "tool not offered",
@@ -126,6 +135,22 @@ impl ToolError {
     pub fn failed(message: impl Into<String>) -> ToolError {
         ToolError {
             kind: ToolErrorKind::Failed,
+            message: message.into(),
+        }
+    }
+
+    /// The tool did not answer in time.
+    pub fn timed_out(message: impl Into<String>) -> ToolError {
+        ToolError {
+            kind: ToolErrorKind::TimedOut,
+            message: message.into(),
+        }
+    }
+
+    /// The tool could not be reached (its server broke the connection or the protocol).
+    pub fn unavailable(message: impl Into<String>) -> ToolError {
+        ToolError {
+            kind: ToolErrorKind::Unavailable,
             message: message.into(),
         }
     }

@@ -276,11 +276,11 @@ impl Tool for McpTool {
                 tokio::time::timeout(self.timeout, self.connection.client.call_tool(request)).await;
             match answer {
                 Ok(Ok(result)) => result_value(result),
-                Ok(Err(e)) => Err(ToolError::failed(format!(
+                Ok(Err(e)) => Err(ToolError::unavailable(format!(
                     "MCP server `{}` failed on `{}`: {e}",
                     self.server, self.name
                 ))),
-                Err(_) => Err(ToolError::failed(format!(
+                Err(_) => Err(ToolError::timed_out(format!(
                     "MCP server `{}` did not answer `{}` within {:?}",
                     self.server, self.name, self.timeout
                 ))),
