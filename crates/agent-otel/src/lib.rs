@@ -24,6 +24,7 @@
 //! What the spans hold is decided by the interpreters: message contents only when a run opts
 //! in with `Config::export_content`, credentials never.
 
+mod arrays;
 mod http_client;
 
 use std::time::Duration;
@@ -233,7 +234,7 @@ impl Otel {
             .with_batch_config(batches)
             .build();
         let provider = SdkTracerProvider::builder()
-            .with_span_processor(processor)
+            .with_span_processor(arrays::Arrays(processor))
             .with_resource(Resource::builder().with_service_name(self.service).build())
             .build();
         let tracer = provider.tracer("effect-agents");

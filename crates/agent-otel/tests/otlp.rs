@@ -46,6 +46,15 @@ fn check(spans: &[Received], service: &str) {
         // Counts are numbers, not text, so backends can add them up.
         assert_eq!(chat.kinds["gen_ai.usage.input_tokens"], "int", "{chat:?}");
         assert_eq!(chat.kinds["effect_agents.event.first"], "int");
+        // The conventions' string array, not its JSON text.
+        assert_eq!(
+            chat.kinds["gen_ai.response.finish_reasons"], "array",
+            "{chat:?}"
+        );
+        assert!(
+            chat.attributes["gen_ai.response.finish_reasons"].starts_with("[\""),
+            "{chat:?}"
+        );
         if debug {
             // chat → branch → fork (par) → run.
             let branch = parent(chat).expect("a branch span");

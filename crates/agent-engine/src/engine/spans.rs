@@ -223,7 +223,8 @@ pub(crate) fn chat_ended(span: &Span, response: &Response, content: bool) {
         agent_op::FinishReason::Other(other) => other.as_str(),
         _ => "other",
     };
-    // `tracing` fields hold no arrays: the conventions' string array goes out as JSON.
+    // `tracing` fields hold no arrays: the conventions' string array goes out as JSON, which
+    // agent-otel exports as an OTLP string array.
     let reasons = serde_json::to_string(&[reason]).unwrap_or_default();
     span.record("gen_ai.response.finish_reasons", reasons);
     span.record(

@@ -126,6 +126,11 @@ fn text(value: Option<AnyValue>) -> String {
         Some(AnyValue::IntValue(i)) => i.to_string(),
         Some(AnyValue::BoolValue(b)) => b.to_string(),
         Some(AnyValue::DoubleValue(d)) => d.to_string(),
+        // A string array as the JSON text of its strings.
+        Some(AnyValue::ArrayValue(array)) => {
+            let items: Vec<String> = array.values.into_iter().map(|v| text(v.value)).collect();
+            format!("{items:?}")
+        }
         other => format!("{other:?}"),
     }
 }
@@ -136,6 +141,7 @@ fn kind(value: Option<&AnyValue>) -> &'static str {
         Some(AnyValue::IntValue(_)) => "int",
         Some(AnyValue::BoolValue(_)) => "bool",
         Some(AnyValue::DoubleValue(_)) => "double",
+        Some(AnyValue::ArrayValue(_)) => "array",
         Some(_) => "other",
         None => "none",
     }
