@@ -33,13 +33,22 @@ pub enum AgentError {
     #[error("{0}")]
     Output(OutputError),
     /// Verification kept failing ([`Agent::verified`]).
-    #[error("the answer failed verification {rounds} time(s); the last: {last}")]
+    #[error("the answer failed verification {}; the last: {last}", times(*rounds))]
     Unverified {
         /// How many rounds were run.
         rounds: u32,
         /// The last check's message.
         last: String,
     },
+}
+
+/// "once", "twice", "3 times".
+fn times(n: u32) -> String {
+    match n {
+        1 => "once".to_owned(),
+        2 => "twice".to_owned(),
+        n => format!("{n} times"),
+    }
 }
 
 type Check<S, T> = Arc<dyn Fn(&T) -> Op<S, Result<(), String>> + Send + Sync>;
@@ -535,4 +544,26 @@ fn approved<S: 'static>(
                 call.name
             )))),
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AgentError;
+
+    #[test]
+    fn verification_rounds_are_counted_in_words() {
+        let failed = |rounds| {
+            AgentError::Unverified {
+                rounds,
+                last: "too long".into(),
+            }
+            .to_string()
+        };
+        assert_eq!(
+            failed(1),
+            "the answer failed verification once; the last: too long"
+        );
+        assert!(failed(2).contains("verification twice;"));
+        assert!(failed(3).contains("verification 3 times;"));
+    }
 }
