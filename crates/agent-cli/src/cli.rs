@@ -80,6 +80,9 @@ pub enum Command {
         /// Where the answer and trace go.
         #[command(flatten)]
         output: RunOutput,
+        /// The OpenTelemetry export of the replayed run (its spans, as the run's own).
+        #[command(flatten)]
+        otlp: OtlpArgs,
     },
     /// Serve a spec's agent, and the model, tool and memory calls of its task queue, as a
     /// Temporal worker (until Ctrl-C).

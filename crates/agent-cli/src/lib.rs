@@ -78,14 +78,11 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
             spec,
             live_after_divergence,
             output,
+            otlp,
         } => {
             let mode = run::Mode::Replay {
                 journal,
                 live_after_divergence,
-            };
-            let otlp = cli::OtlpArgs {
-                otlp: None,
-                otlp_content: false,
             };
             let options = run_options(&spec, mode, None, &output, otlp);
             answered(run::run(&spec, &options).await?, output.json)

@@ -1223,6 +1223,45 @@ fn agent_run_exports_its_spans_over_otlp_by_flag_or_by_the_standard_variable() {
         "contents stay off the wire unless asked for"
     );
 
+    // A replay exports its spans too.
+    let journal = dir.path().join("run.journal.db");
+    let out = agent(
+        &[
+            "run",
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--quiet",
+            "--journal",
+            journal.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let replayed = receiver::Receiver::start();
+    let out = agent(
+        &[
+            "replay",
+            journal.to_str().unwrap(),
+            spec.to_str().unwrap(),
+            "--trace",
+            trace.to_str().unwrap(),
+            "--quiet",
+            &format!("--otlp={}", replayed.url()),
+        ],
+        dir.path(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let spans = replayed.spans.lock().unwrap().clone();
+    assert!(
+        spans.iter().any(|s| s.name == "invoke_agent researcher"),
+        "{spans:#?}"
+    );
+    assert!(
+        spans.iter().filter(|s| s.name.starts_with("chat ")).count() >= 2,
+        "{spans:#?}"
+    );
+
     // A flag value that is not a URL is refused before anything runs.
     let out = agent(
         &[
