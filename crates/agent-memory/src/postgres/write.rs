@@ -162,15 +162,18 @@ impl PostgresBackend {
             sqlx::query("LOCK TABLE entries IN ROW EXCLUSIVE MODE")
                 .execute(&mut *conn)
                 .await?;
-            let rebuild = indexed && n >= REBUILD_MIN_ROWS && {
+            // Some(vectors stored) when the index is to be built again.
+            let rebuild = if indexed && n >= REBUILD_MIN_ROWS {
                 let (stored,): (i64,) =
                     sqlx::query_as("SELECT count(*) FROM (SELECT 1 FROM embeddings LIMIT $1) s")
                         .bind(count.saturating_add(1))
                         .fetch_one(&mut *conn)
                         .await?;
-                stored <= count
+                (stored <= count).then_some(stored)
+            } else {
+                None
             };
-            if rebuild {
+            if rebuild.is_some() {
                 // Readers of the vectors wait from here to the commit; the index comes back
                 // below, and a rollback restores the old one.
                 sqlx::query("DROP INDEX IF EXISTS embeddings_hnsw")
@@ -197,8 +200,8 @@ impl PostgresBackend {
             if !rows.tags.is_empty() {
                 copy_tags(&mut *conn, rows, &ids).await?;
             }
-            if rebuild {
-                build_index(&mut *conn, n, dimensions).await?;
+            if let Some(stored) = rebuild {
+                build_index(&mut *conn, stored.saturating_add(count), dimensions).await?;
             }
             ids
         })?;
@@ -347,28 +350,27 @@ async fn copy_tags(conn: &mut PgConnection, rows: &Prepared, ids: &[i64]) -> Res
     Ok(())
 }
 
-/// Builds the HNSW index inside the load's transaction, with parallel workers and enough
-/// memory for the graph of the store's vectors (never less than the server gives already).
+/// Builds the HNSW index over the `vectors` now stored, inside the load's transaction, with
+/// parallel workers and enough memory for the graph (never less than the server gives
+/// already).
 async fn build_index(
     conn: &mut PgConnection,
-    loaded: usize,
+    vectors: i64,
     dimensions: usize,
 ) -> Result<(), DbError> {
-    let (stored, memory, workers): (i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM embeddings), \
-                pg_size_bytes(current_setting('maintenance_work_mem')), \
+    let (memory, workers): (i64, i64) = sqlx::query_as(
+        "SELECT pg_size_bytes(current_setting('maintenance_work_mem')), \
                 current_setting('max_parallel_maintenance_workers')::bigint",
     )
     .fetch_one(&mut *conn)
     .await?;
-    let stored = stored.max(i64::try_from(loaded).unwrap_or(i64::MAX));
     // pgvector's graph holds each vector (8 + 4 × dimensions bytes) with its neighbour
     // lists (2 × m = 32 at layer 0, about 16 bytes each) and some bookkeeping.
     let per_vector = i64::try_from(dimensions)
         .unwrap_or(i64::MAX)
         .saturating_mul(4)
         .saturating_add(1_024);
-    let wanted = stored.saturating_mul(per_vector).saturating_mul(5) / 4;
+    let wanted = vectors.saturating_mul(per_vector).saturating_mul(5) / 4;
     let memory = memory.max(wanted.min(MAX_BUILD_MEMORY));
     let workers = workers.max(BUILD_WORKERS);
     sqlx::query(
