@@ -351,10 +351,10 @@ fn store_single(
     });
 }
 
-/// PostgreSQL's binary COPY format for rows of (bigint, vector).
+/// Rows of (bigint, vector) in PostgreSQL's binary COPY format, without the stream's
+/// header and trailer.
 fn copy_rows(rows: &[(i64, &[f32])]) -> Vec<u8> {
-    let mut out = b"PGCOPY\n\xff\r\n\0".to_vec();
-    out.extend_from_slice(&[0; 8]);
+    let mut out = Vec::new();
     for (id, vector) in rows {
         out.extend_from_slice(&2i16.to_be_bytes());
         out.extend_from_slice(&8i32.to_be_bytes());
@@ -366,7 +366,6 @@ fn copy_rows(rows: &[(i64, &[f32])]) -> Vec<u8> {
             out.extend_from_slice(&x.to_be_bytes());
         }
     }
-    out.extend_from_slice(&(-1i16).to_be_bytes());
     out
 }
 
@@ -398,9 +397,14 @@ async fn raw_bulk_load(url: &str, data: &Data, schema: &str) -> f64 {
         .copy_in_raw("COPY raw_vectors (id, embedding) FROM STDIN (FORMAT binary)")
         .await
         .expect("copy");
+    // The header: signature, flags, extension length.
+    let mut header = b"PGCOPY\n\xff\r\n\0".to_vec();
+    header.extend_from_slice(&[0; 8]);
+    copy.send(header).await.expect("send");
     for chunk in rows.chunks(1_000) {
         copy.send(copy_rows(chunk)).await.expect("send");
     }
+    copy.send(&(-1i16).to_be_bytes()[..]).await.expect("send");
     copy.finish().await.expect("finish");
     sqlx::query("CREATE INDEX ON raw_vectors USING hnsw (embedding vector_cosine_ops)")
         .execute(&mut conn)
