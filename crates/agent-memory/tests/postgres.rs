@@ -640,3 +640,318 @@ fn child_writer() {
         println!("done");
     });
 }
+
+/// Large enough for `store_batch`'s `COPY` path, and for rebuilding the HNSW index when
+/// loaded into a store no larger than it (see `REBUILD_MIN_ROWS` in `src/postgres/write.rs`).
+const BULK: usize = 2_000;
+
+/// Distinct memories with 0–2 tags (some repeated, to be normalized) and varied contexts.
+fn bulk_memories(n: usize, prefix: &str) -> Vec<NewMemory> {
+    (0..n)
+        .map(|i| {
+            let tags: Vec<Tag> = match i % 4 {
+                0 => Vec::new(),
+                1 => vec![Tag::from(format!("g{}", i % 7))],
+                2 => vec![Tag::from("both"), Tag::from(format!("g{}", i % 5))],
+                _ => vec![Tag::from("Dup"), Tag::from("dup")],
+            };
+            NewMemory {
+                content: format!(
+                    "{prefix} {i}: rotate key {} on host {} before the {} deploy",
+                    i % 37,
+                    i % 53,
+                    ["staging", "production", "canary"][i % 3]
+                ),
+                context: format!("ticket {} — ünïcode ✓", i % 11),
+                tags,
+            }
+        })
+        .collect()
+}
+
+/// The OID of the store's HNSW index, if it exists (and is valid).
+async fn hnsw_index(admin: &mut PgConnection, schema: &str) -> Option<u32> {
+    let row: Option<(sqlx::postgres::types::Oid,)> = sqlx::query_as(
+        "SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+         JOIN pg_index i ON i.indexrelid = c.oid \
+         WHERE n.nspname = $1 AND c.relname = 'embeddings_hnsw' AND i.indisvalid",
+    )
+    .bind(schema)
+    .fetch_optional(&mut *admin)
+    .await
+    .expect("index lookup");
+    row.map(|(oid,)| oid.0)
+}
+
+/// Row counts of the store's three tables.
+async fn table_counts(admin: &mut PgConnection, schema: &str) -> (i64, i64, i64) {
+    sqlx::query_as(&format!(
+        "SELECT (SELECT count(*) FROM \"{schema}\".entries), \
+                (SELECT count(*) FROM \"{schema}\".embeddings), \
+                (SELECT count(*) FROM \"{schema}\".entry_tags)"
+    ))
+    .fetch_one(&mut *admin)
+    .await
+    .expect("counts")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_loaded_by_copy_equals_the_same_batch_stored_one_by_one() {
+    let Some(url) = server_url() else { return };
+    let clock = Arc::new(agent_memory::ManualClock::at_unix_seconds(1_700_000_000));
+    let (bulk_schema, single_schema) = (TestSchema::new(url), TestSchema::new(url));
+    let open = |schema: &TestSchema| builder(url, schema).clock(clock.clone()).connect();
+    let bulk = open(&bulk_schema).await.expect("connect");
+    let single = open(&single_schema).await.expect("connect");
+    let mut admin = PgConnection::connect(url).await.expect("connect");
+    let memories = bulk_memories(BULK, "runbook");
+
+    let before = hnsw_index(&mut admin, bulk_schema.name()).await;
+    assert!(before.is_some(), "a new store has its index");
+    let bulk_ids = bulk.store_batch(memories.clone()).await.expect("bulk load");
+    let after = hnsw_index(&mut admin, bulk_schema.name()).await;
+    assert!(
+        after.is_some() && after != before,
+        "the load into an empty store built the index again: {before:?} → {after:?}"
+    );
+    let mut single_ids = Vec::new();
+    for memory in &memories {
+        single_ids.push(single.store(memory.clone()).await.expect("store"));
+    }
+    assert_eq!(bulk_ids, single_ids, "the same ids, in input order");
+    assert_eq!(bulk_ids.first(), Some(&MemoryId::from("1")));
+
+    // Everything stored alike: texts, normalized tags, times, access counts.
+    let listed = bulk.recent(usize::MAX).await.expect("recent");
+    assert_eq!(listed.len(), BULK);
+    assert_eq!(listed, single.recent(usize::MAX).await.expect("recent"));
+    assert_eq!(
+        bulk.by_tags(&[Tag::from("both")]).await.expect("by_tags"),
+        single.by_tags(&[Tag::from("both")]).await.expect("by_tags")
+    );
+    assert_eq!(
+        table_counts(&mut admin, bulk_schema.name()).await,
+        table_counts(&mut admin, single_schema.name()).await
+    );
+    assert!(
+        support::problems(url, bulk_schema.name())
+            .await
+            .expect("check")
+            .is_empty()
+    );
+
+    // The same rankings and scores (exact vector search: the two HNSW graphs differ, built
+    // at once or grown one by one), and the index finds each entry by its own text.
+    let exact = SearchOptions::new().exact(true);
+    for i in (0..BULK).step_by(97) {
+        let query = &memories[i].content;
+        let from_bulk = bulk
+            .search_candidates_with(query, 10, &exact)
+            .await
+            .expect("search");
+        let from_single = single
+            .search_candidates_with(query, 10, &exact)
+            .await
+            .expect("search");
+        assert_eq!(from_bulk.len(), 10);
+        assert_eq!(from_bulk, from_single, "query {i}");
+    }
+    for i in (0..BULK).step_by(97) {
+        let query = &memories[i].content;
+        let hits = bulk.search(query, 5).await.expect("indexed search");
+        assert_eq!(hits[0].entry.id, bulk_ids[i], "query {i}");
+        assert_eq!(hits[0].entry.content, *query);
+    }
+
+    // A second batch as large as the store: rebuilt again, over old and new vectors.
+    let more = bulk_memories(BULK, "checklist");
+    let more_ids = bulk.store_batch(more.clone()).await.expect("second load");
+    assert_eq!(more_ids.first(), Some(&MemoryId((BULK + 1).to_string())));
+    let again = hnsw_index(&mut admin, bulk_schema.name()).await;
+    assert!(again.is_some() && again != after, "rebuilt again");
+    assert_eq!(bulk.count().await.expect("count"), 2 * BULK as u64);
+    for i in [0, BULK / 2, BULK - 1] {
+        let hits = bulk.search(&more[i].content, 3).await.expect("search");
+        assert_eq!(hits[0].entry.id, more_ids[i]);
+        let hits = bulk.search(&memories[i].content, 3).await.expect("search");
+        assert_eq!(hits[0].entry.id, bulk_ids[i]);
+    }
+
+    // A batch smaller than the store goes into the existing index.
+    let small = bulk_memories(COPY_ONLY, "note");
+    let small_ids = bulk.store_batch(small.clone()).await.expect("third load");
+    assert_eq!(hnsw_index(&mut admin, bulk_schema.name()).await, again);
+    let hits = bulk.search(&small[5].content, 3).await.expect("search");
+    assert_eq!(hits[0].entry.id, small_ids[5]);
+    admin.close().await.expect("close");
+}
+
+/// A `COPY` batch smaller than the store it goes into (which keeps its index).
+const COPY_ONLY: usize = 1_000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_copy_leaves_nothing_half_written() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let name = schema.name();
+    let store = builder(url, &schema).connect().await.expect("connect");
+    let mut admin = PgConnection::connect(url).await.expect("connect");
+    let kept = store
+        .store_batch(bulk_memories(1_500, "kept"))
+        .await
+        .expect("first load");
+    let index = hnsw_index(&mut admin, name).await;
+    let counts = table_counts(&mut admin, name).await;
+    let unchanged = |what: &'static str| {
+        let (store, name, index, counts) = (store.clone(), name.to_owned(), index, counts);
+        async move {
+            let mut admin = PgConnection::connect(url).await.expect("connect");
+            assert_eq!(table_counts(&mut admin, &name).await, counts, "{what}");
+            assert_eq!(hnsw_index(&mut admin, &name).await, index, "{what}");
+            assert_eq!(store.count().await.expect("count"), 1_500, "{what}");
+            let probe = &bulk_memories(1_500, "kept")[700].content;
+            let hits = store.search(probe, 1).await.expect("search");
+            assert_eq!(hits[0].entry.id, MemoryId::from("701"), "{what}");
+            admin.close().await.expect("close");
+        }
+    };
+
+    // A row the server refuses in the last COPY (the tags), after the entries and vectors
+    // were copied and the index dropped: all of it rolls back.
+    sqlx::query(&format!(
+        "ALTER TABLE \"{name}\".entry_tags ADD CONSTRAINT poison CHECK (tag <> 'poison')"
+    ))
+    .execute(&mut admin)
+    .await
+    .expect("constraint");
+    let mut batch = bulk_memories(BULK, "refused");
+    batch[BULK - 1].tags.push(Tag::from("poison"));
+    let error = store.store_batch(batch).await.expect_err("a refused tag");
+    assert!(matches!(error, MemoryError::Storage { .. }), "{error:?}");
+    let cause = cause_of::<sqlx::Error>(&error).and_then(|e| e.as_database_error());
+    assert_eq!(
+        cause.and_then(|e| e.code()).as_deref(),
+        Some("23514"),
+        "{error:?}"
+    );
+    unchanged("after a refused row").await;
+    sqlx::query(&format!(
+        "ALTER TABLE \"{name}\".entry_tags DROP CONSTRAINT poison"
+    ))
+    .execute(&mut admin)
+    .await
+    .expect("constraint");
+
+    // The connection killed in the middle of the load (blocked on the tags' table, so the
+    // entries and vectors were already copied).
+    let mut locker = PgConnection::connect(url).await.expect("connect");
+    let (locker_pid,): (i32,) = sqlx::query_as("SELECT pg_backend_pid()")
+        .fetch_one(&mut locker)
+        .await
+        .expect("pid");
+    sqlx::query("BEGIN")
+        .execute(&mut locker)
+        .await
+        .expect("begin");
+    sqlx::query(&format!(
+        "LOCK TABLE \"{name}\".entry_tags IN ACCESS EXCLUSIVE MODE"
+    ))
+    .execute(&mut locker)
+    .await
+    .expect("lock");
+    let load = tokio::spawn({
+        let store = store.clone();
+        async move { store.store_batch(bulk_memories(BULK, "killed")).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let victim = loop {
+        let blocked: Option<(i32,)> = sqlx::query_as(
+            "SELECT pid FROM pg_stat_activity \
+             WHERE query LIKE 'COPY entry_tags%' AND $1 = ANY(pg_blocking_pids(pid))",
+        )
+        .bind(locker_pid)
+        .fetch_optional(&mut admin)
+        .await
+        .expect("activity");
+        if let Some((pid,)) = blocked {
+            break pid;
+        }
+        // A safety net against hanging forever, not a timing check.
+        assert!(Instant::now() < deadline, "the load never reached the tags");
+        assert!(!load.is_finished(), "the load ended before it was killed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let (killed,): (bool,) = sqlx::query_as("SELECT pg_terminate_backend($1)")
+        .bind(victim)
+        .fetch_one(&mut admin)
+        .await
+        .expect("terminate");
+    assert!(killed);
+    let error = load
+        .await
+        .expect("no panic")
+        .expect_err("its connection died");
+    assert!(matches!(error, MemoryError::Storage { .. }), "{error:?}");
+    sqlx::query("ROLLBACK")
+        .execute(&mut locker)
+        .await
+        .expect("rollback");
+    locker.close().await.expect("close");
+    unchanged("after a killed connection").await;
+    assert!(
+        support::problems(url, name)
+            .await
+            .expect("check")
+            .is_empty()
+    );
+
+    // Loads work again, with ids after every id drawn by the failed ones.
+    let ids = store
+        .store_batch(bulk_memories(BULK, "later"))
+        .await
+        .expect("a later load");
+    assert!(ids.iter().all(|id| !kept.contains(id)));
+    assert_eq!(store.count().await.expect("count"), (1_500 + BULK) as u64);
+    admin.close().await.expect("close");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copy_the_server_finds_the_wrong_dimension_for_stores_nothing() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let name = schema.name();
+    let store = builder(url, &schema).connect().await.expect("connect");
+    let mut admin = PgConnection::connect(url).await.expect("connect");
+    // The column now takes 383 dimensions; the store still embeds 384. The server refuses
+    // the first vector of the COPY, after the entries were copied.
+    sqlx::query(&format!(
+        "ALTER TABLE \"{name}\".embeddings ALTER COLUMN embedding TYPE vector(383)"
+    ))
+    .execute(&mut admin)
+    .await
+    .expect("alter");
+    let error = store
+        .store_batch(bulk_memories(BULK, "mismatch"))
+        .await
+        .expect_err("wrong dimension");
+    assert!(matches!(error, MemoryError::Storage { .. }), "{error:?}");
+    assert!(
+        format!("{:?}", error.source()).contains("383"),
+        "the cause names the dimension: {error:?}"
+    );
+    assert_eq!(table_counts(&mut admin, name).await, (0, 0, 0));
+    assert!(hnsw_index(&mut admin, name).await.is_some(), "index kept");
+    sqlx::query(&format!(
+        "ALTER TABLE \"{name}\".embeddings ALTER COLUMN embedding TYPE vector(384)"
+    ))
+    .execute(&mut admin)
+    .await
+    .expect("alter back");
+    let ids = store
+        .store_batch(bulk_memories(BULK, "fine"))
+        .await
+        .expect("load");
+    assert_eq!(ids.len(), BULK);
+    assert_eq!(table_counts(&mut admin, name).await.0, BULK as i64);
+    admin.close().await.expect("close");
+}

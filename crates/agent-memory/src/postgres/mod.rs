@@ -6,12 +6,13 @@
 //!
 //! Where things are: `open` (the builder, the pool, migrations, refusing foreign schemas
 //! and other embedders), `pgvector` (finding, creating and versioning the extension),
-//! `write` (inserts and deletes), `read` (listings and lookups), `search` (the vector
-//! ranking, fusion, recording recalls), `keywords` (the full-text ranking and the SQL of
-//! search filters), `prune`, `retry` (errors, transactions and retries of deadlocks and
-//! serialization failures) and `lease` (what a dropped operation leaves running, and how the
-//! handle waits for it).
+//! `write` (inserts, bulk loads and deletes), `copy` (the binary `COPY` format of bulk
+//! loads), `read` (listings and lookups), `search` (the vector ranking, fusion, recording
+//! recalls), `keywords` (the full-text ranking and the SQL of search filters), `prune`,
+//! `retry` (errors, transactions and retries of deadlocks and serialization failures) and
+//! `lease` (what a dropped operation leaves running, and how the handle waits for it).
 
+mod copy;
 mod keywords;
 mod lease;
 mod open;
@@ -67,7 +68,9 @@ static UNRESTRICTED: SearchOptions = SearchOptions::new();
 ///   search: with pgvector 0.8 or later the HNSW scan continues until enough entries pass
 ///   (`hnsw.iterative_scan`); with older pgvector, and whenever the index yields too few,
 ///   the filtered search scans exactly.
-/// - **Writes** are single statements or transactions; deadlocks and serialization failures
+/// - **Writes** are single statements or transactions (a large
+///   [`store_batch`](PostgresBackend::store_batch) is binary `COPY` in one transaction,
+///   rebuilding the HNSW index when the batch is at least as large as the store); deadlocks and serialization failures
 ///   are retried with backoff (see [`PostgresBuilder::retry_for`]). Ids come from a
 ///   sequence and are never reused.
 /// - **Prune** plans merges (O(n²)) from a snapshot with no lock held, then applies every
@@ -267,6 +270,7 @@ pub(crate) fn storage(location: &str, what: &str, e: DbError) -> MemoryError {
         DbError::Sql(e) => MemoryError::storage(what, location, e),
         DbError::Migrate(e) => MemoryError::storage(what, location, e),
         DbError::Pgvector(e) => MemoryError::storage(what, location, e),
+        DbError::TooLarge(e) => MemoryError::InvalidInput(e.to_string()),
         DbError::Corrupt(found) => MemoryError::UnexpectedData {
             operation: what.to_owned(),
             location,

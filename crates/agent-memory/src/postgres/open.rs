@@ -36,6 +36,11 @@ const META_DIMENSIONS: &str = "embedding_dimensions";
 /// are stored and searched exactly, without an index.
 pub(super) const MAX_INDEXED_DIMENSIONS: usize = 2_000;
 
+/// Creates the HNSW index of the vectors (when missing); also what a bulk load that rebuilds
+/// the index runs (see `write`).
+pub(super) const CREATE_HNSW: &str = "CREATE INDEX IF NOT EXISTS embeddings_hnsw ON embeddings \
+     USING hnsw (embedding vector_cosine_ops)";
+
 /// `hnsw.ef_search` of every pooled connection: the size of the candidate list an HNSW scan
 /// keeps, at least the [`MIN_CANDIDATES`](crate::MIN_CANDIDATES) a search asks for (more
 /// come from iterative scans on pgvector 0.8+, or from an exact scan before it).
@@ -367,12 +372,7 @@ async fn set_up(
     if indexed {
         step(
             "building the HNSW index",
-            sqlx::query(
-                "CREATE INDEX IF NOT EXISTS embeddings_hnsw ON embeddings \
-                 USING hnsw (embedding vector_cosine_ops)",
-            )
-            .execute(&mut *conn)
-            .await,
+            sqlx::query(CREATE_HNSW).execute(&mut *conn).await,
         )?;
     }
     step(

@@ -17,6 +17,7 @@
 
 use sqlx::migrate::MigrateError;
 
+use super::copy::TooLarge;
 use super::pgvector::PgvectorError;
 
 /// SQLSTATE of a serialization failure.
@@ -35,6 +36,14 @@ pub(crate) enum DbError {
     Pgvector(PgvectorError),
     /// Stored data that cannot be what this crate wrote (or another program's schema).
     Corrupt(String),
+    /// A value too large for the binary COPY format.
+    TooLarge(TooLarge),
+}
+
+impl From<TooLarge> for DbError {
+    fn from(e: TooLarge) -> DbError {
+        DbError::TooLarge(e)
+    }
 }
 
 impl From<sqlx::Error> for DbError {
