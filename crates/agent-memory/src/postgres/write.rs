@@ -273,27 +273,18 @@ impl PostgresBackend {
     }
 }
 
-/// Copies the entries: ids, texts and times (the search document is generated).
-async fn copy_entries(
+/// Streams `rows` into `statement` (a `COPY … FROM STDIN (FORMAT binary)`), each written by
+/// `encode`, in the encoder's chunks.
+async fn copy_in<T>(
     conn: &mut PgConnection,
-    rows: &Prepared,
-    ids: &[i64],
-    now: i64,
+    statement: &str,
+    rows: impl IntoIterator<Item = T>,
+    mut encode: impl FnMut(&mut Encoder, T) -> Result<(), DbError>,
 ) -> Result<(), DbError> {
-    let mut copy = conn
-        .copy_in_raw(
-            "COPY entries (id, content, context, created_at, accessed_at) \
-             FROM STDIN (FORMAT binary)",
-        )
-        .await?;
+    let mut copy = conn.copy_in_raw(statement).await?;
     let mut e = Encoder::new();
-    for ((id, content), context) in ids.iter().zip(&rows.contents).zip(&rows.contexts) {
-        e.row(5);
-        e.bigint(*id);
-        e.text(content)?;
-        e.text(context)?;
-        e.bigint(now);
-        e.bigint(now);
+    for row in rows {
+        encode(&mut e, row)?;
         if let Some(chunk) = e.full_chunk() {
             copy.send(chunk).await?;
         }
@@ -301,6 +292,31 @@ async fn copy_entries(
     copy.send(e.finish()).await?;
     copy.finish().await?;
     Ok(())
+}
+
+/// Copies the entries: ids, texts and times (the search document is generated).
+async fn copy_entries(
+    conn: &mut PgConnection,
+    rows: &Prepared,
+    ids: &[i64],
+    now: i64,
+) -> Result<(), DbError> {
+    copy_in(
+        conn,
+        "COPY entries (id, content, context, created_at, accessed_at) \
+         FROM STDIN (FORMAT binary)",
+        ids.iter().zip(&rows.contents).zip(&rows.contexts),
+        |e, ((id, content), context)| {
+            e.row(5);
+            e.bigint(*id);
+            e.text(content)?;
+            e.text(context)?;
+            e.bigint(now);
+            e.bigint(now);
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// Copies the vectors (already unit length), `dimensions` floats each.
@@ -310,44 +326,40 @@ async fn copy_vectors(
     ids: &[i64],
     dimensions: usize,
 ) -> Result<(), DbError> {
-    let mut copy = conn
-        .copy_in_raw("COPY embeddings (entry_id, embedding) FROM STDIN (FORMAT binary)")
-        .await?;
-    let mut e = Encoder::new();
-    for (id, vector) in ids.iter().zip(rows.vectors.chunks(dimensions.max(1))) {
-        e.row(2);
-        e.bigint(*id);
-        e.vector(vector)?;
-        if let Some(chunk) = e.full_chunk() {
-            copy.send(chunk).await?;
-        }
-    }
-    copy.send(e.finish()).await?;
-    copy.finish().await?;
-    Ok(())
+    copy_in(
+        conn,
+        "COPY embeddings (entry_id, embedding) FROM STDIN (FORMAT binary)",
+        ids.iter().zip(rows.vectors.chunks(dimensions.max(1))),
+        |e, (id, vector)| {
+            e.row(2);
+            e.bigint(*id);
+            e.vector(vector)?;
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// Copies the tags (`tag_rows` holds each tag's 1-based position in the batch).
 async fn copy_tags(conn: &mut PgConnection, rows: &Prepared, ids: &[i64]) -> Result<(), DbError> {
-    let mut copy = conn
-        .copy_in_raw("COPY entry_tags (entry_id, tag) FROM STDIN (FORMAT binary)")
-        .await?;
-    let mut e = Encoder::new();
-    for (position, tag) in rows.tag_rows.iter().zip(&rows.tags) {
-        let id = usize::try_from(*position - 1)
-            .ok()
-            .and_then(|i| ids.get(i))
-            .ok_or_else(|| DbError::Corrupt(format!("tag of memory {position} out of range")))?;
-        e.row(2);
-        e.bigint(*id);
-        e.text(tag)?;
-        if let Some(chunk) = e.full_chunk() {
-            copy.send(chunk).await?;
-        }
-    }
-    copy.send(e.finish()).await?;
-    copy.finish().await?;
-    Ok(())
+    copy_in(
+        conn,
+        "COPY entry_tags (entry_id, tag) FROM STDIN (FORMAT binary)",
+        rows.tag_rows.iter().zip(&rows.tags),
+        |e, (position, tag)| {
+            let id = usize::try_from(*position - 1)
+                .ok()
+                .and_then(|i| ids.get(i))
+                .ok_or_else(|| {
+                    DbError::Corrupt(format!("tag of memory {position} out of range"))
+                })?;
+            e.row(2);
+            e.bigint(*id);
+            e.text(tag)?;
+            Ok(())
+        },
+    )
+    .await
 }
 
 /// Builds the HNSW index over the `vectors` now stored, inside the load's transaction, with
