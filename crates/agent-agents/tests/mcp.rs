@@ -405,6 +405,23 @@ struct Verdict {
     ok: bool,
 }
 
+/// The fixture server `crashing_mcp_server.js` with calls timing out after `timeout`; `None`
+/// (and one `SKIPPED:` line naming the `test`) without node.
+async fn crashing_server(test: &str, timeout: std::time::Duration) -> Option<McpServer> {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/crashing_mcp_server.js"
+    );
+    match McpServer::spawn("crashing", "node", &[script]).await {
+        Ok(server) => Some(server.timeout(timeout)),
+        Err(McpError::Spawn { source, .. }) => {
+            eprintln!("SKIPPED: the MCP {test} test needs node ({source})");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
+}
+
 fn call(id: &str, name: &str, args: serde_json::Value) -> agent_op::Response {
     let mut reply = agent_op::Response::text("");
     reply.tool_calls = vec![agent_op::ToolCall {
@@ -422,17 +439,8 @@ fn call(id: &str, name: &str, args: serde_json::Value) -> agent_op::Response {
 /// answer" (checked below), and the run would overrun the minute it is given.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_crashes_mid_call_is_a_tool_error_and_the_run_goes_on() {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/crashing_mcp_server.js"
-    );
-    let server = match McpServer::spawn("crashing", "node", &[script]).await {
-        Ok(server) => server.timeout(std::time::Duration::from_secs(600)),
-        Err(McpError::Spawn { source, .. }) => {
-            eprintln!("SKIPPED: the MCP crash test needs node ({source})");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(server) = crashing_server("crash", std::time::Duration::from_secs(600)).await else {
+        return;
     };
     let toolbox = server.toolbox(&[]).await.unwrap();
     let provider = std::sync::Arc::new(agent_provider::ScriptedProvider::new([
@@ -482,17 +490,9 @@ async fn a_server_that_crashes_mid_call_is_a_tool_error_and_the_run_goes_on() {
 /// middle of as unavailable: the kinds spans carry as `error.type`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_times_out_or_loses_its_server_says_which() {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/crashing_mcp_server.js"
-    );
-    let server = match McpServer::spawn("crashing", "node", &[script]).await {
-        Ok(server) => server.timeout(std::time::Duration::from_millis(300)),
-        Err(McpError::Spawn { source, .. }) => {
-            eprintln!("SKIPPED: the MCP timeout test needs node ({source})");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some(server) = crashing_server("timeout", std::time::Duration::from_millis(300)).await
+    else {
+        return;
     };
     let tools = server.toolbox(&[]).await.unwrap().tool_set();
     let hang = tools.get("hang").expect("hang").call(json!({})).await;
