@@ -33,6 +33,24 @@ fn stderr(output: &Output) -> String {
     String::from_utf8_lossy(&output.stderr).into_owned()
 }
 
+/// Sends `signal` (`INT`, `TERM`, …) to the running `child` and waits for it: it must exit
+/// with 130 and say it was aborted by `named`. Returns its output.
+fn stopped_by(child: std::process::Child, signal: &str, named: &str) -> Output {
+    let killed = Command::new("kill")
+        .args([&format!("-{signal}"), &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{signal}: {}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("aborted ({named})")),
+        "{}",
+        stderr(&out)
+    );
+    out
+}
+
 /// `agent run SPEC --trace TRACE --quiet` in `dir`.
 fn run_quiet(spec: &Path, trace: &Path, dir: &Path) -> Output {
     agent(
@@ -380,18 +398,7 @@ fn aborts_cleanly_and_still_writes_the_trace(signal: &str, named: &str) {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let killed = Command::new("kill")
-        .args([&format!("-{signal}"), &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.code(), Some(130), "{signal}: {}", stderr(&out));
-    assert!(
-        stderr(&out).contains(&format!("aborted ({named})")),
-        "{}",
-        stderr(&out)
-    );
+    stopped_by(child, signal, named);
     let written = std::fs::read_to_string(&trace).unwrap();
     assert!(
         written.contains("\"trace\""),
@@ -1076,18 +1083,7 @@ fn ctrl_c_sigterm_or_sighup_while_an_mcp_server_starts_kills_it_and_its_children
         let pids = procs::read_pids(&pids);
         assert_eq!(pids.len(), 2, "the server and its child: {pids:?}");
         assert!(pids.iter().all(|&p| procs::alive(p)));
-        let killed = Command::new("kill")
-            .args([&format!("-{signal}"), &child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(killed.success());
-        let out = child.wait_with_output().unwrap();
-        assert_eq!(out.status.code(), Some(130), "{signal}: {}", stderr(&out));
-        assert!(
-            stderr(&out).contains(&format!("aborted ({named})")),
-            "{}",
-            stderr(&out)
-        );
+        stopped_by(child, signal, named);
         procs::wait_gone(&pids).unwrap_or_else(|left| panic!("{signal}: left running: {left:?}"));
     }
 }
