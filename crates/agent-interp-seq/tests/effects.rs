@@ -537,15 +537,66 @@ async fn run_agent_drives_a_react_loop_with_tools() {
     );
 }
 
+/// `react` sends the conversation without copying it: every turn's prompt shares the
+/// messages of the last one (the system message included), however long the loop.
+#[tokio::test]
+async fn react_prompts_share_the_conversation_instead_of_copying_it() {
+    const TURNS: usize = 50;
+    let provider = ScriptedProvider::from_fn(|_, prompt| {
+        let turn = (prompt.messages.len() - 2) / 2;
+        Ok(if turn < TURNS {
+            Response::tool_call(format!("c{turn}"), "add", json!({"a": turn, "b": 1}))
+        } else {
+            Response::text("done")
+        })
+    });
+    let config = Config::new()
+        .provider(provider)
+        .tools(ToolSet::new().with(add_tool()));
+    let state = AgentState::new("You add numbers.");
+    let outcome = run(&config, state, react("m", "Count.", TURNS as u32 + 1))
+        .await
+        .unwrap();
+    assert_eq!(outcome.value, "done");
+    let sent: Vec<Arc<Prompt>> = outcome
+        .trace
+        .events
+        .iter()
+        .filter_map(|e| match &e.event.kind {
+            EventKind::InferStart(start) => start.prompt.clone(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(sent.len(), TURNS + 1);
+    let last = &sent[TURNS].messages;
+    assert_eq!(last[0], Message::system("You add numbers."));
+    assert_eq!(last[1], Message::user("Count."));
+    for (turn, prompt) in sent.iter().enumerate() {
+        // The system message and the question, then a call and its result per turn before.
+        assert_eq!(prompt.messages.len(), 2 + 2 * turn);
+        assert_eq!(
+            prompt.messages.shared_with(last),
+            prompt.messages.len(),
+            "turn {turn}'s prompt copied the conversation"
+        );
+    }
+    // The state's conversation holds the same messages without the system message, and
+    // the answer after them.
+    let conversation: Vec<&Message> = outcome.state.messages.iter().collect();
+    assert_eq!(conversation.len(), last.len());
+    assert_eq!(
+        conversation[..last.len() - 1],
+        last.iter().skip(1).collect::<Vec<_>>()[..]
+    );
+    assert_eq!(conversation.last(), Some(&&Message::assistant("done")));
+}
+
 /// A conversation resumed with its turn count at the maximum keeps counting without
 /// overflowing (it panicked with "attempt to add with overflow" under overflow checks).
 #[tokio::test]
 async fn a_resumed_agent_at_the_maximum_turn_count_does_not_overflow() {
     let config = Config::new().provider(ScriptedProvider::new([Response::text("done")]));
-    let state = AgentState {
-        turns: u32::MAX,
-        ..AgentState::new("x")
-    };
+    let state = AgentState::new("x").with_turns(u32::MAX);
     let outcome = run(&config, state, react("m", "again?", 3)).await.unwrap();
     assert_eq!(outcome.value, "done");
     assert_eq!(outcome.state.turns, u32::MAX);

@@ -172,7 +172,7 @@ impl Messages {
     }
 
     /// Its messages as shared pointers.
-    fn shared(&self) -> impl ExactSizeIterator<Item = &Arc<Message>> {
+    pub(crate) fn shared(&self) -> impl ExactSizeIterator<Item = &Arc<Message>> {
         let slots = self.slots();
         ExactLen(slots.iter().filter_map(OnceLock::get), slots.len())
     }
