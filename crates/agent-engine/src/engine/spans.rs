@@ -478,17 +478,28 @@ pub(crate) fn failed_with(span: &Span, error_type: &str, message: &str) {
 
 /// Records the last event `span` covers.
 pub(crate) fn last_event(span: &Span, event: u64) {
+    // Recording looks the field up by name even on a disabled span: skipped per event of
+    // every branch when no subscriber listens.
+    if span.is_disabled() {
+        return;
+    }
     span.record("effect_agents.event.last", int(event));
 }
 
 /// Records the events `span` covers, `first` to `last`.
 pub(crate) fn covers(span: &Span, first: u64, last: u64) {
+    if span.is_disabled() {
+        return;
+    }
     span.record("effect_agents.event.first", int(first));
     span.record("effect_agents.event.last", int(last));
 }
 
 /// Records which branch of a `race` won.
 pub(crate) fn winner(span: &Span, index: usize) {
+    if span.is_disabled() {
+        return;
+    }
     span.record("effect_agents.fork.winner", int(index as u64));
 }
 
