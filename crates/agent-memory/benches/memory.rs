@@ -321,8 +321,9 @@ fn hydrate_latencies(
 }
 
 /// The ceiling of the backends' approximate search: usearch called directly on the same
-/// vectors, with the settings the backends use ([`AnnConfig`]'s defaults: an int8 cosine
-/// graph, its `rescore` best candidates re-scored in f32 for the top 10), and nothing
+/// vectors, with the settings the backends use ([`AnnConfig`]'s defaults for that many
+/// vectors: an int8 cosine graph walked `expansion_search_at(size)` wide, its
+/// `rescore_at(size, 10)` best candidates re-scored in f32 for the top 10), and nothing
 /// around it: no lock, no id map, no async, no pending tail.
 struct Direct {
     graph: usearch::Index,
@@ -341,7 +342,7 @@ impl Direct {
             quantization: usearch::ScalarKind::I8,
             connectivity: config.connectivity,
             expansion_add: config.expansion_add,
-            expansion_search: config.expansion_search,
+            expansion_search: config.expansion_search_at(vectors.len()),
             multi: false,
         };
         let graph = usearch::Index::new(&options).expect("usearch index");
@@ -371,7 +372,7 @@ impl Direct {
         Direct {
             graph,
             vectors: unit,
-            rescore: config.rescore,
+            rescore: config.rescore_at(vectors.len(), 10),
         }
     }
 
@@ -851,6 +852,8 @@ fn million(rt: &tokio::runtime::Runtime, dir: &std::path::Path) {
         return;
     }
     let huge = data(HUGE, 0x5eed_0003);
+    // usearch on the same vectors, the approximate search rows' baseline as at 100,000.
+    let direct = Direct::build(&huge.vectors);
     if inmem {
         let before = bench_kit::rss_bytes();
         let backend = InMemoryBackend::builder()
@@ -874,7 +877,7 @@ fn million(rt: &tokio::runtime::Runtime, dir: &std::path::Path) {
                 rt.block_on(backend.nearest(v, 10, &options))
                     .expect("nearest")
             },
-            None,
+            Some((&direct, true)),
         );
         if let (Some(before), Some(after)) = (before, bench_kit::rss_bytes()) {
             // Baseline: the f32 vectors alone.
@@ -899,7 +902,7 @@ fn million(rt: &tokio::runtime::Runtime, dir: &std::path::Path) {
                 rt.block_on(backend.nearest(v, 10, &options))
                     .expect("nearest")
             },
-            None,
+            Some((&direct, !inmem)),
         );
         rt.block_on(backend.close());
     }

@@ -283,7 +283,8 @@ const LIST_ROW_NS: f64 = 300.0;
 /// Cost of one row of the full scan (sequential int8 filter), in nanoseconds.
 const SCAN_ROW_NS: f64 = 70.0;
 /// Cost of one node of a graph walk's reach (about `count / p` nodes for `count` admitted
-/// candidates when a share `p` of the nodes is admitted), in nanoseconds.
+/// candidates when a share `p` of the nodes is admitted), in nanoseconds, at 100,000 rows;
+/// larger graphs, walked wider per candidate, scale it by [`Ann::widening`].
 const WALK_NODE_NS: f64 = 4_000.0;
 /// Admitted rows a probe walk must meet near the query for a restricted walk to be tried.
 const MIN_LOCAL: usize = 4;
@@ -632,8 +633,11 @@ impl VectorIndex {
             None => SCAN_ROW_NS * rows as f64,
         };
         let need = self.walk_need(k);
+        // The walk cost per candidate was measured at 100,000 rows; larger graphs walk wider
+        // for each candidate (`AnnConfig::expansion_search_at`).
+        let node_ns = WALK_NODE_NS * self.ann.as_ref().map_or(1.0, Ann::widening);
         let share = admitted.max(1) as f64 / rows as f64;
-        if exact_cost <= WALK_NODE_NS * need as f64 / share {
+        if exact_cost <= node_ns * need as f64 / share {
             return exact(self);
         }
         let Some(ann) = self.ann.as_ref() else {
@@ -649,7 +653,7 @@ impl VectorIndex {
         }
         let local = near.len() as f64 / need as f64;
         let count = ((need as f64 / local).ceil() as usize).min(need * MAX_WIDEN);
-        if exact_cost <= WALK_NODE_NS * count as f64 / local {
+        if exact_cost <= node_ns * count as f64 / local {
             return exact(self);
         }
         self.search_approximate(query, k, count, Some(admit), &near)
