@@ -30,15 +30,14 @@ struct Buffer {
 impl Buffer {
     /// A buffer of at least `capacity` slots holding `messages` first.
     fn with(messages: impl ExactSizeIterator<Item = Arc<Message>>, capacity: usize) -> Buffer {
-        let len = messages.len();
-        let capacity = capacity.max(len).max(MIN_CAPACITY);
-        let slots: Box<[OnceLock<Arc<Message>>]> = messages
-            .map(OnceLock::from)
-            .chain(std::iter::repeat_with(OnceLock::new))
-            .take(capacity)
-            .collect();
+        let capacity = capacity.max(messages.len()).max(MIN_CAPACITY);
+        // Filled in place: one allocation of exactly `capacity` slots.
+        let mut slots = Vec::with_capacity(capacity);
+        slots.extend(messages.map(OnceLock::from));
+        let len = slots.len();
+        slots.resize_with(capacity, OnceLock::new);
         Buffer {
-            slots,
+            slots: slots.into_boxed_slice(),
             claimed: AtomicUsize::new(len),
         }
     }
