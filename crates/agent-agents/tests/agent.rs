@@ -537,17 +537,7 @@ async fn a_long_loops_prompts_share_one_conversation_stored_once() {
     let outcome = agent_interp_seq::run(&config, (), program).await.unwrap();
     assert_eq!(outcome.value, Ok(Advice { umbrella: false }));
 
-    let prompts = |trace: &agent_op::Trace| -> Vec<Arc<agent_op::Prompt>> {
-        trace
-            .events
-            .iter()
-            .filter_map(|e| match &e.event.kind {
-                agent_op::EventKind::InferStart(start) => start.prompt.clone(),
-                _ => None,
-            })
-            .collect()
-    };
-    let sent = prompts(&outcome.trace);
+    let sent: Vec<Arc<agent_op::Prompt>> = outcome.trace.prompts().cloned().collect();
     assert_eq!(sent.len(), TURNS);
     let last = &sent[TURNS - 1].messages;
     for (turn, prompt) in sent.iter().enumerate() {
@@ -590,10 +580,10 @@ async fn a_long_loops_prompts_share_one_conversation_stored_once() {
     }
     // Read back, the prompts share their messages again.
     let read = agent_op::trace::jsonl::read_jsonl(&file[..]).unwrap().trace;
-    let read_prompts = prompts(&read);
+    let read_prompts: Vec<_> = read.prompts().collect();
     let last = &read_prompts[TURNS - 1].messages;
     assert_eq!(last, &sent[TURNS - 1].messages);
-    for prompt in &read_prompts {
+    for prompt in read_prompts {
         assert_eq!(prompt.messages.shared_with(last), prompt.messages.len());
     }
 }

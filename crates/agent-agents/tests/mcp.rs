@@ -135,12 +135,7 @@ async fn an_image_an_mcp_tool_returns_reaches_the_model_as_an_image() {
     // The trace's copy of the prompt names the same image.
     let traced = outcome
         .trace
-        .events
-        .iter()
-        .filter_map(|e| match &e.event.kind {
-            agent_op::EventKind::InferStart(start) => start.prompt.clone(),
-            _ => None,
-        })
+        .prompts()
         .nth(1)
         .expect("the second call's prompt");
     let mut file = Vec::new();

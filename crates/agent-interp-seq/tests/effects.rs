@@ -558,15 +558,7 @@ async fn react_prompts_share_the_conversation_instead_of_copying_it() {
         .await
         .unwrap();
     assert_eq!(outcome.value, "done");
-    let sent: Vec<Arc<Prompt>> = outcome
-        .trace
-        .events
-        .iter()
-        .filter_map(|e| match &e.event.kind {
-            EventKind::InferStart(start) => start.prompt.clone(),
-            _ => None,
-        })
-        .collect();
+    let sent: Vec<Arc<Prompt>> = outcome.trace.prompts().cloned().collect();
     assert_eq!(sent.len(), TURNS + 1);
     let last = &sent[TURNS].messages;
     assert_eq!(last[0], Message::system("You add numbers."));

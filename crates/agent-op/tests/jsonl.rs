@@ -956,17 +956,14 @@ fn full_prompts_are_stored_once_so_files_grow_with_the_conversation_not_its_squa
     // And the file is the conversation itself plus a bounded cost per call (two event lines,
     // two content lines' framing and the hashes naming a prefix and the new messages).
     let trace = conversation(200);
-    let text: usize = match &trace.events[trace.events.len() - 2].event.kind {
-        EventKind::InferStart(start) => start
-            .prompt
-            .as_ref()
-            .unwrap()
-            .messages
-            .iter()
-            .map(|m| serde_json::to_string(m).unwrap().len())
-            .sum(),
-        other => panic!("{other:?}"),
-    };
+    let text: usize = trace
+        .prompts()
+        .last()
+        .expect("the last call's prompt")
+        .messages
+        .iter()
+        .map(|m| serde_json::to_string(m).unwrap().len())
+        .sum();
     assert!(
         sizes[2] < text + 200 * 1_200,
         "{} bytes for {text} of text",
@@ -993,23 +990,11 @@ fn sharing_one_conversation(trace: &Trace) -> Trace {
     shared
 }
 
-/// The prompts of a trace read back, in order.
-fn prompts(trace: &Trace) -> Vec<std::sync::Arc<agent_op::Prompt>> {
-    trace
-        .events
-        .iter()
-        .filter_map(|e| match &e.event.kind {
-            EventKind::InferStart(start) => start.prompt.clone(),
-            _ => None,
-        })
-        .collect()
-}
-
 #[test]
 fn prompts_sharing_a_conversation_are_written_as_copies_are_and_read_back_shared() {
     let copies = conversation(60);
     let shared = sharing_one_conversation(&copies);
-    let prompts_written = prompts(&shared);
+    let prompts_written = shared.prompts().cloned().collect::<Vec<_>>();
     let last = &prompts_written.last().unwrap().messages;
     assert!(
         prompts_written
@@ -1035,7 +1020,7 @@ fn prompts_sharing_a_conversation_are_written_as_copies_are_and_read_back_shared
     // Read back, the prompts share their messages again: each is stored once in memory.
     let read = load(&bytes).unwrap().trace;
     assert_eq!(read, copies);
-    let prompts_read = prompts(&read);
+    let prompts_read = read.prompts().cloned().collect::<Vec<_>>();
     let last = &prompts_read.last().unwrap().messages;
     for prompt in &prompts_read {
         assert_eq!(prompt.messages.shared_with(last), prompt.messages.len());

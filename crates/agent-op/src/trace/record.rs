@@ -295,6 +295,16 @@ impl Trace {
         self.events_of(EventType::InferStart).count()
     }
 
+    /// The prompts the model calls were sent, in the order the calls started. Only runs that
+    /// record content (`Config::record_content`, on by default) keep them; a call recorded
+    /// without its prompt is skipped.
+    pub fn prompts(&self) -> impl Iterator<Item = &std::sync::Arc<crate::message::Prompt>> {
+        self.kinds().filter_map(|k| match k {
+            EventKind::InferStart(start) => start.prompt.as_ref(),
+            _ => None,
+        })
+    }
+
     /// The names of the checkpoints taken, in order.
     pub fn checkpoints(&self) -> Vec<&str> {
         self.kinds()
