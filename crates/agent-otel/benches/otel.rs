@@ -15,6 +15,8 @@ use serde_json::json;
 use tracing_subscriber::layer::SubscriberExt;
 
 const CALLS: u64 = 5_000;
+/// The events such a run records: a start and an end per call, and the run's end.
+const EVENTS: u64 = 2 * CALLS + 1;
 
 fn config() -> Config {
     Config::new().tool(agent_op::FnTool::new(
@@ -69,7 +71,7 @@ fn main() {
             guard.shutdown().expect("the export flushes");
             let spans = CALLS as usize + 1;
             assert_eq!(receiver.wait_for(spans).len(), spans, "every span arrives");
-            assert_eq!(events, 2 * CALLS as usize);
+            assert_eq!(events, EVENTS as usize);
             started.elapsed()
         },
         || run(&rt).0,
@@ -84,7 +86,7 @@ fn main() {
         },
         || run(&rt).0,
     );
-    let events = (2 * CALLS) as f64;
+    let events = EVENTS as f64;
     let rate = |samples: &[Duration]| events / bench_kit::median_per(samples, 1.0, bench_kit::secs);
     bench_kit::report(
         "trace.otlp_export",
