@@ -100,11 +100,8 @@ impl AgentState {
     /// The system message followed by the conversation, in a list of their own (the
     /// conversation's messages shared, not copied).
     fn fresh_prompt_messages(&self) -> Messages {
-        let mut list = Messages::from(vec![Message::system(self.system_prompt.clone())]);
-        for message in self.messages.shared() {
-            list.push_shared(message.clone());
-        }
-        list
+        self.messages
+            .prepended(Message::system(self.system_prompt.clone()))
     }
 }
 

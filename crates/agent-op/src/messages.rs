@@ -163,15 +163,33 @@ impl Messages {
         };
         // Another list grew from here already (or there is no room): continue in a buffer of
         // our own, sharing the messages so far.
-        let capacity = self.len.saturating_add(1).saturating_mul(2);
-        let messages = self.shared().cloned().chain(std::iter::once(message));
         let len = self.len + 1;
-        self.buffer = Some(Arc::new(Buffer::with(ExactLen(messages, len), capacity)));
-        self.len = len;
+        let messages = self.shared().cloned().chain(std::iter::once(message));
+        *self = Messages::from_shared(ExactLen(messages, len), len.saturating_mul(2));
+    }
+
+    /// A new list: `first`, then this list's messages (shared, not copied), in one buffer with
+    /// room to grow as much again.
+    pub(crate) fn prepended(&self, first: Message) -> Messages {
+        let len = self.len + 1;
+        let messages = std::iter::once(Arc::new(first)).chain(self.shared().cloned());
+        Messages::from_shared(ExactLen(messages, len), len.saturating_mul(2))
+    }
+
+    /// A list of `messages` in a new buffer of at least `capacity` slots.
+    fn from_shared(
+        messages: impl ExactSizeIterator<Item = Arc<Message>>,
+        capacity: usize,
+    ) -> Messages {
+        let len = messages.len();
+        Messages {
+            buffer: Some(Arc::new(Buffer::with(messages, capacity))),
+            len,
+        }
     }
 
     /// Its messages as shared pointers.
-    pub(crate) fn shared(&self) -> impl ExactSizeIterator<Item = &Arc<Message>> {
+    fn shared(&self) -> impl ExactSizeIterator<Item = &Arc<Message>> {
         let slots = self.slots();
         ExactLen(slots.iter().filter_map(OnceLock::get), slots.len())
     }
@@ -319,13 +337,9 @@ impl FromIterator<Message> for Messages {
         if messages.is_empty() {
             return Messages::new();
         }
-        let len = messages.len();
         // Room to grow: a conversation built from a vector usually goes on.
-        let capacity = len.saturating_add(len / 2);
-        Messages {
-            buffer: Some(Arc::new(Buffer::with(messages.into_iter(), capacity))),
-            len,
-        }
+        let capacity = messages.len().saturating_add(messages.len() / 2);
+        Messages::from_shared(messages.into_iter(), capacity)
     }
 }
 
