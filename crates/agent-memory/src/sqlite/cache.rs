@@ -19,7 +19,6 @@ use sqlx::SqliteConnection;
 
 use super::open::META_CHANGES_FLOOR;
 use super::retry::DbError;
-use super::wal_index::Mark;
 use crate::ann::{AnnConfig, IndexStatus};
 use crate::prune::{COPY_CHUNK, MergeSet};
 use crate::vector::{Hit, Restriction, VectorIndex, cosine, from_blob};
@@ -35,9 +34,6 @@ pub(crate) struct VectorCache {
     ann: AnnConfig,
     /// Changes applied since the copy was last saved beside the database (or loaded).
     pub(crate) unsaved: u64,
-    /// A wal-index header read before a sync that this copy has had: while the database's
-    /// header is still that, nothing was committed since and the copy is current.
-    current_at: Option<Mark>,
 }
 
 impl VectorCache {
@@ -49,7 +45,6 @@ impl VectorCache {
             corrupt: BTreeSet::new(),
             ann,
             unsaved: 0,
-            current_at: None,
         }
     }
 
@@ -68,13 +63,7 @@ impl VectorCache {
             corrupt,
             ann,
             unsaved: 0,
-            current_at: None,
         }
-    }
-
-    /// A wal-index header as of which the copy is current, if one is known.
-    pub(crate) fn current_at(&self) -> Option<Mark> {
-        self.current_at
     }
 
     /// The change-log position the copy is at (-1: nothing loaded).
@@ -174,10 +163,32 @@ pub(crate) fn decode(blob: &[u8], dimensions: usize) -> Result<Vec<f32>, String>
     Ok(vector)
 }
 
-/// Records that `cache` has had every commit made before the database's wal-index header
-/// read `mark` (read before a [`sync`] that has completed).
-pub(crate) fn mark_current(cache: &RwLock<VectorCache>, mark: Mark) {
-    write_cache(cache).current_at = Some(mark);
+/// Whether a copy at change-log position `cursor` is current: the log has no row after it
+/// and its floor has not passed it, so [`sync`] would change nothing. One statement (its own
+/// snapshot) instead of a transaction and two queries: most searches follow no write.
+///
+/// `sqlite_sequence` holds the highest `seq` the log ever gave out (the column is
+/// `AUTOINCREMENT`): every change a commit adds raises it, and trimming old rows does not
+/// lower it. (An earlier version read the wal-index header from `<file>-shm` instead, with
+/// no statement at all; but opening and closing a file SQLite holds drops every POSIX lock
+/// this process has on it, SQLite's included, and another process then reinitialized the
+/// shared memory under this one's mapping: SIGBUS.)
+pub(crate) async fn unchanged_since(
+    conn: &mut SqliteConnection,
+    cursor: i64,
+) -> Result<bool, DbError> {
+    let (last, floor): (Option<i64>, Option<String>) = sqlx::query_as(
+        "SELECT (SELECT seq FROM sqlite_sequence WHERE name = 'changes'), \
+                (SELECT value FROM store_meta WHERE key = ?1)",
+    )
+    .bind(META_CHANGES_FLOOR)
+    .fetch_one(&mut *conn)
+    .await?;
+    let floor = match floor {
+        Some(text) => text.parse::<i64>().ok(),
+        None => Some(0),
+    };
+    Ok(matches!(floor, Some(floor) if cursor >= floor) && last.unwrap_or(0) <= cursor)
 }
 
 /// Brings `cache` up to date. `conn` must be inside a read transaction (one snapshot).

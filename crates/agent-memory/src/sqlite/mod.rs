@@ -17,7 +17,6 @@ mod read;
 pub(crate) mod retry;
 mod saved;
 mod search;
-mod wal_index;
 mod write;
 
 pub use self::check::{IntegrityProblem, IntegrityReport};
@@ -131,8 +130,6 @@ struct Inner {
     store_id: String,
     /// Set while a background save of the vector copy runs.
     saving: AtomicBool,
-    /// The database's wal-index (`<file>-shm`), read to skip syncs when nothing changed.
-    shm: PathBuf,
     /// Syncs that read the change log (tests check which searches skip it).
     #[cfg(test)]
     change_log_reads: std::sync::atomic::AtomicU64,
@@ -215,13 +212,13 @@ impl SqliteBackend {
         Ok(read_cache(&self.inner.cache).status())
     }
 
-    /// Brings the vector cache up to date with the database; a read of the wal-index
-    /// header when nothing was committed since the last time (see [`wal_index`]).
+    /// Brings the vector cache up to date with the database: one statement when nothing
+    /// was committed since the last time (see [`cache::unchanged_since`]), else the change
+    /// log's new rows in one read transaction.
     async fn sync(&self) -> Result<(), MemoryError> {
-        // Read before the transaction: its snapshot is at least this new.
-        let mark = wal_index::mark(&self.inner.shm);
         let cache = &self.inner.cache;
-        if mark.is_some() && read_cache(cache).current_at() == mark {
+        let cursor = read_cache(cache).cursor();
+        if self.unchanged_since(cursor).await {
             // The graph may have caught up since: a save can be due without a change.
             self.save_in_background_if_due();
             return Ok(());
@@ -233,11 +230,20 @@ impl SqliteBackend {
         read_tx!(self, "loading vectors", |conn| {
             cache::sync(&mut *conn, cache).await?
         })?;
-        if let Some(mark) = mark {
-            cache::mark_current(cache, mark);
-        }
         self.save_in_background_if_due();
         Ok(())
+    }
+
+    /// Whether the change log is still at `cursor` (nothing was committed since the copy
+    /// was there). Any failure answers no: the full sync then retries and reports it.
+    async fn unchanged_since(&self, cursor: i64) -> bool {
+        if cursor < 0 {
+            return false;
+        }
+        let Ok(mut conn) = self.inner.readers.acquire().await else {
+            return false;
+        };
+        matches!(cache::unchanged_since(&mut conn, cursor).await, Ok(true))
     }
 
     /// Starts a save of the vector copy when many changes are unsaved and the graph has

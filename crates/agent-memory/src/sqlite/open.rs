@@ -15,7 +15,6 @@ use tokio::sync::Mutex;
 
 use super::cache::{VectorCache, read_cache};
 use super::retry::{Backoff, DbError};
-use super::wal_index;
 use super::{Inner, SqliteBackend, retry, storage};
 use crate::ann::AnnConfig;
 use crate::clock::{Clock, SystemClock};
@@ -215,7 +214,6 @@ impl SqliteBuilder {
 
         let backend = SqliteBackend {
             inner: Arc::new(Inner {
-                shm: wal_index::shm_path(&self.path),
                 #[cfg(test)]
                 change_log_reads: Default::default(),
                 path: self.path,

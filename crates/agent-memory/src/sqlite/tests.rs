@@ -164,8 +164,9 @@ async fn merges_skip_entries_deleted_after_planning() {
     assert!(store.integrity_check().await.expect("integrity").is_sound());
 }
 
-/// A search that follows no commit reads no change log (the wal-index header is unchanged);
-/// every commit, by this handle, another one, or a plain connection, is seen by the next.
+/// A search that follows no commit reads no change log (its high-water mark is unchanged);
+/// every commit, by this handle, another one, or a plain connection, is seen by the next,
+/// also after a checkpoint has emptied the write-ahead log.
 #[tokio::test]
 async fn searches_read_the_change_log_only_after_a_commit() {
     let dir = tempfile::tempdir().expect("temp dir");
