@@ -1,5 +1,5 @@
 //! Reliability of the SQLite backend under concurrent writers, a second process writing the
-//! same file, and a writer killed with SIGKILL.
+//! same file, a writer killed with SIGKILL, and the locks SQLite holds on its shared memory.
 //!
 //! A custom harness (`harness = false`): the test binary re-executes itself as the second
 //! process, selected by the `AGENT_MEMORY_CHILD` environment variable. Run with a name
@@ -64,8 +64,25 @@ fn killed_content(n: u64) -> String {
 /// `writer`: writes COUNT entries tagged "child" from 2 tasks (searching now and then),
 /// printing `id <id>` after each commit, `ready` once open and `done` at the end.
 /// `loop`: writes 64 KiB entries forever, printing `id <id> <n>` after each commit.
+/// `dms`: opens no store; prints which process holds SQLite's lock on the database's shared
+/// memory (see [`dms_holder`]).
 fn child(mode: &str) -> ExitCode {
     let path = PathBuf::from(std::env::var(PATH_ENV).unwrap_or_default());
+    if mode == "dms" {
+        return match dms_holder(&path) {
+            Ok(holder) => {
+                println!(
+                    "{}",
+                    holder.map_or("free".to_owned(), |pid| pid.to_string())
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("child failed: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let rt = runtime();
     let result = rt.block_on(async move {
         let store = open(&path).await;
@@ -123,6 +140,34 @@ fn child(mode: &str) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The process holding a lock that conflicts with taking the "DMS" byte of `<db>-shm` for
+/// writing, if any. Every process with the database open in WAL mode holds a read lock on
+/// that byte (offset 128: SQLite's `UNIX_SHM_DMS`); a process that can take it for writing
+/// believes it is alone and reinitializes the shared memory (under any live mapping
+/// elsewhere: SIGBUS). Asked from another process, since a process's own POSIX locks
+/// never conflict with each other.
+fn dms_holder(db: &Path) -> Result<Option<i32>, std::io::Error> {
+    use nix::fcntl::{FcntlArg, fcntl};
+    use nix::libc;
+    let mut shm = db.as_os_str().to_owned();
+    shm.push("-shm");
+    let file = match std::fs::File::open(PathBuf::from(shm)) {
+        Ok(file) => file,
+        // No shared memory at all (the last connection removed it): nobody has it mapped.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut lock = libc::flock {
+        l_type: libc::F_WRLCK as libc::c_short,
+        l_whence: libc::SEEK_SET as libc::c_short,
+        l_start: 128,
+        l_len: 1,
+        l_pid: 0,
+    };
+    fcntl(&file, FcntlArg::F_GETLK(&mut lock))?;
+    Ok((lock.l_type != libc::F_UNLCK as libc::c_short).then_some(lock.l_pid))
 }
 
 /// A child process, killed if the test panics before it is waited for.
@@ -406,6 +451,44 @@ fn two_processes_create_one_file_at_once() {
     });
 }
 
+/// Searches, stores and reopens never release the locks SQLite holds on the database's
+/// shared memory: another process still sees this one holding the DMS byte (so it cannot
+/// reinitialize the memory this one has mapped). Opening and closing a descriptor of a
+/// file SQLite has open drops all of the process's POSIX locks on it; an earlier version
+/// read the `-shm` header that way and a second process then crashed this one with SIGBUS.
+fn searches_keep_sqlite_s_shared_memory_locks() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("locks.db");
+    let holder = || {
+        let (mut child, lines) = spawn_child("dms", &path, 0);
+        let line = lines.next("asking for the DMS lock");
+        assert!(child.wait().success(), "the dms child failed");
+        line.expect("the dms child printed nothing")
+    };
+    let rt = runtime();
+    let store = rt.block_on(open(&path));
+    let other = rt.block_on(open(&path));
+    let me = std::process::id().to_string();
+    assert_eq!(holder(), me, "held once open");
+    rt.block_on(async {
+        for i in 0..3 {
+            let content = format!("lock fact {i} about rivers");
+            store.store(memory(content, "locks")).await.expect("store");
+            store.search("fact about rivers", 5).await.expect("search");
+            other.search("fact about rivers", 5).await.expect("search");
+        }
+        store.search("fact about rivers", 5).await.expect("search");
+    });
+    assert_eq!(holder(), me, "still held after stores and searches");
+    rt.block_on(async {
+        other.close().await;
+        store.search("fact about rivers", 5).await.expect("search");
+    });
+    assert_eq!(holder(), me, "still held after another handle closed");
+    rt.block_on(store.close());
+    assert_eq!(holder(), "free", "released once every handle closed");
+}
+
 /// The id and sequence number of an `id <id> <n>` line of the `loop` child.
 fn committed_line(line: &str) -> Option<(MemoryId, u64)> {
     let mut parts = line.strip_prefix("id ")?.split(' ');
@@ -533,7 +616,7 @@ fn main() -> ExitCode {
     if let Ok(mode) = std::env::var(CHILD_ENV) {
         return child(&mode);
     }
-    let tests: [(&str, fn()); 4] = [
+    let tests: [(&str, fn()); 5] = [
         (
             "eight_handles_write_concurrently",
             eight_handles_write_concurrently,
@@ -546,6 +629,10 @@ fn main() -> ExitCode {
         (
             "sigkill_mid_write_loses_nothing_committed",
             sigkill_mid_write_loses_nothing_committed,
+        ),
+        (
+            "searches_keep_sqlite_s_shared_memory_locks",
+            searches_keep_sqlite_s_shared_memory_locks,
         ),
     ];
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
