@@ -68,6 +68,7 @@ fn killed_content(n: u64) -> String {
 /// memory (see [`dms_holder`]).
 fn child(mode: &str) -> ExitCode {
     let path = PathBuf::from(std::env::var(PATH_ENV).unwrap_or_default());
+    #[cfg(unix)]
     if mode == "dms" {
         return match dms_holder(&path) {
             Ok(holder) => {
@@ -148,6 +149,7 @@ fn child(mode: &str) -> ExitCode {
 /// believes it is alone and reinitializes the shared memory (under any live mapping
 /// elsewhere: SIGBUS). Asked from another process, since a process's own POSIX locks
 /// never conflict with each other.
+#[cfg(unix)]
 fn dms_holder(db: &Path) -> Result<Option<i32>, std::io::Error> {
     use nix::fcntl::{FcntlArg, fcntl};
     use nix::libc;
@@ -456,6 +458,7 @@ fn two_processes_create_one_file_at_once() {
 /// reinitialize the memory this one has mapped). Opening and closing a descriptor of a
 /// file SQLite has open drops all of the process's POSIX locks on it; an earlier version
 /// read the `-shm` header that way and a second process then crashed this one with SIGBUS.
+#[cfg(unix)]
 fn searches_keep_sqlite_s_shared_memory_locks() {
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("locks.db");
@@ -616,7 +619,7 @@ fn main() -> ExitCode {
     if let Ok(mode) = std::env::var(CHILD_ENV) {
         return child(&mode);
     }
-    let tests: [(&str, fn()); 5] = [
+    let tests: &[(&str, fn())] = &[
         (
             "eight_handles_write_concurrently",
             eight_handles_write_concurrently,
@@ -630,6 +633,7 @@ fn main() -> ExitCode {
             "sigkill_mid_write_loses_nothing_committed",
             sigkill_mid_write_loses_nothing_committed,
         ),
+        #[cfg(unix)]
         (
             "searches_keep_sqlite_s_shared_memory_locks",
             searches_keep_sqlite_s_shared_memory_locks,
@@ -638,7 +642,7 @@ fn main() -> ExitCode {
     let filter = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     let mut failed = Vec::new();
     let mut ran = 0;
-    for (name, test) in tests {
+    for &(name, test) in tests {
         if filter.as_deref().is_some_and(|f| !name.contains(f)) {
             continue;
         }
