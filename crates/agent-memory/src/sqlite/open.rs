@@ -204,7 +204,11 @@ impl SqliteBuilder {
                     Recorded::Db(e) => fail("checking the recorded embedder", e),
                 })?;
 
+        // No ping before handing out an idle connection (sqlx's default): a file opened in
+        // this process cannot hang up, and the ping is a round trip to the connection's
+        // thread, as long as the statement a search then runs when nothing changed.
         let readers = SqlitePoolOptions::new()
+            .test_before_acquire(false)
             .max_connections(self.read_connections)
             .min_connections(0)
             .acquire_timeout(self.lock_retry.max(Duration::from_secs(30)))
