@@ -397,6 +397,57 @@ impl Direct {
     }
 }
 
+/// `memory.sqlite.sync_unchanged`: what a search pays, before it searches, to learn that
+/// nothing was committed since the last one (p50 µs of [`SqliteBackend::index_status`] on
+/// a store nobody writes, which is that check and a read of the copy's counts). Baseline:
+/// one statement on a plain sqlx connection to the same file (the round trip to the
+/// connection's thread the check cannot avoid).
+fn sync_unchanged(rt: &tokio::runtime::Runtime, dir: &std::path::Path) {
+    const CALLS: usize = 3_000;
+    let path = dir.join("quiet.db");
+    let store = rt
+        .block_on(SqliteBackend::open(&path))
+        .expect("open the quiet store");
+    for i in 0..100 {
+        let memory = NewMemory {
+            content: format!("quiet fact {i}"),
+            context: String::new(),
+            tags: Vec::new(),
+        };
+        rt.block_on(store.store(memory)).expect("store");
+    }
+    let mut plain_conn = rt
+        .block_on(sqlx::SqliteConnection::connect_with(
+            &sqlx::sqlite::SqliteConnectOptions::new().filename(&path),
+        ))
+        .expect("plain connection");
+    let (mut check, mut plain) = (Vec::with_capacity(CALLS), Vec::with_capacity(CALLS));
+    // Alternating blocks, so both see the same machine load.
+    for _ in 0..CALLS / 100 {
+        for _ in 0..100 {
+            let start = Instant::now();
+            black_box(rt.block_on(store.index_status()).expect("index status"));
+            check.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+        for _ in 0..100 {
+            let start = Instant::now();
+            let row: (i64,) = rt
+                .block_on(sqlx::query_as("SELECT 1").fetch_one(&mut plain_conn))
+                .expect("plain statement");
+            black_box(row);
+            plain.push(start.elapsed().as_secs_f64() * 1e6);
+        }
+    }
+    bench_kit::report(
+        "memory.sqlite.sync_unchanged",
+        bench_kit::stats(&check).median,
+        "us",
+        bench_kit::stats(&plain).median,
+    );
+    rt.block_on(plain_conn.close()).expect("close");
+    rt.block_on(store.close());
+}
+
 /// A backend's `nearest(vector, 10, exact)`.
 type Nearest<'a> = dyn Fn(&[f32], bool) -> Vec<(MemoryId, f32)> + 'a;
 
@@ -690,6 +741,9 @@ fn main() {
         || on("memory.sqlite.prune_merge_5k");
     let rt = runtime();
     let dir = tempfile::tempdir().expect("temp dir");
+    if on("memory.sqlite.sync_unchanged") {
+        sync_unchanged(&rt, dir.path());
+    }
     million(&rt, dir.path());
     if !need_large && !need_small {
         return;
