@@ -453,11 +453,12 @@ fn two_processes_create_one_file_at_once() {
     });
 }
 
-/// Searches, stores and reopens never release the locks SQLite holds on the database's
-/// shared memory: another process still sees this one holding the DMS byte (so it cannot
-/// reinitialize the memory this one has mapped). Opening and closing a descriptor of a
-/// file SQLite has open drops all of the process's POSIX locks on it; an earlier version
-/// read the `-shm` header that way and a second process then crashed this one with SIGBUS.
+/// Searches, stores and another handle's close never release the locks SQLite holds on the
+/// database's shared memory: another process still sees this one holding the DMS byte (so
+/// it cannot reinitialize the memory this one has mapped). Opening and closing a descriptor
+/// of a file SQLite has open drops all of the process's POSIX locks on it; an earlier
+/// version read the `-shm` header that way and a second process then crashed this one with
+/// SIGBUS.
 #[cfg(unix)]
 fn searches_keep_sqlite_s_shared_memory_locks() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -184,11 +184,19 @@ pub(crate) async fn unchanged_since(
     .bind(META_CHANGES_FLOOR)
     .fetch_one(&mut *conn)
     .await?;
-    let floor = match floor {
-        Some(text) => text.parse::<i64>().ok(),
-        None => Some(0),
-    };
-    Ok(matches!(floor, Some(floor) if cursor >= floor) && last.unwrap_or(0) <= cursor)
+    // A damaged floor answers no: the full sync reports it.
+    let floor_passed = floor_of(floor.as_deref()).map_or(true, |floor| cursor < floor);
+    Ok(!floor_passed && last.unwrap_or(0) <= cursor)
+}
+
+/// The change-log floor recorded as `text` in `store_meta` (none recorded: 0).
+fn floor_of(text: Option<&str>) -> Result<i64, DbError> {
+    match text {
+        Some(text) => text
+            .parse::<i64>()
+            .map_err(|_| DbError::Corrupt(format!("store_meta.{META_CHANGES_FLOOR} is {text:?}"))),
+        None => Ok(0),
+    }
 }
 
 /// Brings `cache` up to date. `conn` must be inside a read transaction (one snapshot).
@@ -204,12 +212,7 @@ pub(crate) async fn sync(
         .bind(META_CHANGES_FLOOR)
         .fetch_optional(&mut *conn)
         .await?;
-    let floor = match floor {
-        Some((text,)) => text.parse::<i64>().map_err(|_| {
-            DbError::Corrupt(format!("store_meta.{META_CHANGES_FLOOR} is {text:?}"))
-        })?,
-        None => 0,
-    };
+    let floor = floor_of(floor.as_ref().map(|(text,)| text.as_str()))?;
     if cursor < 0 || cursor < floor {
         return reload(conn, cache, dimensions, ann).await;
     }
