@@ -955,3 +955,129 @@ async fn a_copy_the_server_finds_the_wrong_dimension_for_stores_nothing() {
     assert_eq!(table_counts(&mut admin, name).await.0, BULK as i64);
     admin.close().await.expect("close");
 }
+
+/// The store's keyword postings, document counts and count of entries against its
+/// entries' own search documents (see `support::problems`), after `stage`.
+async fn assert_keywords_sound(url: &str, schema: &TestSchema, stage: &str) {
+    let found = support::problems(url, schema.name())
+        .await
+        .expect("checking the store");
+    assert!(found.is_empty(), "after {stage}: {found:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyword_postings_follow_every_write() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = builder(url, &schema).connect().await.expect("connect");
+    assert_keywords_sound(url, &schema, "opening an empty store").await;
+
+    let loaded = store
+        .store_batch(bulk_memories(COPY_ONLY + 200, "load"))
+        .await
+        .expect("copy load");
+    assert_keywords_sound(url, &schema, "a load by COPY").await;
+    store
+        .store_batch(bulk_memories(20, "batch"))
+        .await
+        .expect("batch");
+    let quoted = store
+        .store(memory(
+            r#"it's a\b o'neil "x" foo:bar a*b http://x.y/z?q=1"#,
+            &[],
+        ))
+        .await
+        .expect("store");
+    let phrase = store
+        .store(memory("the gauge read x²y at noon", &["gauge"]))
+        .await
+        .expect("store");
+    for _ in 0..3 {
+        store
+            .store(memory("a duplicate note about the boiler", &[]))
+            .await
+            .expect("store");
+    }
+    assert_keywords_sound(url, &schema, "single stores and a small batch").await;
+
+    for id in loaded.iter().step_by(7) {
+        assert!(store.delete(id).await.expect("delete"));
+    }
+    assert!(store.delete(&quoted).await.expect("delete"));
+    assert_keywords_sound(url, &schema, "deletes").await;
+
+    let report = store
+        .prune(&agent_op::PrunePolicy::new().merge_similarity(0.9999))
+        .await
+        .expect("prune by merging");
+    assert!(report.merged >= 2, "{report:?}");
+    let report = store
+        .prune(&agent_op::PrunePolicy::new().max_entries(900))
+        .await
+        .expect("prune by count");
+    assert!(report.removed > 0, "{report:?}");
+    assert_keywords_sound(url, &schema, "prunes").await;
+    assert_eq!(store.count().await.expect("count"), 900);
+
+    // A term PostgreSQL's parser splits into a phrase (`x`, `y`) is counted and ranked
+    // through the entries' documents; a word is ranked from the postings.
+    let hits = store
+        .search_candidates_with("x²y", 5, &SearchOptions::new().tag("gauge"))
+        .await
+        .expect("phrase search");
+    assert_eq!(hits.first().map(|c| &c.hit.entry.id), Some(&phrase));
+    let hits = store.search("gauge noon", 3).await.expect("word search");
+    assert_eq!(hits.first().map(|h| &h.entry.id), Some(&phrase));
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_from_before_keyword_postings_gets_them_when_opened() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = builder(url, &schema).connect().await.expect("connect");
+    let ids = store
+        .store_batch(bulk_memories(50, "old"))
+        .await
+        .expect("store");
+    store.close().await;
+
+    // Back to version 1 of the schema, entries kept.
+    let mut admin = PgConnection::connect(url).await.expect("connect");
+    let s = format!("\"{}\"", schema.name());
+    for statement in [
+        format!("DROP TRIGGER entries_keywords_added ON {s}.entries"),
+        format!("DROP TRIGGER entries_keywords_removed ON {s}.entries"),
+        format!("DROP TABLE {s}.keyword_postings, {s}.keyword_docs, {s}.keyword_totals"),
+        format!(
+            "DROP FUNCTION {s}.memory_keywords_added(), {s}.memory_keywords_removed(), \
+             {s}.memory_single_lexeme(text), {s}.memory_lexeme_query(text)"
+        ),
+        format!("DELETE FROM {s}._sqlx_migrations WHERE version = 2"),
+    ] {
+        sqlx::query(&statement)
+            .execute(&mut admin)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    let (left,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_tables WHERE schemaname = $1 AND tablename LIKE 'keyword%'",
+    )
+    .bind(schema.name())
+    .fetch_one(&mut admin)
+    .await
+    .expect("tables");
+    assert_eq!(left, 0);
+    admin.close().await.expect("close");
+
+    let store = builder(url, &schema).connect().await.expect("reopen");
+    assert_keywords_sound(url, &schema, "the migration").await;
+    let hits = store.search("old 17: rotate", 1).await.expect("search");
+    assert_eq!(hits.first().map(|h| &h.entry.id), Some(&ids[17]));
+    store
+        .store(memory("stored after the upgrade", &[]))
+        .await
+        .expect("store");
+    assert_keywords_sound(url, &schema, "a store after the migration").await;
+    store.close().await;
+}

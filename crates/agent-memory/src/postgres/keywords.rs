@@ -19,7 +19,8 @@ use crate::clock::ceil_micros;
 use crate::rank::{MAX_KEYWORD_POSTINGS, keyword_terms};
 
 /// `ts_rank`'s weights for D, C, B and A: content (A) 1, context (B) 0.5, as the SQLite
-/// backend weights its BM25 columns.
+/// backend weights its BM25 columns. `keyword_postings` holds ranks computed with the same
+/// constants (migration `0002_keyword_postings.sql`).
 const WEIGHTS: &str = "{0.1, 0.2, 0.5, 1.0}";
 
 /// The restrictions of [`SearchOptions`] as SQL on `entries e`.
@@ -97,12 +98,20 @@ impl Filter {
 /// the opposite). So each chosen term's `ts_rank` (content weight 1, context 0.5, divided
 /// by 1 + the log of the document's length) is multiplied by the term's BM25 inverse
 /// document frequency, `ln(1 + (N − n + 0.5) / (n + 0.5))` for a term in `n` of `N`
-/// entries, and the products are summed.
+/// entries, and the products are summed in the order of the chosen terms.
 ///
-/// Which terms are searched: each term's document count is probed first (counting stops at
-/// [`MAX_KEYWORD_POSTINGS`] + 1) and [`keyword_terms`] picks them as on SQLite (rarest
-/// first within the budget, no stop words). `N` is counted up to twice the budget, beyond
-/// which the planner's estimate of the table's size stands in.
+/// Which terms are searched: each term's document count, up to one more than
+/// [`MAX_KEYWORD_POSTINGS`], is read first and [`keyword_terms`] picks them as on SQLite
+/// (rarest first within the budget, no stop words).
+///
+/// Where the numbers come from: a term that is one lexeme (almost every term: a run of
+/// letters and digits) has its count in `keyword_docs` and each entry's `ts_rank` for it in
+/// `keyword_postings`, kept by triggers (migration `0002_keyword_postings.sql`), so a search
+/// reads only the postings of the chosen terms — at most the budget. A term the parser
+/// splits into a phrase is counted through the GIN index, and when one is chosen the
+/// ranking computes `ts_rank` over the matching entries' documents instead; both ways give
+/// the same scores, bit for bit (the stored rank is `ts_rank` of the same document and
+/// query, and an absent term adds an exact zero).
 pub(super) async fn keyword_ranking(
     conn: &mut PgConnection,
     terms: &[String],
@@ -110,25 +119,35 @@ pub(super) async fn keyword_ranking(
     filter: Option<&Filter>,
 ) -> Result<Vec<i64>, DbError> {
     let cap = i64::try_from(MAX_KEYWORD_POSTINGS + 1).unwrap_or(i64::MAX);
-    let (counts, counted, estimated): (Vec<Option<i64>>, i64, f64) = sqlx::query_as(
-        "SELECT ARRAY(SELECT (SELECT count(*) FROM ( \
-                     SELECT 1 FROM entries e \
-                     WHERE e.search @@ phraseto_tsquery('simple', u.term) LIMIT $2) s) \
-                 FROM unnest($1::text[]) WITH ORDINALITY AS u(term, i) ORDER BY u.i), \
-             (SELECT count(*) FROM (SELECT 1 FROM entries LIMIT $3) s), \
-             (SELECT reltuples::float8 FROM pg_class WHERE oid = 'entries'::regclass)",
-    )
-    .bind(terms)
-    .bind(cap)
-    .bind(cap.saturating_mul(2))
-    .fetch_one(&mut *conn)
-    .await?;
-    let entries = if counted < cap.saturating_mul(2) {
-        counted
-    } else {
-        // `reltuples` is -1 before the table was first analyzed; `as` saturates.
-        counted.max(estimated as i64)
-    };
+    let (counts, lexemes, entries): (Vec<Option<i64>>, Vec<Option<String>>, Option<i64>) =
+        sqlx::query_as(
+            "WITH t AS MATERIALIZED ( \
+                 SELECT u.i, u.term, memory_single_lexeme(u.term) AS lexeme \
+                 FROM unnest($1::text[]) WITH ORDINALITY AS u(term, i)) \
+             SELECT ARRAY(SELECT CASE WHEN t.lexeme IS NOT NULL THEN least(coalesce( \
+                         (SELECT d.docs FROM keyword_docs d WHERE d.lexeme = t.lexeme), 0), $2) \
+                     ELSE (SELECT count(*) FROM ( \
+                         SELECT 1 FROM entries e \
+                         WHERE e.search @@ phraseto_tsquery('simple', t.term) LIMIT $2) s) END \
+                 FROM t ORDER BY t.i), \
+                 ARRAY(SELECT t.lexeme FROM t ORDER BY t.i), \
+                 (SELECT entries FROM keyword_totals)",
+        )
+        .bind(terms)
+        .bind(cap)
+        .fetch_one(&mut *conn)
+        .await?;
+    if counts.len() != terms.len() || lexemes.len() != terms.len() {
+        return Err(DbError::Corrupt(format!(
+            "{} document counts and {} lexemes were read for {} search terms",
+            counts.len(),
+            lexemes.len(),
+            terms.len()
+        )));
+    }
+    let entries = entries.ok_or_else(|| {
+        DbError::Corrupt("keyword_totals holds no row (the count of entries)".to_owned())
+    })?;
     let entries = u64::try_from(entries).unwrap_or(0);
     let counted: Vec<(u64, &str)> = terms
         .iter()
@@ -155,12 +174,59 @@ pub(super) async fn keyword_ranking(
             (1.0 + (all - docs + 0.5) / (docs + 0.5)).ln()
         })
         .collect();
-    let chosen: Vec<String> = chosen.into_iter().map(str::to_owned).collect();
+    // The lexeme of each chosen term, when every one has a single lexeme.
+    let chosen_lexemes: Option<Vec<String>> = chosen
+        .iter()
+        .map(|term| {
+            let at = terms.iter().position(|t| t == term)?;
+            lexemes[at].clone()
+        })
+        .collect();
+    let (words, sql) = match chosen_lexemes {
+        Some(lexemes) => (lexemes, ranking_from_postings(filter)),
+        None => (
+            chosen.into_iter().map(str::to_owned).collect(),
+            ranking_from_documents(filter),
+        ),
+    };
+    let query = sqlx::query_as(&sql).bind(&words).bind(limit).bind(&idf);
+    let query = match filter {
+        Some(filter) => filter.bind(query),
+        None => query,
+    };
+    let rows: Vec<(i64,)> = query.fetch_all(&mut *conn).await?;
+    Ok(rows.into_iter().map(|(id,)| id).collect())
+}
+
+/// The ranking SQL over `keyword_postings`: `$1` the chosen lexemes, `$2` the limit, `$3`
+/// their inverse document frequencies, the filter's values from `$4`.
+fn ranking_from_postings(filter: Option<&Filter>) -> String {
+    let (join, restriction) = match filter {
+        Some(filter) => (
+            "JOIN entries e ON e.id = p.entry_id",
+            format!("WHERE {}", filter.condition(4)),
+        ),
+        None => ("", String::new()),
+    };
+    format!(
+        "SELECT p.entry_id \
+         FROM unnest($1::text[], $3::float8[]) WITH ORDINALITY AS w(lexeme, idf, i) \
+         JOIN keyword_postings p ON p.lexeme = w.lexeme {join} {restriction} \
+         GROUP BY p.entry_id \
+         ORDER BY sum(w.idf * p.rank ORDER BY w.i) DESC, p.entry_id \
+         LIMIT $2"
+    )
+}
+
+/// The ranking SQL over the entries' documents (`ts_rank` computed here), for chosen terms
+/// that are phrases: `$1` the chosen terms, `$2` the limit, `$3` their inverse document
+/// frequencies, the filter's values from `$4`.
+fn ranking_from_documents(filter: Option<&Filter>) -> String {
     let restriction = match filter {
         Some(filter) => format!("AND {}", filter.condition(4)),
         None => String::new(),
     };
-    let sql = format!(
+    format!(
         "WITH q AS MATERIALIZED ( \
              SELECT phraseto_tsquery('simple', w.term) AS query, w.idf \
              FROM unnest($1::text[], $3::float8[]) AS w(term, idf)) \
@@ -169,12 +235,5 @@ pub(super) async fn keyword_ranking(
          ORDER BY (SELECT sum(q.idf * ts_rank('{WEIGHTS}', e.search, q.query, 1)) FROM q) DESC, \
              e.id \
          LIMIT $2"
-    );
-    let query = sqlx::query_as(&sql).bind(&chosen).bind(limit).bind(&idf);
-    let query = match filter {
-        Some(filter) => filter.bind(query),
-        None => query,
-    };
-    let rows: Vec<(i64,)> = query.fetch_all(&mut *conn).await?;
-    Ok(rows.into_iter().map(|(id,)| id).collect())
+    )
 }

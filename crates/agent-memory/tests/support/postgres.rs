@@ -148,21 +148,55 @@ impl Drop for TestSchema {
 }
 
 /// What is wrong in the store in `schema` that the backend's own operations could not
-/// show: entries without a vector (a store half applied). Empty when sound.
+/// show: entries without a vector (a store half applied), and keyword postings, document
+/// counts or the count of entries that disagree with the entries' own search documents
+/// (the triggers of `migrations-postgres/0002_keyword_postings.sql`), including a stored
+/// rank that differs by a bit from the `ts_rank` a search computing it from the document
+/// would get. Empty when sound.
 pub async fn problems(url: &str, schema: &str) -> Result<Vec<String>, MemoryError> {
     let fail = |e: sqlx::Error| MemoryError::storage("checking the store", None, e);
     let mut conn = PgConnection::connect(url).await.map_err(fail)?;
-    let (missing,): (i64,) = sqlx::query_as(&format!(
-        "SELECT count(*) FROM \"{schema}\".entries e WHERE NOT EXISTS \
-         (SELECT 1 FROM \"{schema}\".embeddings v WHERE v.entry_id = e.id)"
-    ))
-    .fetch_one(&mut conn)
-    .await
-    .map_err(fail)?;
+    let s = format!("\"{schema}\"");
+    let (missing, postings, ranks, docs, totals): (i64, i64, i64, i64, i64) =
+        sqlx::query_as(&format!(
+            "WITH truth AS MATERIALIZED ( \
+                 SELECT w.lexeme, e.id, e.search FROM {s}.entries e, unnest(e.search) AS w) \
+             SELECT \
+             (SELECT count(*) FROM {s}.entries e WHERE NOT EXISTS \
+                 (SELECT 1 FROM {s}.embeddings v WHERE v.entry_id = e.id)), \
+             (SELECT count(*) FROM ( \
+                 (SELECT lexeme, id FROM truth EXCEPT ALL \
+                  SELECT lexeme, entry_id FROM {s}.keyword_postings) \
+                 UNION ALL \
+                 (SELECT lexeme, entry_id FROM {s}.keyword_postings EXCEPT ALL \
+                  SELECT lexeme, id FROM truth)) d), \
+             (SELECT count(*) FROM truth t JOIN {s}.keyword_postings p \
+                 ON p.lexeme = t.lexeme AND p.entry_id = t.id \
+                 WHERE {s}.memory_single_lexeme(t.lexeme) = t.lexeme \
+                 AND p.rank IS DISTINCT FROM ts_rank('{{0.1, 0.2, 0.5, 1.0}}', t.search, \
+                     phraseto_tsquery('simple', t.lexeme), 1)), \
+             (SELECT count(*) FROM (SELECT lexeme, count(*) AS docs FROM truth GROUP BY 1) c \
+                 FULL JOIN (SELECT * FROM {s}.keyword_docs WHERE docs <> 0) d USING (lexeme) \
+                 WHERE c.docs IS DISTINCT FROM d.docs), \
+             (SELECT count(*) FROM {s}.keyword_totals \
+                 WHERE entries <> (SELECT count(*) FROM {s}.entries)) \
+                 + (SELECT 1 - count(*) FROM {s}.keyword_totals)"
+        ))
+        .fetch_one(&mut conn)
+        .await
+        .map_err(fail)?;
     let _ = conn.close().await;
-    Ok(if missing == 0 {
-        Vec::new()
-    } else {
-        vec![format!("{missing} entries have no vector")]
-    })
+    let mut found = Vec::new();
+    for (n, what) in [
+        (missing, "entries have no vector"),
+        (postings, "keyword postings are missing or left over"),
+        (ranks, "keyword postings hold another rank than ts_rank"),
+        (docs, "lexemes have a wrong document count"),
+        (totals, "counts of entries are wrong or missing"),
+    ] {
+        if n != 0 {
+            found.push(format!("{n} {what}"));
+        }
+    }
+    Ok(found)
 }

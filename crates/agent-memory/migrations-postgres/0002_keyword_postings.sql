@@ -1,0 +1,104 @@
+-- agent-memory schema for PostgreSQL, version 2: postings for keyword search. See
+-- docs/MEMORY.md ("The PostgreSQL backend", keyword search).
+--
+-- A keyword search needs, for each word of the query, how many entries hold it (to pick the
+-- words and weigh them), then each holding entry's `ts_rank` for that word. Counting through
+-- the GIN index and ranking with `ts_rank` at query time reads every matching row: tens of
+-- milliseconds at 100,000 entries. These tables keep both answers ready, written by
+-- statement-level triggers on `entries` in the writing transaction, so they are exactly as
+-- committed as the entries themselves. Entries' texts never change after insert, so
+-- inserts and deletes are all the triggers see.
+--
+-- Lock order, to keep concurrent writers from deadlocking: `keyword_docs` rows in lexeme
+-- order, then the one `keyword_totals` row. (PostgreSQL still detects a deadlock between
+-- transactions of several writing statements, and the backend retries those.)
+
+-- Writers wait while the postings of the entries already stored are written (below), so
+-- none is missed between that and the triggers.
+LOCK TABLE entries IN SHARE ROW EXCLUSIVE MODE;
+
+-- The tsquery of one lexeme, exactly as `phraseto_tsquery('simple', w)` builds it for a word
+-- `w` whose only lexeme it is: a quoted operand, quotes and backslashes doubled.
+CREATE FUNCTION memory_lexeme_query(lexeme text) RETURNS tsquery
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT ('''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || '''')::tsquery
+$$;
+
+-- The lexeme a query word stands for when it is a single one (one token, one position, as
+-- `phraseto_tsquery('simple', word)` would read it); NULL otherwise (a phrase of several
+-- tokens, or none), which searches the slow way, through `entries.search`.
+CREATE FUNCTION memory_single_lexeme(word text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT CASE WHEN count(*) = 1 AND sum(cardinality(w.positions)) = 1 THEN min(w.lexeme) END
+    FROM unnest(to_tsvector('simple', word)) AS w
+$$;
+
+-- One row per (lexeme, entry holding it), with the entry's `ts_rank` for that lexeme alone:
+-- weights D 0.1, C 0.2, B (context) 0.5, A (content) 1, normalization 1 (divided by
+-- 1 + the log of the document's length). The same constants as `WEIGHTS` in
+-- `src/postgres/keywords.rs`, which ranks the slow way with them.
+CREATE TABLE keyword_postings (
+    lexeme   text   NOT NULL,
+    entry_id bigint NOT NULL,
+    rank     real   NOT NULL,
+    PRIMARY KEY (lexeme, entry_id) INCLUDE (rank)
+);
+
+-- How many entries hold each lexeme (rows may reach 0 and stay).
+CREATE TABLE keyword_docs (
+    lexeme text   PRIMARY KEY,
+    docs   bigint NOT NULL
+);
+
+-- How many entries there are: the N of the inverse document frequency.
+CREATE TABLE keyword_totals (
+    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
+    entries bigint  NOT NULL
+);
+
+CREATE FUNCTION memory_keywords_added() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    INSERT INTO keyword_postings (lexeme, entry_id, rank)
+    SELECT w.lexeme, a.id,
+           ts_rank('{0.1, 0.2, 0.5, 1.0}', a.search, memory_lexeme_query(w.lexeme), 1)
+    FROM added a, unnest(a.search) AS w
+    ORDER BY 1, 2;
+    INSERT INTO keyword_docs AS d (lexeme, docs)
+    SELECT w.lexeme, count(*) FROM added a, unnest(a.search) AS w GROUP BY 1 ORDER BY 1
+    ON CONFLICT (lexeme) DO UPDATE SET docs = d.docs + excluded.docs;
+    UPDATE keyword_totals SET entries = entries + (SELECT count(*) FROM added);
+    RETURN NULL;
+END
+$$;
+
+CREATE FUNCTION memory_keywords_removed() RETURNS trigger
+LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+BEGIN
+    DELETE FROM keyword_postings p
+    USING (SELECT w.lexeme, g.id FROM gone g, unnest(g.search) AS w) r
+    WHERE p.lexeme = r.lexeme AND p.entry_id = r.id;
+    INSERT INTO keyword_docs AS d (lexeme, docs)
+    SELECT w.lexeme, -count(*) FROM gone g, unnest(g.search) AS w GROUP BY 1 ORDER BY 1
+    ON CONFLICT (lexeme) DO UPDATE SET docs = d.docs + excluded.docs;
+    UPDATE keyword_totals SET entries = entries - (SELECT count(*) FROM gone);
+    RETURN NULL;
+END
+$$;
+
+-- The entries stored before this version.
+INSERT INTO keyword_postings (lexeme, entry_id, rank)
+SELECT w.lexeme, e.id,
+       ts_rank('{0.1, 0.2, 0.5, 1.0}', e.search, memory_lexeme_query(w.lexeme), 1)
+FROM entries e, unnest(e.search) AS w
+ORDER BY 1, 2;
+INSERT INTO keyword_docs (lexeme, docs)
+SELECT lexeme, count(*) FROM keyword_postings GROUP BY 1;
+INSERT INTO keyword_totals (entries) SELECT count(*) FROM entries;
+
+CREATE TRIGGER entries_keywords_added AFTER INSERT ON entries
+    REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_keywords_added();
+CREATE TRIGGER entries_keywords_removed AFTER DELETE ON entries
+    REFERENCING OLD TABLE AS gone
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_keywords_removed();
