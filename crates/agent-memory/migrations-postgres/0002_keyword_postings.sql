@@ -9,8 +9,12 @@
 -- committed as the entries themselves. Entries' texts never change after insert, so
 -- inserts and deletes are all the triggers see.
 --
--- Lock order, to keep concurrent writers from deadlocking: `keyword_docs` rows in lexeme
--- order, then the one `keyword_totals` row. (PostgreSQL still detects a deadlock between
+-- Counts are striped: a writer adds to the rows of its own stripe (its server process id
+-- modulo 16) and a reader sums a lexeme's stripes. A single counter per lexeme would be a
+-- row every writer locks until it commits — every entry holds common words — so concurrent
+-- writers would queue on it; with stripes two writers meet only when their stripes do.
+-- Lock order, to keep concurrent writers from deadlocking: `keyword_docs` rows by lexeme,
+-- then the writer's `keyword_totals` row. (PostgreSQL still detects a deadlock between
 -- transactions of several writing statements, and the backend retries those.)
 
 -- Writers wait while the postings of the entries already stored are written (below), so
@@ -44,17 +48,27 @@ CREATE TABLE keyword_postings (
     PRIMARY KEY (lexeme, entry_id) INCLUDE (rank)
 );
 
--- How many entries hold each lexeme (rows may reach 0 and stay).
+-- How many entries hold each lexeme: the sum over its stripes (a stripe may be negative
+-- when entries were deleted by another stripe's writer; rows may reach 0 and stay).
 CREATE TABLE keyword_docs (
-    lexeme text   PRIMARY KEY,
-    docs   bigint NOT NULL
+    lexeme text     NOT NULL,
+    stripe smallint NOT NULL,
+    docs   bigint   NOT NULL,
+    PRIMARY KEY (lexeme, stripe) INCLUDE (docs)
 );
 
--- How many entries there are: the N of the inverse document frequency.
+-- How many entries there are, the sum over the stripes: the N of the inverse document
+-- frequency.
 CREATE TABLE keyword_totals (
-    one     boolean PRIMARY KEY DEFAULT true CHECK (one),
-    entries bigint  NOT NULL
+    stripe  smallint PRIMARY KEY,
+    entries bigint   NOT NULL
 );
+
+-- The stripe of this connection's writes.
+CREATE FUNCTION memory_keyword_stripe() RETURNS smallint
+LANGUAGE sql STABLE PARALLEL SAFE AS $$
+    SELECT (pg_backend_pid() % 16)::smallint
+$$;
 
 CREATE FUNCTION memory_keywords_added() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
@@ -64,10 +78,13 @@ BEGIN
            ts_rank('{0.1, 0.2, 0.5, 1.0}', a.search, memory_lexeme_query(w.lexeme), 1)
     FROM added a, unnest(a.search) AS w
     ORDER BY 1, 2;
-    INSERT INTO keyword_docs AS d (lexeme, docs)
-    SELECT w.lexeme, count(*) FROM added a, unnest(a.search) AS w GROUP BY 1 ORDER BY 1
-    ON CONFLICT (lexeme) DO UPDATE SET docs = d.docs + excluded.docs;
-    UPDATE keyword_totals SET entries = entries + (SELECT count(*) FROM added);
+    INSERT INTO keyword_docs AS d (lexeme, stripe, docs)
+    SELECT w.lexeme, memory_keyword_stripe(), count(*)
+    FROM added a, unnest(a.search) AS w GROUP BY 1 ORDER BY 1
+    ON CONFLICT (lexeme, stripe) DO UPDATE SET docs = d.docs + excluded.docs;
+    INSERT INTO keyword_totals AS t (stripe, entries)
+    SELECT memory_keyword_stripe(), count(*) FROM added
+    ON CONFLICT (stripe) DO UPDATE SET entries = t.entries + excluded.entries;
     RETURN NULL;
 END
 $$;
@@ -78,10 +95,13 @@ BEGIN
     DELETE FROM keyword_postings p
     USING (SELECT w.lexeme, g.id FROM gone g, unnest(g.search) AS w) r
     WHERE p.lexeme = r.lexeme AND p.entry_id = r.id;
-    INSERT INTO keyword_docs AS d (lexeme, docs)
-    SELECT w.lexeme, -count(*) FROM gone g, unnest(g.search) AS w GROUP BY 1 ORDER BY 1
-    ON CONFLICT (lexeme) DO UPDATE SET docs = d.docs + excluded.docs;
-    UPDATE keyword_totals SET entries = entries - (SELECT count(*) FROM gone);
+    INSERT INTO keyword_docs AS d (lexeme, stripe, docs)
+    SELECT w.lexeme, memory_keyword_stripe(), -count(*)
+    FROM gone g, unnest(g.search) AS w GROUP BY 1 ORDER BY 1
+    ON CONFLICT (lexeme, stripe) DO UPDATE SET docs = d.docs + excluded.docs;
+    INSERT INTO keyword_totals AS t (stripe, entries)
+    SELECT memory_keyword_stripe(), -count(*) FROM gone
+    ON CONFLICT (stripe) DO UPDATE SET entries = t.entries + excluded.entries;
     RETURN NULL;
 END
 $$;
@@ -92,9 +112,9 @@ SELECT w.lexeme, e.id,
        ts_rank('{0.1, 0.2, 0.5, 1.0}', e.search, memory_lexeme_query(w.lexeme), 1)
 FROM entries e, unnest(e.search) AS w
 ORDER BY 1, 2;
-INSERT INTO keyword_docs (lexeme, docs)
-SELECT lexeme, count(*) FROM keyword_postings GROUP BY 1;
-INSERT INTO keyword_totals (entries) SELECT count(*) FROM entries;
+INSERT INTO keyword_docs (lexeme, stripe, docs)
+SELECT lexeme, 0, count(*) FROM keyword_postings GROUP BY 1;
+INSERT INTO keyword_totals (stripe, entries) SELECT 0, count(*) FROM entries;
 
 CREATE TRIGGER entries_keywords_added AFTER INSERT ON entries
     REFERENCING NEW TABLE AS added

@@ -1028,6 +1028,9 @@ async fn keyword_postings_follow_every_write() {
     assert_eq!(hits.first().map(|c| &c.hit.entry.id), Some(&phrase));
     let hits = store.search("gauge noon", 3).await.expect("word search");
     assert_eq!(hits.first().map(|h| &h.entry.id), Some(&phrase));
+    // Two terms of one lexeme are ranked through the documents too.
+    let hits = store.search("Gauge gauge", 3).await.expect("word search");
+    assert_eq!(hits.first().map(|h| &h.entry.id), Some(&phrase));
     store.close().await;
 }
 
@@ -1051,7 +1054,8 @@ async fn a_store_from_before_keyword_postings_gets_them_when_opened() {
         format!("DROP TABLE {s}.keyword_postings, {s}.keyword_docs, {s}.keyword_totals"),
         format!(
             "DROP FUNCTION {s}.memory_keywords_added(), {s}.memory_keywords_removed(), \
-             {s}.memory_single_lexeme(text), {s}.memory_lexeme_query(text)"
+             {s}.memory_single_lexeme(text), {s}.memory_lexeme_query(text), \
+             {s}.memory_keyword_stripe()"
         ),
         format!("DELETE FROM {s}._sqlx_migrations WHERE version = 2"),
     ] {

@@ -176,11 +176,11 @@ pub async fn problems(url: &str, schema: &str) -> Result<Vec<String>, MemoryErro
                  AND p.rank IS DISTINCT FROM ts_rank('{{0.1, 0.2, 0.5, 1.0}}', t.search, \
                      phraseto_tsquery('simple', t.lexeme), 1)), \
              (SELECT count(*) FROM (SELECT lexeme, count(*) AS docs FROM truth GROUP BY 1) c \
-                 FULL JOIN (SELECT * FROM {s}.keyword_docs WHERE docs <> 0) d USING (lexeme) \
+                 FULL JOIN (SELECT lexeme, sum(docs) AS docs FROM {s}.keyword_docs \
+                     GROUP BY 1 HAVING sum(docs) <> 0) d USING (lexeme) \
                  WHERE c.docs IS DISTINCT FROM d.docs), \
-             (SELECT count(*) FROM {s}.keyword_totals \
-                 WHERE entries <> (SELECT count(*) FROM {s}.entries)) \
-                 + (SELECT 1 - count(*) FROM {s}.keyword_totals)"
+             (SELECT count(*) FROM (SELECT sum(entries) AS entries FROM {s}.keyword_totals) t \
+                 WHERE t.entries IS DISTINCT FROM (SELECT count(*) FROM {s}.entries))"
         ))
         .fetch_one(&mut conn)
         .await
