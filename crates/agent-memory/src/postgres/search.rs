@@ -1,13 +1,13 @@
 //! Search: the vector ranking (HNSW or exact), fusion with the keyword ranking, and
 //! recording recalls.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use agent_op::{Candidate, MemoryEntry, MemoryError, MemoryId, ScoredMemory, SearchOptions};
 use sqlx::PgConnection;
 
 use super::keywords::{Filter, keyword_ranking};
-use super::retry::{DbError, statement, transaction};
+use super::retry::{DbError, statement};
 use super::{ENTRY_COLUMNS, EntryRow, PostgresBackend, entry};
 use crate::clock::now_micros;
 use crate::common::{distinct_ids, embed_checked, validate_query};
@@ -148,6 +148,9 @@ impl PostgresBackend {
     /// ranked entry first (in id order, so concurrent recalls cannot deadlock) so none can be
     /// deleted before the update; returns them in ranking order. `None`, recording nothing,
     /// when entries were deleted and fewer than `k` are left, unless `last`.
+    ///
+    /// One statement, so one round trip: the decision is made inside it (`go`), and when it
+    /// is "no" the update touches nothing.
     async fn recall_ranked(
         &self,
         ranked: &[(i64, f32)],
@@ -156,41 +159,39 @@ impl PostgresBackend {
     ) -> Result<Option<Vec<ScoredMemory>>, MemoryError> {
         let now = now_micros(self.inner.clock.as_ref());
         let ids: Vec<i64> = ranked.iter().map(|(id, _)| *id).collect();
+        let wanted = i64::try_from(k).unwrap_or(i64::MAX);
+        // `greatest`: `now` was read before waiting for the row locks, and other processes'
+        // clocks may be behind; an access time never moves back.
         let sql = format!(
-            "UPDATE entries e SET accessed_at = greatest(e.accessed_at, $1), \
+            "WITH locked AS MATERIALIZED ( \
+                 SELECT id FROM entries WHERE id = ANY($2) ORDER BY id FOR UPDATE), \
+             chosen AS MATERIALIZED ( \
+                 SELECT r.id FROM unnest($2::int8[]) WITH ORDINALITY AS r(id, i) \
+                 WHERE r.id IN (SELECT id FROM locked) ORDER BY r.i LIMIT $3), \
+             go AS MATERIALIZED ( \
+                 SELECT (SELECT count(*) FROM chosen) >= $3 \
+                     OR (SELECT count(*) FROM locked) >= cardinality($2::int8[]) \
+                     OR $4 AS yes) \
+             UPDATE entries e SET accessed_at = greatest(e.accessed_at, $1), \
                  access_count = e.access_count + 1 \
-             WHERE e.id = ANY($2) \
+             FROM chosen c WHERE e.id = c.id AND (SELECT yes FROM go) \
              RETURNING {ENTRY_COLUMNS}"
         );
-        let rows = transaction!(self, "recording a recall", |conn| {
-            let locked: Vec<(i64,)> =
-                sqlx::query_as("SELECT id FROM entries WHERE id = ANY($1) ORDER BY id FOR UPDATE")
-                    .bind(&ids)
-                    .fetch_all(&mut *conn)
-                    .await?;
-            let stored: HashSet<i64> = locked.into_iter().map(|(id,)| id).collect();
-            let chosen: Vec<i64> = ids
-                .iter()
-                .filter(|id| stored.contains(id))
-                .take(k)
-                .copied()
-                .collect();
-            if chosen.len() < k && stored.len() < ids.len() && !last {
-                None
-            } else {
-                // `greatest`: `now` was read before waiting for the row locks, and other
-                // processes' clocks may be behind; an access time never moves back.
-                let rows: Vec<EntryRow> = sqlx::query_as(&sql)
-                    .bind(now)
-                    .bind(&chosen)
-                    .fetch_all(&mut *conn)
-                    .await?;
-                Some(rows)
-            }
+        let rows = statement!(self, "recording a recall", |conn| {
+            let rows: Vec<EntryRow> = sqlx::query_as(&sql)
+                .bind(now)
+                .bind(&ids)
+                .bind(wanted)
+                .bind(last)
+                .fetch_all(&mut *conn)
+                .await?;
+            rows
         })?;
-        let Some(rows) = rows else {
+        // Nothing updated means "no" (`ranked` is never empty, so a "yes" updates at least
+        // one entry unless every one was deleted, which only the last attempt accepts).
+        if rows.is_empty() && !last {
             return Ok(None);
-        };
+        }
         let mut by_id: HashMap<i64, MemoryEntry> =
             rows.into_iter().map(|row| (row.0, entry(row))).collect();
         Ok(Some(
