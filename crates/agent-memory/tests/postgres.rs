@@ -1085,3 +1085,142 @@ async fn a_store_from_before_keyword_postings_gets_them_when_opened() {
     assert_keywords_sound(url, &schema, "a store after the migration").await;
     store.close().await;
 }
+
+/// An embedder whose every vector is zero: a search's vector ranking is then empty (an
+/// all-zero query is similar to nothing), so its hits are the keyword ranking alone.
+struct Zeros;
+
+impl agent_op::EmbeddingProvider for Zeros {
+    fn model(&self) -> &str {
+        "zeros-4"
+    }
+
+    fn dimensions(&self) -> usize {
+        4
+    }
+
+    fn embed<'a>(
+        &'a self,
+        _text: &'a str,
+    ) -> agent_op::BoxFuture<'a, Result<Vec<f32>, agent_op::EmbeddingError>> {
+        Box::pin(async { Ok(vec![0.0; 4]) })
+    }
+}
+
+/// The keyword ranking of `terms` computed the way it was before postings existed: every
+/// term's document count through the GIN index, the terms rarest first (a store this small
+/// has no stop words and stays within the budget), and `ts_rank × idf` summed over the
+/// terms in SQL. Entry ids, best first, ties by id.
+async fn ranking_over_documents(
+    admin: &mut PgConnection,
+    schema: &str,
+    terms: &[&str],
+) -> Vec<i64> {
+    let s = format!("\"{schema}\"");
+    let mut counted = Vec::new();
+    for term in terms {
+        let (docs,): (i64,) = sqlx::query_as(&format!(
+            "SELECT count(*) FROM {s}.entries WHERE search @@ phraseto_tsquery('simple', $1)"
+        ))
+        .bind(term)
+        .fetch_one(&mut *admin)
+        .await
+        .expect("count");
+        if docs > 0 {
+            counted.push((docs, term.to_string()));
+        }
+    }
+    counted.sort_by_key(|(docs, _)| *docs);
+    let (all,): (i64,) = sqlx::query_as(&format!("SELECT count(*) FROM {s}.entries"))
+        .fetch_one(&mut *admin)
+        .await
+        .expect("count");
+    let idf: Vec<f64> = counted
+        .iter()
+        .map(|(docs, _)| {
+            let (n, all) = (*docs as f64, all as f64);
+            (1.0 + (all - n + 0.5) / (n + 0.5)).ln()
+        })
+        .collect();
+    let chosen: Vec<String> = counted.into_iter().map(|(_, term)| term).collect();
+    let rows: Vec<(i64,)> = sqlx::query_as(&format!(
+        "WITH q AS MATERIALIZED ( \
+             SELECT phraseto_tsquery('simple', w.term) AS query, w.idf \
+             FROM unnest($1::text[], $2::float8[]) AS w(term, idf)) \
+         SELECT e.id FROM {s}.entries e \
+         WHERE e.search @@ (SELECT {s}.memory_any_query(query) FROM q) \
+         ORDER BY (SELECT sum(q.idf * ts_rank('{{0.1, 0.2, 0.5, 1.0}}', e.search, q.query, 1)) \
+             FROM q) DESC, e.id"
+    ))
+    .bind(&chosen)
+    .bind(&idf)
+    .fetch_all(&mut *admin)
+    .await
+    .expect("ranking");
+    rows.into_iter().map(|(id,)| id).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyword_ranking_from_postings_equals_ts_rank_over_documents() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = builder(url, &schema)
+        .embedder(Arc::new(Zeros))
+        .connect()
+        .await
+        .expect("connect");
+    // Few words, often repeated, in content and context: entries share several query words
+    // at different weights and lengths, and some tie exactly.
+    let words = ["amber", "basil", "cedar", "dune", "ember", "fjord", "grove"];
+    let mut seed = 0x2545_f491_u64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut memories = Vec::new();
+    for _ in 0..45 {
+        let (content_len, context_len) = (2 + next(6), next(4));
+        let mut sentence = |len: usize| {
+            (0..len)
+                .map(|_| words[next(words.len())])
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        let (content, context) = (sentence(content_len), sentence(context_len));
+        memories.push(NewMemory {
+            content,
+            context,
+            tags: Vec::new(),
+        });
+    }
+    store.store_batch(memories).await.expect("store");
+    let mut admin = PgConnection::connect(url).await.expect("connect");
+    let queries: [&[&str]; 5] = [
+        &["amber", "basil", "cedar"],
+        &["dune", "ember", "fjord", "grove", "amber"],
+        &["cedar", "Cedar", "grove"],
+        &["basil", "nowhere", "fjord", "ember"],
+        &["grove"],
+    ];
+    for terms in queries {
+        let expected = ranking_over_documents(&mut admin, schema.name(), terms).await;
+        let k = expected.len().min(20);
+        assert!(
+            k >= 5,
+            "{terms:?} matches too little to compare: {expected:?}"
+        );
+        let hits = store
+            .search_candidates(&terms.join(" "), k)
+            .await
+            .expect("search");
+        let ids: Vec<i64> = hits
+            .iter()
+            .map(|c| c.hit.entry.id.0.parse().expect("numeric id"))
+            .collect();
+        assert_eq!(ids, expected[..k], "{terms:?}");
+    }
+    admin.close().await.expect("close");
+    store.close().await;
+}

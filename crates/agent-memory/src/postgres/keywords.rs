@@ -7,7 +7,7 @@
 //! `memory_any_query` aggregate of the schema. So `"`, `&`, `|`, `!`, `<->`, `:*` and SQL
 //! in a query are only ever searched as words, as on SQLite.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap};
 
 use agent_op::SearchOptions;
 use sqlx::PgConnection;
@@ -105,13 +105,14 @@ impl Filter {
 /// (rarest first within the budget, no stop words).
 ///
 /// Where the numbers come from: a term that is one lexeme (almost every term: a run of
-/// letters and digits) has its count in `keyword_docs` and each entry's `ts_rank` for it in
-/// `keyword_postings` (counts summed over their stripes), kept by triggers (migration `0002_keyword_postings.sql`), so a search
-/// reads only the postings of the chosen terms — at most the budget. A term the parser
-/// splits into a phrase is counted through the GIN index, and when one is chosen the
-/// ranking computes `ts_rank` over the matching entries' documents instead; both ways give
-/// the same scores, bit for bit (the stored rank is `ts_rank` of the same document and
-/// query, and an absent term adds an exact zero).
+/// letters and digits) has its count in `keyword_docs` (summed over its stripes) and each
+/// entry's `ts_rank` for it in `keyword_postings`, kept by triggers (migration
+/// `0002_keyword_postings.sql`), so a search reads only the postings of the chosen terms
+/// (at most the budget) and scores them here. A term the parser splits into a phrase is
+/// counted through the GIN index, and when one is chosen the ranking computes `ts_rank`
+/// over the matching entries' documents in SQL instead; both ways give the same scores, bit
+/// for bit (the stored rank is `ts_rank` of the same document and query, and an absent
+/// term adds an exact zero).
 pub(super) async fn keyword_ranking(
     conn: &mut PgConnection,
     terms: &[String],
@@ -175,27 +176,20 @@ pub(super) async fn keyword_ranking(
             (1.0 + (all - docs + 0.5) / (docs + 0.5)).ln()
         })
         .collect();
-    // The lexeme of each chosen term, when every one has a single lexeme and no two share
-    // one (`Été` and `été`: summing one posting twice is left to the documents' way).
+    // The lexeme of each chosen term, when every one has a single lexeme.
     let chosen_lexemes: Option<Vec<String>> = chosen
         .iter()
         .map(|term| {
             let at = terms.iter().position(|t| t == term)?;
             lexemes[at].clone()
         })
-        .collect::<Option<Vec<String>>>()
-        .filter(|lexemes| {
-            let distinct: HashSet<&String> = lexemes.iter().collect();
-            distinct.len() == lexemes.len()
-        });
-    let (words, sql) = match chosen_lexemes {
-        Some(lexemes) => (lexemes, ranking_from_postings(filter)),
-        None => (
-            chosen.into_iter().map(str::to_owned).collect(),
-            ranking_from_documents(filter),
-        ),
-    };
-    let query = sqlx::query_as(&sql).bind(&words).bind(limit).bind(&idf);
+        .collect();
+    if let Some(lexemes) = chosen_lexemes {
+        return ranking_from_postings(conn, &lexemes, &idf, limit, filter).await;
+    }
+    let chosen: Vec<String> = chosen.into_iter().map(str::to_owned).collect();
+    let sql = ranking_from_documents(filter);
+    let query = sqlx::query_as(&sql).bind(&chosen).bind(limit).bind(&idf);
     let query = match filter {
         Some(filter) => filter.bind(query),
         None => query,
@@ -204,30 +198,75 @@ pub(super) async fn keyword_ranking(
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
-/// The ranking SQL over `keyword_postings`: `$1` the chosen lexemes (distinct), `$2` the
-/// limit, `$3` their inverse document frequencies, the filter's values from `$4`.
+/// The keyword ranking from `keyword_postings`: each of `lexemes`' postings (the entries the
+/// filter admits) read in one statement, scored here.
 ///
-/// The lexemes are matched with `= ANY($1)` rather than joined with `unnest($1)`: sqlx
-/// prepares statements, and after a few executions PostgreSQL may plan one generically,
-/// without the array's contents; a generic join of an array of unknown length chose to hash
-/// the whole postings table (45–85 ms at 100,000 entries instead of 0.15 ms), while
-/// `= ANY` stays an index scan.
-fn ranking_from_postings(filter: Option<&Filter>) -> String {
+/// The database only reads: one row per lexeme, its entries and their ranks as two arrays
+/// (an index-only scan each, parameterized by the lexeme, so a generic plan of the prepared
+/// statement cannot turn it into a scan of the whole table). Scoring here costs far less
+/// than grouping and sorting thousands of rows in SQL (0.4 ms instead of 1.6 ms at 100,000
+/// entries), and it sums in the order of the terms exactly as the documents' way does in
+/// SQL: the same float8 products, the same additions in the same order (an absent term's
+/// zero changes nothing), ties by id — the same ranking bit for bit.
+async fn ranking_from_postings(
+    conn: &mut PgConnection,
+    lexemes: &[String],
+    idf: &[f64],
+    limit: i64,
+    filter: Option<&Filter>,
+) -> Result<Vec<i64>, DbError> {
     let (join, restriction) = match filter {
         Some(filter) => (
             "JOIN entries e ON e.id = p.entry_id",
-            format!("AND {}", filter.condition(4)),
+            format!("AND {}", filter.condition(2)),
         ),
         None => ("", String::new()),
     };
-    format!(
-        "SELECT p.entry_id FROM keyword_postings p {join} \
-         WHERE p.lexeme = ANY($1::text[]) {restriction} \
-         GROUP BY p.entry_id \
-         ORDER BY sum(($3::float8[])[array_position($1::text[], p.lexeme)] * p.rank \
-             ORDER BY array_position($1::text[], p.lexeme)) DESC, p.entry_id \
-         LIMIT $2"
-    )
+    let sql = format!(
+        "SELECT s.ids, s.ranks FROM unnest($1::text[]) WITH ORDINALITY AS u(lexeme, i) \
+         CROSS JOIN LATERAL ( \
+             SELECT coalesce(array_agg(p.entry_id), '{{}}') AS ids, \
+                 coalesce(array_agg(p.rank), '{{}}') AS ranks \
+             FROM keyword_postings p {join} WHERE p.lexeme = u.lexeme {restriction}) s \
+         ORDER BY u.i"
+    );
+    let query = sqlx::query_as(&sql).bind(lexemes);
+    let query = match filter {
+        Some(filter) => filter.bind(query),
+        None => query,
+    };
+    let rows: Vec<(Vec<i64>, Vec<f32>)> = query.fetch_all(&mut *conn).await?;
+    if rows.len() != lexemes.len() || rows.iter().any(|(ids, ranks)| ids.len() != ranks.len()) {
+        return Err(DbError::Corrupt(format!(
+            "keyword postings: {} rows of unequal entries and ranks were read for {} lexemes",
+            rows.len(),
+            lexemes.len()
+        )));
+    }
+    let postings: usize = rows.iter().map(|(ids, _)| ids.len()).sum();
+    let mut scores: HashMap<i64, f64> = HashMap::with_capacity(postings);
+    for ((ids, ranks), idf) in rows.iter().zip(idf) {
+        for (id, rank) in ids.iter().zip(ranks) {
+            *scores.entry(*id).or_insert(0.0) += idf * f64::from(*rank);
+        }
+    }
+    Ok(best(scores, usize::try_from(limit).unwrap_or(usize::MAX)))
+}
+
+/// The `limit` best-scored entries, best first, ties by id (as SQL's `ORDER BY score DESC,
+/// id`).
+fn best(scores: HashMap<i64, f64>, limit: usize) -> Vec<i64> {
+    let order = |a: &(f64, i64), b: &(f64, i64)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    let mut ranked: Vec<(f64, i64)> = scores.into_iter().map(|(id, s)| (s, id)).collect();
+    if limit == 0 {
+        return Vec::new();
+    }
+    if ranked.len() > limit {
+        ranked.select_nth_unstable_by(limit - 1, order);
+        ranked.truncate(limit);
+    }
+    ranked.sort_unstable_by(order);
+    ranked.into_iter().map(|(_, id)| id).collect()
 }
 
 /// The ranking SQL over the entries' documents (`ts_rank` computed here), for chosen terms
