@@ -41,6 +41,9 @@ pub(super) const MAX_INDEXED_DIMENSIONS: usize = 2_000;
 pub(super) const CREATE_HNSW: &str = "CREATE INDEX IF NOT EXISTS embeddings_hnsw ON embeddings \
      USING hnsw (embedding vector_cosine_ops)";
 
+/// How long a pooled connection may sit idle and still be handed out without a ping.
+const PING_AFTER_IDLE: Duration = Duration::from_millis(500);
+
 /// `hnsw.ef_search` of every pooled connection: the size of the candidate list an HNSW scan
 /// keeps, at least the [`MIN_CANDIDATES`](crate::MIN_CANDIDATES) a search asks for (more
 /// come from iterative scans on pgvector 0.8+, or from an exact scan before it).
@@ -240,6 +243,19 @@ impl PostgresBuilder {
             .max_connections(self.max_connections)
             .min_connections(self.min_connections.min(self.max_connections))
             .acquire_timeout(self.acquire_timeout)
+            // sqlx pings every connection it hands out: a round trip before each statement,
+            // a third of a search's time. Only a connection idle for a while is pinged now
+            // (as HikariCP does); one in use moments ago is alive but for a server that
+            // died in between, whose error reaches the caller as any lost connection's.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for < PING_AFTER_IDLE {
+                        return Ok(true);
+                    }
+                    Ok(conn.ping().await.is_ok())
+                })
+            })
             .after_connect(move |conn, _meta| {
                 let search_path = search_path.clone();
                 let statement_timeout = statement_timeout.clone();
