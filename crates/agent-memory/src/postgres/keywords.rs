@@ -107,86 +107,53 @@ impl Filter {
 /// Where the numbers come from: a term that is one lexeme (almost every term: a run of
 /// letters and digits) has its count in `keyword_docs` (summed over its stripes) and each
 /// entry's `ts_rank` for it in `keyword_postings`, kept by triggers (migration
-/// `0002_keyword_postings.sql`), so a search reads only the postings of the chosen terms
-/// (at most the budget) and scores them here. A term the parser splits into a phrase is
-/// counted through the GIN index, and when one is chosen the ranking computes `ts_rank`
-/// over the matching entries' documents in SQL instead; both ways give the same scores, bit
-/// for bit (the stored rank is `ts_rank` of the same document and query, and an absent
-/// term adds an exact zero).
+/// `0002_keyword_postings.sql`). One statement reads the counts and, for the terms that
+/// could be chosen, their postings; the terms are chosen and the postings scored here, so a
+/// search costs one round trip and reads at most about the budget of postings. A term the
+/// parser splits into a phrase is counted through the GIN index, and when one is chosen the
+/// ranking computes `ts_rank` over the matching entries' documents in SQL instead. Both
+/// ways give the same scores, bit for bit: the stored rank is `ts_rank` of the same
+/// document and query, the products are the same float8 products, they are added in the
+/// order of the chosen terms in both (an absent term's zero changes nothing), and ties go
+/// to the lower id.
 pub(super) async fn keyword_ranking(
     conn: &mut PgConnection,
     terms: &[String],
     limit: i64,
     filter: Option<&Filter>,
 ) -> Result<Vec<i64>, DbError> {
-    let cap = i64::try_from(MAX_KEYWORD_POSTINGS + 1).unwrap_or(i64::MAX);
-    let (counts, lexemes, entries): (Vec<Option<i64>>, Vec<Option<String>>, Option<i64>) =
-        sqlx::query_as(
-            "WITH t AS MATERIALIZED ( \
-                 SELECT u.i, u.term, memory_single_lexeme(u.term) AS lexeme \
-                 FROM unnest($1::text[]) WITH ORDINALITY AS u(term, i)) \
-             SELECT ARRAY(SELECT CASE WHEN t.lexeme IS NOT NULL THEN least(coalesce( \
-                         (SELECT sum(d.docs)::int8 FROM keyword_docs d WHERE d.lexeme = t.lexeme), \
-                         0), $2) \
-                     ELSE (SELECT count(*) FROM ( \
-                         SELECT 1 FROM entries e \
-                         WHERE e.search @@ phraseto_tsquery('simple', t.term) LIMIT $2) s) END \
-                 FROM t ORDER BY t.i), \
-                 ARRAY(SELECT t.lexeme FROM t ORDER BY t.i), \
-                 (SELECT sum(entries)::int8 FROM keyword_totals)",
-        )
-        .bind(terms)
-        .bind(cap)
-        .fetch_one(&mut *conn)
-        .await?;
-    if counts.len() != terms.len() || lexemes.len() != terms.len() {
-        return Err(DbError::Corrupt(format!(
-            "{} document counts and {} lexemes were read for {} search terms",
-            counts.len(),
-            lexemes.len(),
-            terms.len()
-        )));
-    }
-    let entries = entries.ok_or_else(|| {
-        DbError::Corrupt("keyword_totals holds no row (the count of entries)".to_owned())
-    })?;
-    let entries = u64::try_from(entries).unwrap_or(0);
+    let read = read_terms(conn, terms, filter).await?;
     let counted: Vec<(u64, &str)> = terms
         .iter()
-        .zip(counts)
-        .map(|(term, docs)| {
-            (
-                docs.and_then(|d| u64::try_from(d).ok()).unwrap_or(0),
-                term.as_str(),
-            )
-        })
+        .zip(&read.terms)
+        .map(|(term, row)| (row.docs, term.as_str()))
         .collect();
-    let chosen = keyword_terms(counted.clone(), entries);
+    let chosen = keyword_terms(counted, read.entries);
     if chosen.is_empty() {
         return Ok(Vec::new());
     }
-    let idf: Vec<f64> = chosen
+    // Positions in `terms` of the chosen terms, in the chosen order.
+    let at: Vec<usize> = chosen
         .iter()
-        .map(|term| {
-            let docs = counted
-                .iter()
-                .find(|(_, t)| t == term)
-                .map_or(0, |(docs, _)| *docs) as f64;
-            let all = (entries as f64).max(docs);
+        .filter_map(|term| terms.iter().position(|t| t == term))
+        .collect();
+    let idf: Vec<f64> = at
+        .iter()
+        .map(|&i| {
+            let docs = read.terms[i].docs as f64;
+            let all = (read.entries as f64).max(docs);
             (1.0 + (all - docs + 0.5) / (docs + 0.5)).ln()
         })
         .collect();
-    // The lexeme of each chosen term, when every one has a single lexeme.
-    let chosen_lexemes: Option<Vec<String>> = chosen
+    let fetched: Option<Vec<&Postings>> = at
         .iter()
-        .map(|term| {
-            let at = terms.iter().position(|t| t == term)?;
-            lexemes[at].clone()
-        })
+        .map(|&i| read.terms[i].postings.as_ref())
         .collect();
-    if let Some(lexemes) = chosen_lexemes {
-        return ranking_from_postings(conn, &lexemes, &idf, limit, filter).await;
+    if let Some(postings) = fetched {
+        return Ok(score(&postings, &idf, limit));
     }
+    // A phrase was chosen (or, never expected, a term whose postings were not read: see
+    // `read_terms`): the documents' way.
     let chosen: Vec<String> = chosen.into_iter().map(str::to_owned).collect();
     let sql = ranking_from_documents(filter);
     let query = sqlx::query_as(&sql).bind(&chosen).bind(limit).bind(&idf);
@@ -198,69 +165,157 @@ pub(super) async fn keyword_ranking(
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
 
-/// The keyword ranking from `keyword_postings`: each of `lexemes`' postings (the entries the
-/// filter admits) read in one statement, scored here.
+/// The entries holding a lexeme (those the filter admits) and each one's stored `ts_rank`
+/// for it, in the same order.
+#[derive(Debug, Default)]
+struct Postings {
+    ids: Vec<i64>,
+    ranks: Vec<f32>,
+}
+
+/// What a search reads about its terms.
+struct ReadTerms {
+    /// Per term, in order.
+    terms: Vec<ReadTerm>,
+    /// How many entries there are.
+    entries: u64,
+}
+
+/// What a search reads about one term.
+struct ReadTerm {
+    /// Entries holding it, counted up to `MAX_KEYWORD_POSTINGS + 1`.
+    docs: u64,
+    /// Its postings, when it is a single lexeme that could be chosen.
+    postings: Option<Postings>,
+}
+
+/// A row of [`read_terms`]' statement: docs, entries, whether postings were read, their
+/// ids and ranks.
+type TermRow = (Option<i64>, Option<i64>, bool, Vec<i64>, Vec<f32>);
+
+/// Reads each term's document count, the count of entries, and the postings of
+/// every single-lexeme term that [`keyword_terms`] could choose, in one statement.
 ///
-/// The database only reads: one row per lexeme, its entries and their ranks as two arrays
-/// (an index-only scan each, parameterized by the lexeme, so a generic plan of the prepared
-/// statement cannot turn it into a scan of the whole table). Scoring here costs far less
-/// than grouping and sorting thousands of rows in SQL (0.4 ms instead of 1.6 ms at 100,000
-/// entries), and it sums in the order of the terms exactly as the documents' way does in
-/// SQL: the same float8 products, the same additions in the same order (an absent term's
-/// zero changes nothing), ties by id — the same ranking bit for bit.
-async fn ranking_from_postings(
+/// Which postings are read: taking the terms rarest first (ties in query order), those
+/// whose running total of counts stays within [`MAX_KEYWORD_POSTINGS`]. That is a superset
+/// of the chosen terms: `keyword_terms` takes the same prefix after leaving out stop words
+/// and absent terms, and a stop word is commoner than any term it keeps, so leaving it in
+/// the running total only adds it at the end. Nothing depends on this beyond speed: were a
+/// chosen term's postings not read, the ranking would be computed over the documents.
+///
+/// Each term's postings come from its own index-only scan, parameterized by the lexeme, as
+/// two arrays: a generic plan of the prepared statement cannot turn them into a scan of the
+/// whole table (an `= ANY($1)` join planned generically once hashed all of it), and
+/// summing and sorting thousands of rows here costs far less than grouping them in SQL
+/// (0.4 ms instead of 1.6 ms for 4,874 postings at 100,000 entries).
+async fn read_terms(
     conn: &mut PgConnection,
-    lexemes: &[String],
-    idf: &[f64],
-    limit: i64,
+    terms: &[String],
     filter: Option<&Filter>,
-) -> Result<Vec<i64>, DbError> {
+) -> Result<ReadTerms, DbError> {
+    let cap = i64::try_from(MAX_KEYWORD_POSTINGS + 1).unwrap_or(i64::MAX);
+    let budget = i64::try_from(MAX_KEYWORD_POSTINGS).unwrap_or(i64::MAX);
     let (join, restriction) = match filter {
         Some(filter) => (
             "JOIN entries e ON e.id = p.entry_id",
-            format!("AND {}", filter.condition(2)),
+            format!("AND {}", filter.condition(4)),
         ),
         None => ("", String::new()),
     };
     let sql = format!(
-        "SELECT s.ids, s.ranks FROM unnest($1::text[]) WITH ORDINALITY AS u(lexeme, i) \
-         CROSS JOIN LATERAL ( \
+        "WITH t AS MATERIALIZED ( \
+             SELECT u.i, u.term, memory_single_lexeme(u.term) AS lexeme \
+             FROM unnest($1::text[]) WITH ORDINALITY AS u(term, i)), \
+         c AS MATERIALIZED ( \
+             SELECT t.i, t.lexeme, CASE WHEN t.lexeme IS NOT NULL THEN least(coalesce( \
+                     (SELECT sum(d.docs)::int8 FROM keyword_docs d WHERE d.lexeme = t.lexeme), \
+                     0), $2) \
+                 ELSE (SELECT count(*) FROM ( \
+                     SELECT 1 FROM entries e \
+                     WHERE e.search @@ phraseto_tsquery('simple', t.term) LIMIT $2) s) END AS docs \
+             FROM t), \
+         f AS MATERIALIZED ( \
+             SELECT c.*, c.lexeme IS NOT NULL \
+                 AND sum(c.docs) OVER (ORDER BY c.docs, c.i) <= $3 AS fetch FROM c) \
+         SELECT f.docs, (SELECT sum(entries)::int8 FROM keyword_totals), f.fetch, \
+             s.ids, s.ranks \
+         FROM f CROSS JOIN LATERAL ( \
              SELECT coalesce(array_agg(p.entry_id), '{{}}') AS ids, \
                  coalesce(array_agg(p.rank), '{{}}') AS ranks \
-             FROM keyword_postings p {join} WHERE p.lexeme = u.lexeme {restriction}) s \
-         ORDER BY u.i"
+             FROM keyword_postings p {join} \
+             WHERE f.fetch AND p.lexeme = f.lexeme {restriction}) s \
+         ORDER BY f.i"
     );
-    let query = sqlx::query_as(&sql).bind(lexemes);
+    let query = sqlx::query_as(&sql).bind(terms).bind(cap).bind(budget);
     let query = match filter {
         Some(filter) => filter.bind(query),
         None => query,
     };
-    let rows: Vec<(Vec<i64>, Vec<f32>)> = query.fetch_all(&mut *conn).await?;
-    if rows.len() != lexemes.len() || rows.iter().any(|(ids, ranks)| ids.len() != ranks.len()) {
+    let rows: Vec<TermRow> = query.fetch_all(&mut *conn).await?;
+    if rows.len() != terms.len() {
         return Err(DbError::Corrupt(format!(
-            "keyword postings: {} rows of unequal entries and ranks were read for {} lexemes",
+            "{} rows of counts were read for {} search terms",
             rows.len(),
-            lexemes.len()
+            terms.len()
         )));
     }
-    let postings: usize = rows.iter().map(|(ids, _)| ids.len()).sum();
-    let mut scores: HashMap<i64, f64> = HashMap::with_capacity(postings);
-    for ((ids, ranks), idf) in rows.iter().zip(idf) {
-        for (id, rank) in ids.iter().zip(ranks) {
-            *scores.entry(*id).or_insert(0.0) += idf * f64::from(*rank);
-        }
+    let mut entries = None;
+    let mut read = Vec::with_capacity(rows.len());
+    for (docs, total, fetched, ids, ranks) in rows {
+        entries = total;
+        let postings = if fetched {
+            Some(postings(ids, ranks)?)
+        } else {
+            None
+        };
+        read.push(ReadTerm {
+            docs: docs.and_then(|d| u64::try_from(d).ok()).unwrap_or(0),
+            postings,
+        });
     }
-    Ok(best(scores, usize::try_from(limit).unwrap_or(usize::MAX)))
+    let entries = match (entries, read.is_empty()) {
+        (Some(n), _) => u64::try_from(n).unwrap_or(0),
+        (None, true) => 0,
+        (None, false) => {
+            return Err(DbError::Corrupt(
+                "keyword_totals holds no row (the count of entries)".to_owned(),
+            ));
+        }
+    };
+    Ok(ReadTerms {
+        terms: read,
+        entries,
+    })
 }
 
-/// The `limit` best-scored entries, best first, ties by id (as SQL's `ORDER BY score DESC,
-/// id`).
-fn best(scores: HashMap<i64, f64>, limit: usize) -> Vec<i64> {
-    let order = |a: &(f64, i64), b: &(f64, i64)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
-    let mut ranked: Vec<(f64, i64)> = scores.into_iter().map(|(id, s)| (s, id)).collect();
+/// Postings from their two arrays, which must be as long as each other.
+fn postings(ids: Vec<i64>, ranks: Vec<f32>) -> Result<Postings, DbError> {
+    if ids.len() != ranks.len() {
+        return Err(DbError::Corrupt(format!(
+            "keyword postings: {} entries with {} ranks",
+            ids.len(),
+            ranks.len()
+        )));
+    }
+    Ok(Postings { ids, ranks })
+}
+
+/// The best `limit` entries by the sum over the terms, in order, of `idf × rank`, best
+/// first, ties by id (as SQL's `ORDER BY score DESC, id`).
+fn score(postings: &[&Postings], idf: &[f64], limit: i64) -> Vec<i64> {
+    let limit = usize::try_from(limit).unwrap_or(usize::MAX);
     if limit == 0 {
         return Vec::new();
     }
+    let total: usize = postings.iter().map(|p| p.ids.len()).sum();
+    let mut scores: HashMap<i64, f64> = HashMap::with_capacity(total);
+    for (p, idf) in postings.iter().zip(idf) {
+        for (id, rank) in p.ids.iter().zip(&p.ranks) {
+            *scores.entry(*id).or_insert(0.0) += idf * f64::from(*rank);
+        }
+    }
+    let order = |a: &(f64, i64), b: &(f64, i64)| b.0.total_cmp(&a.0).then(a.1.cmp(&b.1));
+    let mut ranked: Vec<(f64, i64)> = scores.into_iter().map(|(id, s)| (s, id)).collect();
     if ranked.len() > limit {
         ranked.select_nth_unstable_by(limit - 1, order);
         ranked.truncate(limit);
