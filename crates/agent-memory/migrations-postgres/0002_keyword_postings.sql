@@ -25,7 +25,8 @@ LOCK TABLE entries IN SHARE ROW EXCLUSIVE MODE;
 -- `w` whose only lexeme it is: a quoted operand, quotes and backslashes doubled.
 CREATE FUNCTION memory_lexeme_query(lexeme text) RETURNS tsquery
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
-    SELECT ('''' || replace(replace(lexeme, '\', '\\'), '''', '''''') || '''')::tsquery
+    SELECT ('''' || replace(replace(lexeme, chr(92), chr(92) || chr(92)), '''', '''''')
+        || '''')::tsquery
 $$;
 
 -- The lexeme a query word stands for when it is a single one (one token, one position, as
@@ -50,29 +51,34 @@ CREATE TABLE keyword_postings (
 
 -- How many entries hold each lexeme: the sum over its stripes (a stripe may be negative
 -- when entries were deleted by another stripe's writer; rows may reach 0 and stay).
+-- `docs` is not in the index and pages keep room, so an update of a count is a HOT update
+-- that adds no index entry.
 CREATE TABLE keyword_docs (
     lexeme text     NOT NULL,
     stripe smallint NOT NULL,
     docs   bigint   NOT NULL,
-    PRIMARY KEY (lexeme, stripe) INCLUDE (docs)
-);
+    PRIMARY KEY (lexeme, stripe)
+) WITH (fillfactor = 70);
 
 -- How many entries there are, the sum over the stripes: the N of the inverse document
 -- frequency.
 CREATE TABLE keyword_totals (
     stripe  smallint PRIMARY KEY,
     entries bigint   NOT NULL
-);
+) WITH (fillfactor = 50);
 
 -- The stripe of this connection's writes.
 CREATE FUNCTION memory_keyword_stripe() RETURNS smallint
-LANGUAGE sql STABLE PARALLEL SAFE AS $$
+LANGUAGE sql STABLE PARALLEL RESTRICTED AS $$
     SELECT (pg_backend_pid() % 16)::smallint
 $$;
 
 CREATE FUNCTION memory_keywords_added() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
+    IF NOT EXISTS (SELECT 1 FROM added) THEN
+        RETURN NULL;
+    END IF;
     INSERT INTO keyword_postings (lexeme, entry_id, rank)
     SELECT w.lexeme, a.id,
            ts_rank('{0.1, 0.2, 0.5, 1.0}', a.search, memory_lexeme_query(w.lexeme), 1)
@@ -92,6 +98,10 @@ $$;
 CREATE FUNCTION memory_keywords_removed() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN
+    -- A delete that found nothing (an age rule with nothing to remove) locks no counter.
+    IF NOT EXISTS (SELECT 1 FROM gone) THEN
+        RETURN NULL;
+    END IF;
     DELETE FROM keyword_postings p
     USING (SELECT w.lexeme, g.id FROM gone g, unnest(g.search) AS w) r
     WHERE p.lexeme = r.lexeme AND p.entry_id = r.id;

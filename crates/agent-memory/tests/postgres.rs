@@ -1028,7 +1028,7 @@ async fn keyword_postings_follow_every_write() {
     assert_eq!(hits.first().map(|c| &c.hit.entry.id), Some(&phrase));
     let hits = store.search("gauge noon", 3).await.expect("word search");
     assert_eq!(hits.first().map(|h| &h.entry.id), Some(&phrase));
-    // Two terms of one lexeme are ranked through the documents too.
+    // Two terms of one lexeme: each counted and scored, as over the documents.
     let hits = store.search("Gauge gauge", 3).await.expect("word search");
     assert_eq!(hits.first().map(|h| &h.entry.id), Some(&phrase));
     store.close().await;

@@ -167,7 +167,6 @@ pub(super) async fn keyword_ranking(
 
 /// The entries holding a lexeme (those the filter admits) and each one's stored `ts_rank`
 /// for it, in the same order.
-#[derive(Debug, Default)]
 struct Postings {
     ids: Vec<i64>,
     ranks: Vec<f32>,
@@ -259,29 +258,32 @@ async fn read_terms(
             terms.len()
         )));
     }
-    let mut entries = None;
-    let mut read = Vec::with_capacity(rows.len());
-    for (docs, total, fetched, ids, ranks) in rows {
-        entries = total;
-        let postings = if fetched {
-            Some(postings(ids, ranks)?)
-        } else {
-            None
-        };
-        read.push(ReadTerm {
-            docs: docs.and_then(|d| u64::try_from(d).ok()).unwrap_or(0),
-            postings,
-        });
-    }
-    let entries = match (entries, read.is_empty()) {
-        (Some(n), _) => u64::try_from(n).unwrap_or(0),
-        (None, true) => 0,
-        (None, false) => {
+    // Every row carries the same count of entries.
+    let entries = match rows.first() {
+        None => 0,
+        Some((_, Some(n), ..)) => u64::try_from(*n)
+            .map_err(|_| DbError::Corrupt(format!("keyword_totals sums to {n} entries")))?,
+        Some((_, None, ..)) => {
             return Err(DbError::Corrupt(
                 "keyword_totals holds no row (the count of entries)".to_owned(),
             ));
         }
     };
+    let mut read = Vec::with_capacity(rows.len());
+    for ((docs, _, fetched, ids, ranks), term) in rows.into_iter().zip(terms) {
+        let docs = match docs {
+            None => 0,
+            Some(d) => u64::try_from(d).map_err(|_| {
+                DbError::Corrupt(format!("keyword_docs sums to {d} entries for {term:?}"))
+            })?,
+        };
+        let postings = if fetched {
+            Some(postings(ids, ranks)?)
+        } else {
+            None
+        };
+        read.push(ReadTerm { docs, postings });
+    }
     Ok(ReadTerms {
         terms: read,
         entries,

@@ -144,9 +144,9 @@ impl PostgresBackend {
         Ok(Vec::new())
     }
 
-    /// Records a recall of the first `k` entries of `ranked` still stored, locking every
-    /// ranked entry first (in id order, so concurrent recalls cannot deadlock) so none can be
-    /// deleted before the update; returns them in ranking order. `None`, recording nothing,
+    /// Records a recall of the first `k` entries of `ranked` still stored, locking ranked
+    /// entries first (in id order, so concurrent recalls cannot deadlock; at least every one
+    /// it updates) so none can be deleted before the update; returns them in ranking order. `None`, recording nothing,
     /// when entries were deleted and fewer than `k` are left, unless `last`.
     ///
     /// One statement, so one round trip: the decision is made inside it (`go`), and when it
