@@ -47,9 +47,9 @@ pub const SERVICE_USER: &str = "effect_pg";
 /// HNSW index in memory, and shared buffers that hold the benchmark store's working set
 /// (HNSW index 195 MB, vectors 157 MB, keyword postings 158 MB), as pgvector advises for
 /// a server that searches: at 256 MB, a search's keyword half evicted index pages its
-/// vector half then read again, about 1 ms of a 3.5 ms search. Commits do not wait for the WAL flush (`synchronous_commit = off`,
-/// like the SQLite backend's default `synchronous = NORMAL`): a crash of this throwaway
-/// server may lose the last commits, never corrupt it.
+/// vector half then read again, about 1 ms of a 3.5 ms search. Commits do not wait for the
+/// WAL flush (`synchronous_commit = off`, like the SQLite backend's default `synchronous =
+/// NORMAL`): a crash of this throwaway server may lose the last commits, never corrupt it.
 const CONFIG: &str = "
 # Added by effect-agents (xtask/src/pg.rs): a throwaway server for tests and benchmarks.
 listen_addresses = '127.0.0.1'

@@ -146,8 +146,9 @@ impl PostgresBackend {
 
     /// Records a recall of the first `k` entries of `ranked` still stored, locking ranked
     /// entries first (in id order, so concurrent recalls cannot deadlock; at least every one
-    /// it updates) so none can be deleted before the update; returns them in ranking order. `None`, recording nothing,
-    /// when entries were deleted and fewer than `k` are left, unless `last`.
+    /// it updates) so none can be deleted before the update; returns them in ranking order.
+    /// `None`, recording nothing, when entries were deleted and fewer than `k` are left,
+    /// unless `last`.
     ///
     /// One statement, so one round trip: the decision is made inside it (`go`), and when it
     /// is "no" the update touches nothing.
