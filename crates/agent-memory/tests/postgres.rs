@@ -1018,6 +1018,20 @@ async fn keyword_postings_follow_every_write() {
     assert!(report.removed > 0, "{report:?}");
     assert_keywords_sound(url, &schema, "prunes").await;
     assert_eq!(store.count().await.expect("count"), 900);
+    // Words of deleted entries that no entry holds any more have no counts left after a
+    // prune (the deleted `o'neil` entry held the only `neil`).
+    let mut admin = PgConnection::connect(url).await.expect("connect");
+    let (zero, neil): (i64, i64) = sqlx::query_as(&format!(
+        "SELECT (SELECT count(*) FROM (SELECT lexeme FROM \"{0}\".keyword_docs \
+             GROUP BY lexeme HAVING sum(docs) = 0) z), \
+             (SELECT count(*) FROM \"{0}\".keyword_docs WHERE lexeme = 'neil')",
+        schema.name()
+    ))
+    .fetch_one(&mut admin)
+    .await
+    .expect("counts");
+    assert_eq!((zero, neil), (0, 0));
+    admin.close().await.expect("close");
 
     // A term PostgreSQL's parser splits into a phrase (`x`, `y`) is counted and ranked
     // through the entries' documents; a word is ranked from the postings.

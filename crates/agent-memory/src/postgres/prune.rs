@@ -59,6 +59,18 @@ impl PostgresBackend {
                 .await?;
                 report.removed += done.rows_affected();
             }
+            if report.removed + report.merged > 0 {
+                // Keyword counts of words no entry holds any more: their striped rows sum to
+                // zero and would stay forever (every word ever stored leaves some). Other
+                // writers wait on the lock above, so none is adding to them meanwhile.
+                sqlx::query(
+                    "DELETE FROM keyword_docs d USING ( \
+                         SELECT lexeme FROM keyword_docs GROUP BY lexeme HAVING sum(docs) = 0) z \
+                     WHERE d.lexeme = z.lexeme",
+                )
+                .execute(&mut *conn)
+                .await?;
+            }
             report
         })
     }
