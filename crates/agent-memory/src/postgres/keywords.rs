@@ -1,11 +1,13 @@
-//! The keyword ranking (PostgreSQL full-text search) and the SQL of search filters.
+//! The keyword ranking (PostgreSQL full-text search, read from the postings the schema's
+//! triggers keep) and the SQL of search filters.
 //!
 //! Query text never reaches SQL as syntax: the query is split into terms (runs of letters
 //! and digits, [`cased_terms`](crate::text::cased_terms)), each term travels as a bound
-//! value through `phraseto_tsquery('simple', …)` — which reads its argument as plain words
-//! and makes a term of several words a phrase — and the terms are OR-ed with the
-//! `memory_any_query` aggregate of the schema. So `"`, `&`, `|`, `!`, `<->`, `:*` and SQL
-//! in a query are only ever searched as words, as on SQLite.
+//! value, read by the same parser as the documents: `memory_single_lexeme` for a term of
+//! one word, looked up in the postings, and `phraseto_tsquery('simple', …)` — which reads
+//! its argument as plain words and makes a term of several words a phrase — for the rest,
+//! OR-ed with the `memory_any_query` aggregate of the schema. So `"`, `&`, `|`, `!`, `<->`,
+//! `:*` and SQL in a query are only ever searched as words, as on SQLite.
 
 use std::collections::{BTreeSet, HashMap};
 

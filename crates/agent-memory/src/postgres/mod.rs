@@ -8,9 +8,10 @@
 //! and other embedders), `pgvector` (finding, creating and versioning the extension),
 //! `write` (inserts, bulk loads and deletes), `copy` (the binary `COPY` format of bulk
 //! loads), `read` (listings and lookups), `search` (the vector ranking, fusion, recording
-//! recalls), `keywords` (the full-text ranking and the SQL of search filters), `prune`,
-//! `retry` (errors, transactions and retries of deadlocks and serialization failures) and
-//! `lease` (what a dropped operation leaves running, and how the handle waits for it).
+//! recalls), `keywords` (the full-text ranking from keyword postings, and the SQL of search
+//! filters), `prune`, `retry` (errors, transactions and retries of deadlocks and
+//! serialization failures) and `lease` (what a dropped operation leaves running, and how
+//! the handle waits for it).
 
 mod copy;
 mod keywords;
@@ -50,19 +51,20 @@ static UNRESTRICTED: SearchOptions = SearchOptions::new();
 ///   [`connect`](PostgresBuilder::connect) with migrations embedded in the crate. Entries
 ///   and tags in plain tables; each entry's vector (scaled to unit length) in a
 ///   `vector(dimensions)` column with an HNSW index (`vector_cosine_ops`); a `tsvector`
-///   column generated from content and context with a GIN index. The embedder's model and
-///   dimension are recorded in the schema; connecting with another embedder fails with
-///   [`MemoryError::EmbedderMismatch`]. All SQL uses bound parameters.
+///   column generated from content and context with a GIN index, and keyword postings
+///   (each word's entries with their `ts_rank`, and striped counts) kept by triggers. The
+///   embedder's model and dimension are recorded in the schema; connecting with another
+///   embedder fails with [`MemoryError::EmbedderMismatch`]. All SQL uses bound parameters.
 /// - **Search** ([`MemoryBackend::search`]) fuses two rankings with the same reciprocal
 ///   rank fusion as [`SqliteBackend`](crate::SqliteBackend) (k = 60, scores in (0, 1]), each
 ///   of at least [`MIN_CANDIDATES`](crate::MIN_CANDIDATES) (or `2k`) entries:
 ///   - *vector*: cosine distance through the HNSW index (approximate; `SearchOptions::exact`
 ///     scans every vector instead); only positive similarities count;
 ///   - *keyword*: PostgreSQL full-text search over content (weight A) and context (weight
-///     B), ranked by `ts_rank`, for the query's words, each passed to `phraseto_tsquery` as
-///     a bound value so no query syntax reaches SQL. Words are used rarest first up to
-///     [`MAX_KEYWORD_POSTINGS`](crate::MAX_KEYWORD_POSTINGS) entries ranked in total; words
-///     in more than half of the entries are stop words.
+///     B), ranked by `ts_rank` × inverse document frequency read from the postings, for
+///     the query's words, each passed as a bound value so no query syntax reaches SQL.
+///     Words are used rarest first up to [`MAX_KEYWORD_POSTINGS`](crate::MAX_KEYWORD_POSTINGS)
+///     entries ranked in total; words in more than half of the entries are stop words.
 ///
 ///   Filtered searches ([`MemoryBackend::search_with`]) apply the filter inside the vector
 ///   search: with pgvector 0.8 or later the HNSW scan continues until enough entries pass
