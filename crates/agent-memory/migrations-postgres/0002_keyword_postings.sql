@@ -38,10 +38,15 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
     FROM unnest(to_tsvector('simple', word)) AS w
 $$;
 
--- One row per (lexeme, entry holding it), with the entry's `ts_rank` for that lexeme alone:
--- weights D 0.1, C 0.2, B (context) 0.5, A (content) 1, normalization 1 (divided by
--- 1 + the log of the document's length). The same constants as `WEIGHTS` in
--- `src/postgres/keywords.rs`, which ranks the slow way with them.
+-- An entry's `ts_rank` for one of its lexemes alone: weights D 0.1, C 0.2, B (context) 0.5,
+-- A (content) 1, normalization 1 (divided by 1 + the log of the document's length). The
+-- same constants as `WEIGHTS` in `src/postgres/keywords.rs`, which ranks phrases with them.
+CREATE FUNCTION memory_keyword_rank(search tsvector, lexeme text) RETURNS real
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE AS $$
+    SELECT ts_rank('{0.1, 0.2, 0.5, 1.0}', search, memory_lexeme_query(lexeme), 1)
+$$;
+
+-- One row per (lexeme, entry holding it), with `memory_keyword_rank` of the entry for it.
 CREATE TABLE keyword_postings (
     lexeme   text   NOT NULL,
     entry_id bigint NOT NULL,
@@ -73,44 +78,34 @@ LANGUAGE sql STABLE PARALLEL RESTRICTED AS $$
     SELECT (pg_backend_pid() % 16)::smallint
 $$;
 
-CREATE FUNCTION memory_keywords_added() RETURNS trigger
+-- Keeps the postings and counts of the entries a statement inserted or deleted (`changed`,
+-- the statement's transition table under both triggers).
+CREATE FUNCTION memory_keywords_changed() RETURNS trigger
 LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
+DECLARE
+    sign CONSTANT integer := CASE TG_OP WHEN 'INSERT' THEN 1 ELSE -1 END;
 BEGIN
-    IF NOT EXISTS (SELECT 1 FROM added) THEN
+    -- A statement that touched no entry (an age rule with nothing to remove) locks no
+    -- counter.
+    IF NOT EXISTS (SELECT 1 FROM changed) THEN
         RETURN NULL;
     END IF;
-    INSERT INTO keyword_postings (lexeme, entry_id, rank)
-    SELECT w.lexeme, a.id,
-           ts_rank('{0.1, 0.2, 0.5, 1.0}', a.search, memory_lexeme_query(w.lexeme), 1)
-    FROM added a, unnest(a.search) AS w
-    ORDER BY 1, 2;
-    INSERT INTO keyword_docs AS d (lexeme, stripe, docs)
-    SELECT w.lexeme, memory_keyword_stripe(), count(*)
-    FROM added a, unnest(a.search) AS w GROUP BY 1 ORDER BY 1
-    ON CONFLICT (lexeme, stripe) DO UPDATE SET docs = d.docs + excluded.docs;
-    INSERT INTO keyword_totals AS t (stripe, entries)
-    SELECT memory_keyword_stripe(), count(*) FROM added
-    ON CONFLICT (stripe) DO UPDATE SET entries = t.entries + excluded.entries;
-    RETURN NULL;
-END
-$$;
-
-CREATE FUNCTION memory_keywords_removed() RETURNS trigger
-LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
-BEGIN
-    -- A delete that found nothing (an age rule with nothing to remove) locks no counter.
-    IF NOT EXISTS (SELECT 1 FROM gone) THEN
-        RETURN NULL;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO keyword_postings (lexeme, entry_id, rank)
+        SELECT w.lexeme, c.id, memory_keyword_rank(c.search, w.lexeme)
+        FROM changed c, unnest(c.search) AS w
+        ORDER BY 1, 2;
+    ELSE
+        DELETE FROM keyword_postings p
+        USING (SELECT w.lexeme, c.id FROM changed c, unnest(c.search) AS w) r
+        WHERE p.lexeme = r.lexeme AND p.entry_id = r.id;
     END IF;
-    DELETE FROM keyword_postings p
-    USING (SELECT w.lexeme, g.id FROM gone g, unnest(g.search) AS w) r
-    WHERE p.lexeme = r.lexeme AND p.entry_id = r.id;
     INSERT INTO keyword_docs AS d (lexeme, stripe, docs)
-    SELECT w.lexeme, memory_keyword_stripe(), -count(*)
-    FROM gone g, unnest(g.search) AS w GROUP BY 1 ORDER BY 1
+    SELECT w.lexeme, memory_keyword_stripe(), sign * count(*)
+    FROM changed c, unnest(c.search) AS w GROUP BY 1 ORDER BY 1
     ON CONFLICT (lexeme, stripe) DO UPDATE SET docs = d.docs + excluded.docs;
     INSERT INTO keyword_totals AS t (stripe, entries)
-    SELECT memory_keyword_stripe(), -count(*) FROM gone
+    SELECT memory_keyword_stripe(), sign * count(*) FROM changed
     ON CONFLICT (stripe) DO UPDATE SET entries = t.entries + excluded.entries;
     RETURN NULL;
 END
@@ -118,8 +113,7 @@ $$;
 
 -- The entries stored before this version.
 INSERT INTO keyword_postings (lexeme, entry_id, rank)
-SELECT w.lexeme, e.id,
-       ts_rank('{0.1, 0.2, 0.5, 1.0}', e.search, memory_lexeme_query(w.lexeme), 1)
+SELECT w.lexeme, e.id, memory_keyword_rank(e.search, w.lexeme)
 FROM entries e, unnest(e.search) AS w
 ORDER BY 1, 2;
 INSERT INTO keyword_docs (lexeme, stripe, docs)
@@ -127,8 +121,8 @@ SELECT lexeme, 0, count(*) FROM keyword_postings GROUP BY 1;
 INSERT INTO keyword_totals (stripe, entries) SELECT 0, count(*) FROM entries;
 
 CREATE TRIGGER entries_keywords_added AFTER INSERT ON entries
-    REFERENCING NEW TABLE AS added
-    FOR EACH STATEMENT EXECUTE FUNCTION memory_keywords_added();
+    REFERENCING NEW TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_keywords_changed();
 CREATE TRIGGER entries_keywords_removed AFTER DELETE ON entries
-    REFERENCING OLD TABLE AS gone
-    FOR EACH STATEMENT EXECUTE FUNCTION memory_keywords_removed();
+    REFERENCING OLD TABLE AS changed
+    FOR EACH STATEMENT EXECUTE FUNCTION memory_keywords_changed();

@@ -1067,7 +1067,7 @@ async fn a_store_from_before_keyword_postings_gets_them_when_opened() {
         format!("DROP TRIGGER entries_keywords_removed ON {s}.entries"),
         format!("DROP TABLE {s}.keyword_postings, {s}.keyword_docs, {s}.keyword_totals"),
         format!(
-            "DROP FUNCTION {s}.memory_keywords_added(), {s}.memory_keywords_removed(), \
+            "DROP FUNCTION {s}.memory_keywords_changed(), {s}.memory_keyword_rank(tsvector, text), \
              {s}.memory_single_lexeme(text), {s}.memory_lexeme_query(text), \
              {s}.memory_keyword_stripe()"
         ),

@@ -22,7 +22,7 @@ use crate::rank::{MAX_KEYWORD_POSTINGS, keyword_terms};
 
 /// `ts_rank`'s weights for D, C, B and A: content (A) 1, context (B) 0.5, as the SQLite
 /// backend weights its BM25 columns. `keyword_postings` holds ranks computed with the same
-/// constants (migration `0002_keyword_postings.sql`).
+/// constants (`memory_keyword_rank`, migration `0002_keyword_postings.sql`).
 const WEIGHTS: &str = "{0.1, 0.2, 0.5, 1.0}";
 
 /// The restrictions of [`SearchOptions`] as SQL on `entries e`.
