@@ -75,19 +75,22 @@ impl Filter {
         parts.join(" AND ")
     }
 
-    /// Binds the values of [`condition`](Filter::condition).
+    /// Binds the values of `filter`'s [`condition`](Filter::condition), if there is one.
     pub(super) fn bind<'q, O>(
-        &'q self,
+        filter: Option<&'q Filter>,
         mut query: QueryAs<'q, Postgres, O, PgArguments>,
     ) -> QueryAs<'q, Postgres, O, PgArguments> {
-        if let Some(after) = self.after {
+        let Some(filter) = filter else {
+            return query;
+        };
+        if let Some(after) = filter.after {
             query = query.bind(after);
         }
-        if let Some(before) = self.before {
+        if let Some(before) = filter.before {
             query = query.bind(before);
         }
-        if !self.tags.is_empty() {
-            query = query.bind(&self.tags);
+        if !filter.tags.is_empty() {
+            query = query.bind(&filter.tags);
         }
         query
     }
@@ -159,10 +162,7 @@ pub(super) async fn keyword_ranking(
     let chosen: Vec<String> = chosen.into_iter().map(str::to_owned).collect();
     let sql = ranking_from_documents(filter);
     let query = sqlx::query_as(&sql).bind(&chosen).bind(limit).bind(&idf);
-    let query = match filter {
-        Some(filter) => filter.bind(query),
-        None => query,
-    };
+    let query = Filter::bind(filter, query);
     let rows: Vec<(i64,)> = query.fetch_all(&mut *conn).await?;
     Ok(rows.into_iter().map(|(id,)| id).collect())
 }
@@ -248,10 +248,7 @@ async fn read_terms(
          ORDER BY f.i"
     );
     let query = sqlx::query_as(&sql).bind(terms).bind(cap).bind(budget);
-    let query = match filter {
-        Some(filter) => filter.bind(query),
-        None => query,
-    };
+    let query = Filter::bind(filter, query);
     let rows: Vec<TermRow> = query.fetch_all(&mut *conn).await?;
     if rows.len() != terms.len() {
         return Err(DbError::Corrupt(format!(

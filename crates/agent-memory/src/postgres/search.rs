@@ -358,9 +358,6 @@ async fn nearest(
         ),
     };
     let query = sqlx::query_as(&sql).bind(query).bind(limit);
-    let query = match filter {
-        Some(filter) => filter.bind(query),
-        None => query,
-    };
+    let query = Filter::bind(filter, query);
     Ok(query.fetch_all(&mut *conn).await?)
 }
