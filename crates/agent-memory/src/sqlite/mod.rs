@@ -118,6 +118,9 @@ pub struct SqliteBackend {
 struct Inner {
     path: PathBuf,
     readers: SqlitePool,
+    /// The connection that checks whether anything was committed since the last sync (see
+    /// [`SqliteBackend::unchanged_since`]); `None` once closed.
+    checker: Mutex<Option<SqliteConnection>>,
     /// The one connection this handle writes through; `None` once closed.
     writer: Mutex<Option<SqliteConnection>>,
     embedder: Arc<dyn EmbeddingProvider>,
@@ -130,9 +133,15 @@ struct Inner {
     store_id: String,
     /// Set while a background save of the vector copy runs.
     saving: AtomicBool,
+    /// Set after this handle writes, cleared when a sync starts: the copy is surely behind,
+    /// so [`SqliteBackend::on_current_copy`] syncs before reading it instead of beside.
+    wrote: AtomicBool,
     /// Syncs that read the change log (tests check which searches skip it).
     #[cfg(test)]
     change_log_reads: std::sync::atomic::AtomicU64,
+    /// Readings of the copy done again because the database changed while they ran.
+    #[cfg(test)]
+    repeated_reads: std::sync::atomic::AtomicU64,
 }
 
 /// How long [`SqliteBackend::close`] waits for the background indexer before saving.
@@ -187,6 +196,9 @@ impl SqliteBackend {
             // Nothing useful to do if closing fails: the connection is gone either way.
             let _ = writer.close().await;
         }
+        if let Some(checker) = self.inner.checker.lock().await.take() {
+            let _ = checker.close().await;
+        }
         self.inner.readers.close().await;
     }
 
@@ -216,6 +228,7 @@ impl SqliteBackend {
     /// was committed since the last time (see [`cache::unchanged_since`]), else the change
     /// log's new rows in one read transaction.
     async fn sync(&self) -> Result<(), MemoryError> {
+        self.inner.wrote.store(false, Ordering::Release);
         let cache = &self.inner.cache;
         let cursor = read_cache(cache).cursor();
         if self.unchanged_since(cursor).await {
@@ -234,11 +247,58 @@ impl SqliteBackend {
         Ok(())
     }
 
+    /// Runs `read` (a reading of the vector copy) on a copy as new as the database was when
+    /// this was called. When this handle has not written since its last sync, the check that
+    /// nothing was committed since runs on a pooled connection's thread while `read` runs
+    /// here (it is polled first, so its statement is sent before `read` starts): an
+    /// unchanged store costs one reading, not a round trip and then a reading. When the
+    /// check finds a commit, the copy is synced and `read` runs again.
+    async fn on_current_copy<T, F>(&self, read: impl Fn() -> F) -> Result<T, MemoryError>
+    where
+        F: std::future::Future<Output = Result<T, MemoryError>>,
+    {
+        if self.inner.wrote.load(Ordering::Acquire) {
+            self.sync().await?;
+            return read().await;
+        }
+        // Read before the check: the check then proves the copy held every commit made
+        // before this call (the copy only moves forward).
+        let cursor = read_cache(&self.inner.cache).cursor();
+        // `join` polls in order, the check first; both keep being polled, so a reading
+        // that needs a pooled connection too never waits on the check's.
+        let (unchanged, result) =
+            futures_util::future::join(self.unchanged_since(cursor), read()).await;
+        if unchanged {
+            self.save_in_background_if_due();
+            return result;
+        }
+        #[cfg(test)]
+        self.inner
+            .repeated_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.sync().await?;
+        read().await
+    }
+
+    /// Records that this handle wrote (see [`Inner::wrote`]).
+    fn note_write(&self) {
+        self.inner.wrote.store(true, Ordering::Release);
+    }
+
     /// Whether the change log is still at `cursor` (nothing was committed since the copy
     /// was there). Any failure answers no: the full sync then retries and reports it.
     async fn unchanged_since(&self, cursor: i64) -> bool {
         if cursor < 0 {
             return false;
+        }
+        // A connection of its own: a pooled one costs a round trip more to its thread (the
+        // pool pings each connection given back), run beside every search. While another
+        // search's check holds it, a pooled one serves.
+        if let Ok(mut checker) = self.inner.checker.try_lock() {
+            return match checker.as_mut() {
+                Some(conn) => matches!(cache::unchanged_since(conn, cursor).await, Ok(true)),
+                None => false,
+            };
         }
         let Ok(mut conn) = self.inner.readers.acquire().await else {
             return false;

@@ -110,7 +110,7 @@ impl SqliteBuilder {
     }
 
     /// The most connections used for reads at once (default 4, at least 1). Writes use one
-    /// more connection of their own.
+    /// more connection of their own, and so does the check searches make for changes.
     pub fn read_connections(mut self, n: u32) -> SqliteBuilder {
         self.read_connections = n.max(1);
         self
@@ -212,7 +212,11 @@ impl SqliteBuilder {
             .max_connections(self.read_connections)
             .min_connections(0)
             .acquire_timeout(self.lock_retry.max(Duration::from_secs(30)))
-            .connect_with(options)
+            .connect_with(options.clone())
+            .await
+            .map_err(|e| fail("opening read connections", e.into()))?;
+        let checker = options
+            .connect()
             .await
             .map_err(|e| fail("opening read connections", e.into()))?;
 
@@ -220,8 +224,12 @@ impl SqliteBuilder {
             inner: Arc::new(Inner {
                 #[cfg(test)]
                 change_log_reads: Default::default(),
+                #[cfg(test)]
+                repeated_reads: Default::default(),
+                wrote: AtomicBool::new(false),
                 path: self.path,
                 readers,
+                checker: Mutex::new(Some(checker)),
                 writer: Mutex::new(Some(writer)),
                 cache: Arc::new(RwLock::new(VectorCache::new(
                     self.embedder.dimensions(),

@@ -27,7 +27,7 @@ impl SqliteBackend {
             Some(threshold) => self.plan_merges(threshold, cutoff).await?,
             None => Vec::new(),
         };
-        write_tx!(self, "pruning", |conn| {
+        let report = write_tx!(self, "pruning", |conn| {
             let mut report = PruneReport::default();
             if let Some(cutoff) = cutoff {
                 let done = sqlx::query("DELETE FROM entries WHERE accessed_at < ?1")
@@ -55,7 +55,9 @@ impl SqliteBackend {
             }
             trim_change_log(&mut *conn).await?;
             report
-        })
+        });
+        self.note_write();
+        report
     }
 
     /// Plans the merge rule on a read snapshot: the entries the age rule (`cutoff`) keeps,

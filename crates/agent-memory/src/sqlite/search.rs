@@ -46,7 +46,11 @@ impl SqliteBackend {
     /// scores, best first (the first `k` are the hits, the rest stand in for hits deleted
     /// before they are read). Records nothing.
     async fn rank(&self, prepared: &Prepared) -> Result<Vec<(i64, f32)>, MemoryError> {
-        self.sync().await?;
+        self.on_current_copy(|| self.rank_now(prepared)).await
+    }
+
+    /// [`rank`](Self::rank) on the copy as it is.
+    async fn rank_now(&self, prepared: &Prepared) -> Result<Vec<(i64, f32)>, MemoryError> {
         let candidates = candidates(prepared.k);
         let filter = prepared.filter.as_ref();
         let terms = &prepared.terms;
@@ -99,23 +103,28 @@ impl SqliteBackend {
         if k == 0 {
             return Ok(Vec::new());
         }
-        self.sync().await?;
-        let admitted = match Filter::new(options) {
-            Some(filter) => Some(read_tx!(
-                self,
-                "listing the entries a search may return",
-                |conn| filter.admitted(&mut *conn).await?
-            )?),
-            None => None,
-        };
-        let hits = vector_ranking(
-            &self.inner.cache,
-            vector.to_vec(),
-            k,
-            options.exact,
-            admitted,
-        )
-        .await?;
+        let filter = Filter::new(options);
+        let filter = filter.as_ref();
+        let hits = self
+            .on_current_copy(|| async move {
+                let admitted = match filter {
+                    Some(filter) => Some(read_tx!(
+                        self,
+                        "listing the entries a search may return",
+                        |conn| filter.admitted(&mut *conn).await?
+                    )?),
+                    None => None,
+                };
+                vector_ranking(
+                    &self.inner.cache,
+                    vector.to_vec(),
+                    k,
+                    options.exact,
+                    admitted,
+                )
+                .await
+            })
+            .await?;
         Ok(hits
             .into_iter()
             .map(|h| (format_id(h.id), h.score))

@@ -166,7 +166,9 @@ async fn merges_skip_entries_deleted_after_planning() {
 
 /// A search that follows no commit reads no change log (its high-water mark is unchanged);
 /// every commit, by this handle, another one, or a plain connection, is seen by the next,
-/// also after a checkpoint has emptied the write-ahead log.
+/// also after a checkpoint has emptied the write-ahead log. After this handle's own write
+/// the copy is synced before the search; after another's, the search that ran beside the
+/// check is done again.
 #[tokio::test]
 async fn searches_read_the_change_log_only_after_a_commit() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -177,6 +179,12 @@ async fn searches_read_the_change_log_only_after_a_commit() {
         store
             .inner
             .change_log_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let repeated = || {
+        store
+            .inner
+            .repeated_reads
             .load(std::sync::atomic::Ordering::Relaxed)
     };
     let query = store.inner.embedder.embed("deploy").await.expect("embed");
@@ -199,6 +207,7 @@ async fn searches_read_the_change_log_only_after_a_commit() {
         );
     }
     assert_eq!(reads(), before, "nothing was committed: no change log read");
+    assert_eq!(repeated(), 0, "this handle's own write is synced first");
 
     let second = other.store(memory("deploy at noon")).await.expect("store");
     let found = ids(nearest().await.expect("search"));
@@ -207,6 +216,11 @@ async fn searches_read_the_change_log_only_after_a_commit() {
         "another handle's commit is seen: {found:?}"
     );
     assert_eq!(reads(), before + 1);
+    assert_eq!(
+        repeated(),
+        1,
+        "another handle's write is found by the check"
+    );
 
     // After a checkpoint that empties the WAL, a commit restarts it: still seen.
     let mut conn = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
@@ -231,5 +245,51 @@ async fn searches_read_the_change_log_only_after_a_commit() {
         "a plain connection's delete is seen: {found:?}"
     );
     assert_eq!(reads(), settled + 1);
+    assert_eq!(
+        repeated(),
+        2,
+        "a plain connection's write is found by the check"
+    );
     conn.close().await.expect("close");
+}
+
+/// While another search's check holds the handle's checking connection, a pooled one
+/// checks: a commit is still seen, and a store without one still reads no change log.
+#[tokio::test]
+async fn a_search_checks_on_a_pooled_connection_while_the_checker_is_busy() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let store = SqliteBackend::open(&path).await.expect("open");
+    let other = SqliteBackend::open(&path).await.expect("open");
+    let query = store.inner.embedder.embed("deploy").await.expect("embed");
+    let ids = |hits: Vec<(MemoryId, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
+    let first = store
+        .store(memory("deploy with the VPN"))
+        .await
+        .expect("store");
+    store
+        .nearest(&query, 10, &UNRESTRICTED)
+        .await
+        .expect("search");
+    let busy = store.inner.checker.lock().await;
+    let reads = || {
+        store
+            .inner
+            .change_log_reads
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
+    let before = reads();
+    let found = ids(store
+        .nearest(&query, 10, &UNRESTRICTED)
+        .await
+        .expect("search"));
+    assert_eq!(found, std::slice::from_ref(&first));
+    assert_eq!(reads(), before, "nothing was committed: no change log read");
+    let second = other.store(memory("deploy at noon")).await.expect("store");
+    let found = ids(store
+        .nearest(&query, 10, &UNRESTRICTED)
+        .await
+        .expect("search"));
+    assert!(found.contains(&second), "{found:?}");
+    drop(busy);
 }

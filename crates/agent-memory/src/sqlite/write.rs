@@ -70,7 +70,9 @@ impl SqliteBackend {
         let now = now_micros(self.inner.clock.as_ref());
         let ids = write_tx!(self, "storing memories", |conn| {
             insert(&mut *conn, &rows, now).await?
-        })?;
+        });
+        self.note_write();
+        let ids = ids?;
         Ok(ids.into_iter().map(format_id).collect())
     }
 
@@ -86,7 +88,9 @@ impl SqliteBackend {
         let now = now_micros(self.inner.clock.as_ref());
         let ids = write_tx!(self, "storing a memory", |conn| {
             insert(&mut *conn, std::slice::from_ref(&row), now).await?
-        })?;
+        });
+        self.note_write();
+        let ids = ids?;
         ids.into_iter()
             .next()
             .map(format_id)
@@ -101,14 +105,16 @@ impl SqliteBackend {
         let Some(n) = parse_id(id) else {
             return Ok(false);
         };
-        write_tx!(self, "deleting a memory", |conn| {
+        let deleted = write_tx!(self, "deleting a memory", |conn| {
             let done = sqlx::query("DELETE FROM entries WHERE id = ?1")
                 .bind(n)
                 .execute(&mut *conn)
                 .await?;
             trim_change_log_if_long(&mut *conn).await?;
             done.rows_affected() > 0
-        })
+        });
+        self.note_write();
+        deleted
     }
 }
 
