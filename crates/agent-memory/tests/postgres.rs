@@ -1071,7 +1071,8 @@ async fn a_store_from_before_keyword_postings_gets_them_when_opened() {
              {s}.memory_single_lexeme(text), {s}.memory_lexeme_query(text), \
              {s}.memory_keyword_stripe()"
         ),
-        format!("DELETE FROM {s}._sqlx_migrations WHERE version = 2"),
+        format!("DROP FUNCTION {s}.memory_search_terms(text[])"),
+        format!("DELETE FROM {s}._sqlx_migrations WHERE version IN (2, 3)"),
     ] {
         sqlx::query(&statement)
             .execute(&mut admin)

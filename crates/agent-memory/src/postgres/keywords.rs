@@ -204,6 +204,10 @@ type TermRow = (Option<i64>, Option<i64>, bool, Vec<i64>, Vec<f32>);
 /// the running total only adds it at the end. Nothing depends on this beyond speed: were a
 /// chosen term's postings not read, the ranking would be computed over the documents.
 ///
+/// The terms are numbered by `memory_search_terms` (migration `0003_search_terms.sql`), not
+/// `unnest`, so that PostgreSQL keeps one generic plan of the statement instead of planning
+/// it at every search.
+///
 /// Each term's postings come from its own index-only scan, parameterized by the lexeme, as
 /// two arrays: a generic plan of the prepared statement cannot turn them into a scan of the
 /// whole table (an `= ANY($1)` join planned generically once hashed all of it), and
@@ -226,7 +230,7 @@ async fn read_terms(
     let sql = format!(
         "WITH t AS MATERIALIZED ( \
              SELECT u.i, u.term, memory_single_lexeme(u.term) AS lexeme \
-             FROM unnest($1::text[]) WITH ORDINALITY AS u(term, i)), \
+             FROM memory_search_terms($1::text[]) AS u), \
          c AS MATERIALIZED ( \
              SELECT t.i, t.lexeme, CASE WHEN t.lexeme IS NOT NULL THEN least(coalesce( \
                      (SELECT sum(d.docs)::int8 FROM keyword_docs d WHERE d.lexeme = t.lexeme), \
