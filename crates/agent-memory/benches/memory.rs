@@ -397,9 +397,10 @@ impl Direct {
     }
 }
 
-/// `memory.sqlite.sync_unchanged`: what a search pays, before it searches, to learn that
-/// nothing was committed since the last one (p50 µs of [`SqliteBackend::index_status`] on
-/// a store nobody writes, which is that check and a read of the copy's counts). Baseline:
+/// `memory.sqlite.sync_unchanged`: what a handle pays to learn that nothing was committed
+/// since it last looked, as hybrid and filtered searches do before searching; an
+/// approximate `nearest` does it beside the walk. P50 µs of [`SqliteBackend::index_status`]
+/// on a store nobody writes, which is that check and a read of the copy's counts. Baseline:
 /// one statement on a plain sqlx connection to the same file (the round trip to the
 /// connection's thread the check cannot avoid).
 fn sync_unchanged(rt: &tokio::runtime::Runtime, dir: &std::path::Path) {

@@ -120,13 +120,18 @@ pub(crate) fn distinct_ids(ids: &[MemoryId]) -> Vec<i64> {
 /// Rows × dimensions above which a scan moves off the async executor.
 const BLOCKING_MIN_FLOATS: usize = 1_000_000;
 
+/// Whether [`cpu`] runs work touching `floats` values of vector data on the calling thread.
+pub(crate) fn runs_here(floats: usize) -> bool {
+    floats < BLOCKING_MIN_FLOATS
+}
+
 /// Runs CPU-heavy `work` on tokio's blocking pool when `floats` (the amount of vector data
 /// it touches) is large and a tokio runtime is present; inline otherwise.
 pub(crate) async fn cpu<T: Send + 'static>(
     floats: usize,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, MemoryError> {
-    if floats < BLOCKING_MIN_FLOATS {
+    if runs_here(floats) {
         return Ok(work());
     }
     match tokio::runtime::Handle::try_current() {

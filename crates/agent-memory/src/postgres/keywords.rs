@@ -205,8 +205,8 @@ type TermRow = (Option<i64>, Option<i64>, bool, Vec<i64>, Vec<f32>);
 /// chosen term's postings not read, the ranking would be computed over the documents.
 ///
 /// The terms are numbered by `memory_search_terms` (migration `0003_search_terms.sql`), not
-/// `unnest`, so that PostgreSQL keeps one generic plan of the statement instead of planning
-/// it at every search.
+/// `unnest`, so that PostgreSQL keeps one generic plan of the unfiltered statement instead
+/// of planning it at every search (see docs/MEMORY.md).
 ///
 /// Each term's postings come from its own index-only scan, parameterized by the lexeme, as
 /// two arrays: a generic plan of the prepared statement cannot turn them into a scan of the

@@ -56,7 +56,7 @@ use crate::rank::MAX_KEYWORD_POSTINGS;
 /// - **Search** ([`MemoryBackend::search`]) fuses two rankings by reciprocal rank fusion
 ///   (k = 60), each of at least [`MIN_CANDIDATES`](crate::MIN_CANDIDATES) (or `2k`) entries:
 ///   - *vector*: exact cosine similarity over an in-memory copy of every vector (loaded at
-///     open, kept current by replaying a change log before each search, so writes by other
+///     open, kept current by replaying a change log when a search finds a commit, so writes by other
 ///     handles and processes are seen); only positive similarities count;
 ///   - *keyword*: FTS5 BM25 over content and context (context weighted 0.5) for the query's
 ///     words, each quoted so FTS5 and SQL syntax in the query is searched as text. Words are
@@ -228,18 +228,24 @@ impl SqliteBackend {
     /// was committed since the last time (see [`cache::unchanged_since`]), else the change
     /// log's new rows in one read transaction.
     async fn sync(&self) -> Result<(), MemoryError> {
-        self.inner.wrote.store(false, Ordering::Release);
-        let cache = &self.inner.cache;
-        let cursor = read_cache(cache).cursor();
+        let cursor = read_cache(&self.inner.cache).cursor();
         if self.unchanged_since(cursor).await {
             // The graph may have caught up since: a save can be due without a change.
             self.save_in_background_if_due();
             return Ok(());
         }
+        self.sync_from_log().await
+    }
+
+    /// Applies the change log's rows after the copy's position, in one read transaction
+    /// (every vector again when the copy fell below the log's floor).
+    async fn sync_from_log(&self) -> Result<(), MemoryError> {
+        self.inner.wrote.store(false, Ordering::Release);
         #[cfg(test)]
         self.inner
             .change_log_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let cache = &self.inner.cache;
         read_tx!(self, "loading vectors", |conn| {
             cache::sync(&mut *conn, cache).await?
         })?;
@@ -247,25 +253,25 @@ impl SqliteBackend {
         Ok(())
     }
 
-    /// Runs `read` (a reading of the vector copy) on a copy as new as the database was when
-    /// this was called. When this handle has not written since its last sync, the check that
-    /// nothing was committed since runs on a pooled connection's thread while `read` runs
-    /// here (it is polled first, so its statement is sent before `read` starts): an
-    /// unchanged store costs one reading, not a round trip and then a reading. When the
-    /// check finds a commit, the copy is synced and `read` runs again.
+    /// Runs `read`, a reading of the vector copy alone (no statement of its own, done here),
+    /// on a copy as new as the database was when this was called. The check that nothing
+    /// was committed since runs on the checking connection's thread while `read` runs here
+    /// (it is polled first, so its statement is sent before `read` starts): an unchanged
+    /// store costs one reading, not a round trip and then a reading. When the check finds a
+    /// commit, the log is applied and `read` runs again; after this handle's own write, when
+    /// the copy is behind for sure, the log is applied first.
     async fn on_current_copy<T, F>(&self, read: impl Fn() -> F) -> Result<T, MemoryError>
     where
         F: std::future::Future<Output = Result<T, MemoryError>>,
     {
         if self.inner.wrote.load(Ordering::Acquire) {
-            self.sync().await?;
+            self.sync_from_log().await?;
             return read().await;
         }
         // Read before the check: the check then proves the copy held every commit made
         // before this call (the copy only moves forward).
         let cursor = read_cache(&self.inner.cache).cursor();
-        // `join` polls in order, the check first; both keep being polled, so a reading
-        // that needs a pooled connection too never waits on the check's.
+        // `join` polls in order: the check first.
         let (unchanged, result) =
             futures_util::future::join(self.unchanged_since(cursor), read()).await;
         if unchanged {
@@ -276,7 +282,7 @@ impl SqliteBackend {
         self.inner
             .repeated_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.sync().await?;
+        self.sync_from_log().await?;
         read().await
     }
 
@@ -292,13 +298,16 @@ impl SqliteBackend {
             return false;
         }
         // A connection of its own: a pooled one costs a round trip more to its thread (the
-        // pool pings each connection given back), run beside every search. While another
-        // search's check holds it, a pooled one serves.
+        // pool pings each connection given back). While another check holds it (until the
+        // reading beside that check is done), or when it fails, a pooled one serves.
         if let Ok(mut checker) = self.inner.checker.try_lock() {
-            return match checker.as_mut() {
-                Some(conn) => matches!(cache::unchanged_since(conn, cursor).await, Ok(true)),
-                None => false,
+            let Some(conn) = checker.as_mut() else {
+                // Closed.
+                return false;
             };
+            if let Ok(unchanged) = cache::unchanged_since(conn, cursor).await {
+                return unchanged;
+            }
         }
         let Ok(mut conn) = self.inner.readers.acquire().await else {
             return false;

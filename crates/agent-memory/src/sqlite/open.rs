@@ -218,7 +218,7 @@ impl SqliteBuilder {
         let checker = options
             .connect()
             .await
-            .map_err(|e| fail("opening read connections", e.into()))?;
+            .map_err(|e| fail("opening the connection that checks for changes", e.into()))?;
 
         let backend = SqliteBackend {
             inner: Arc::new(Inner {

@@ -12,7 +12,9 @@ use super::read::with_tags;
 use super::retry::{DbError, read_tx, write_tx};
 use super::{EntryRow, MAX_KEYWORD_POSTINGS, SqliteBackend, cache, json_ids};
 use crate::clock::{ceil_micros, now_micros};
-use crate::common::{cpu, distinct_ids, embed_checked, format_id, parse_id, validate_query};
+use crate::common::{
+    cpu, distinct_ids, embed_checked, format_id, parse_id, runs_here, validate_query,
+};
 use crate::rank::{candidates, fuse, keyword_terms, ranked_len};
 use crate::text::{fts_match, fts_terms};
 use crate::vector::{Hit, IdHasher, Restriction, cosine, unit};
@@ -46,11 +48,7 @@ impl SqliteBackend {
     /// scores, best first (the first `k` are the hits, the rest stand in for hits deleted
     /// before they are read). Records nothing.
     async fn rank(&self, prepared: &Prepared) -> Result<Vec<(i64, f32)>, MemoryError> {
-        self.on_current_copy(|| self.rank_now(prepared)).await
-    }
-
-    /// [`rank`](Self::rank) on the copy as it is.
-    async fn rank_now(&self, prepared: &Prepared) -> Result<Vec<(i64, f32)>, MemoryError> {
+        self.sync().await?;
         let candidates = candidates(prepared.k);
         let filter = prepared.filter.as_ref();
         let terms = &prepared.terms;
@@ -103,28 +101,28 @@ impl SqliteBackend {
         if k == 0 {
             return Ok(Vec::new());
         }
-        let filter = Filter::new(options);
-        let filter = filter.as_ref();
-        let hits = self
-            .on_current_copy(|| async move {
-                let admitted = match filter {
-                    Some(filter) => Some(read_tx!(
-                        self,
-                        "listing the entries a search may return",
-                        |conn| filter.admitted(&mut *conn).await?
-                    )?),
-                    None => None,
-                };
-                vector_ranking(
-                    &self.inner.cache,
-                    vector.to_vec(),
-                    k,
-                    options.exact,
-                    admitted,
-                )
-                .await
-            })
-            .await?;
+        let cache = &self.inner.cache;
+        let hits = match Filter::new(options) {
+            None => {
+                let read = || vector_ranking(cache, vector.to_vec(), k, options.exact, None);
+                // A graph walk (or a small exact scan) runs on this thread while the check's
+                // statement runs on its connection's. A scan big enough for the blocking
+                // pool waits for the check instead: a commit elsewhere would cost a second.
+                if runs_here(read_cache(cache).search_cost(options.exact)) {
+                    self.on_current_copy(read).await?
+                } else {
+                    self.sync().await?;
+                    read().await?
+                }
+            }
+            Some(filter) => {
+                self.sync().await?;
+                let admitted = read_tx!(self, "listing the entries a search may return", |conn| {
+                    filter.admitted(&mut *conn).await?
+                })?;
+                vector_ranking(cache, vector.to_vec(), k, options.exact, Some(admitted)).await?
+            }
+        };
         Ok(hits
             .into_iter()
             .map(|h| (format_id(h.id), h.score))

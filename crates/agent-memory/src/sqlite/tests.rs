@@ -293,3 +293,41 @@ async fn a_search_checks_on_a_pooled_connection_while_the_checker_is_busy() {
     assert!(found.contains(&second), "{found:?}");
     drop(busy);
 }
+
+/// A search dropped while its check is in flight leaves the checking connection usable:
+/// the next search's check answers for the database as it is then.
+#[tokio::test]
+async fn a_search_dropped_during_its_check_leaves_the_checker_usable() {
+    use futures_util::FutureExt;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let store = SqliteBackend::open(&path).await.expect("open");
+    let other = SqliteBackend::open(&path).await.expect("open");
+    let query = store.inner.embedder.embed("deploy").await.expect("embed");
+    let ids = |hits: Vec<(MemoryId, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
+    store
+        .store(memory("deploy with the VPN"))
+        .await
+        .expect("store");
+    store
+        .nearest(&query, 10, &UNRESTRICTED)
+        .await
+        .expect("search");
+    for round in 0..3 {
+        // Polled once: the check's statement is sent, the walk done, the answer not taken.
+        let dropped = store.nearest(&query, 10, &UNRESTRICTED).now_or_never();
+        assert!(
+            dropped.is_none(),
+            "round {round}: the check answered at once"
+        );
+        let new = other
+            .store(memory(&format!("deploy round {round}")))
+            .await
+            .expect("store");
+        let found = ids(store
+            .nearest(&query, 10, &UNRESTRICTED)
+            .await
+            .expect("search"));
+        assert!(found.contains(&new), "round {round}: {found:?}");
+    }
+}
