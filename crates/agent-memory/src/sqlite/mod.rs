@@ -133,8 +133,9 @@ struct Inner {
     store_id: String,
     /// Set while a background save of the vector copy runs.
     saving: AtomicBool,
-    /// Set after this handle writes, cleared when a sync starts: the copy is surely behind,
-    /// so [`SqliteBackend::on_current_copy`] syncs before reading it instead of beside.
+    /// Set after this handle writes, cleared when the change log is read: the copy is surely
+    /// behind, so a sync reads the log without asking first, and
+    /// [`SqliteBackend::on_current_copy`] syncs before reading the copy instead of beside.
     wrote: AtomicBool,
     /// Syncs that read the change log (tests check which searches skip it).
     #[cfg(test)]
@@ -142,6 +143,9 @@ struct Inner {
     /// Readings of the copy done again because the database changed while they ran.
     #[cfg(test)]
     repeated_reads: std::sync::atomic::AtomicU64,
+    /// Checks for commits made.
+    #[cfg(test)]
+    checks: std::sync::atomic::AtomicU64,
 }
 
 /// How long [`SqliteBackend::close`] waits for the background indexer before saving.
@@ -226,8 +230,12 @@ impl SqliteBackend {
 
     /// Brings the vector cache up to date with the database: one statement when nothing
     /// was committed since the last time (see [`cache::unchanged_since`]), else the change
-    /// log's new rows in one read transaction.
+    /// log's new rows in one read transaction (at once after this handle's own write, when
+    /// the copy is behind for sure).
     async fn sync(&self) -> Result<(), MemoryError> {
+        if self.inner.wrote.load(Ordering::Acquire) {
+            return self.sync_from_log().await;
+        }
         let cursor = read_cache(&self.inner.cache).cursor();
         if self.unchanged_since(cursor).await {
             // The graph may have caught up since: a save can be due without a change.
@@ -265,7 +273,7 @@ impl SqliteBackend {
         F: std::future::Future<Output = Result<T, MemoryError>>,
     {
         if self.inner.wrote.load(Ordering::Acquire) {
-            self.sync_from_log().await?;
+            self.sync().await?;
             return read().await;
         }
         // Read before the check: the check then proves the copy held every commit made
@@ -297,6 +305,10 @@ impl SqliteBackend {
         if cursor < 0 {
             return false;
         }
+        #[cfg(test)]
+        self.inner
+            .checks
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         // A connection of its own: a pooled one costs a round trip more to its thread (the
         // pool pings each connection given back). While another check holds it (until the
         // reading beside that check is done), or when it fails, a pooled one serves.

@@ -226,6 +226,8 @@ impl SqliteBuilder {
                 change_log_reads: Default::default(),
                 #[cfg(test)]
                 repeated_reads: Default::default(),
+                #[cfg(test)]
+                checks: Default::default(),
                 wrote: AtomicBool::new(false),
                 path: self.path,
                 readers,

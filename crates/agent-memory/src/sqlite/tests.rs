@@ -187,6 +187,12 @@ async fn searches_read_the_change_log_only_after_a_commit() {
             .repeated_reads
             .load(std::sync::atomic::Ordering::Relaxed)
     };
+    let checks = || {
+        store
+            .inner
+            .checks
+            .load(std::sync::atomic::Ordering::Relaxed)
+    };
     let query = store.inner.embedder.embed("deploy").await.expect("embed");
     let ids = |hits: Vec<(MemoryId, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
     let nearest = || store.nearest(&query, 10, &UNRESTRICTED);
@@ -195,9 +201,15 @@ async fn searches_read_the_change_log_only_after_a_commit() {
         .store(memory("deploy with the VPN"))
         .await
         .expect("store");
+    let checked = checks();
     assert_eq!(
         ids(nearest().await.expect("search")),
         std::slice::from_ref(&first)
+    );
+    assert_eq!(
+        checks(),
+        checked,
+        "after its own write a handle reads the log unasked"
     );
     let before = reads();
     for _ in 0..3 {
@@ -251,6 +263,13 @@ async fn searches_read_the_change_log_only_after_a_commit() {
         "a plain connection's write is found by the check"
     );
     conn.close().await.expect("close");
+
+    // A hybrid search after the handle's own write reads the log unasked too.
+    let later = store.store(memory("deploy later")).await.expect("store");
+    let checked = checks();
+    let hybrid = store.search("deploy", 10).await.expect("search");
+    assert!(hybrid.iter().any(|hit| hit.entry.id == later), "{hybrid:?}");
+    assert_eq!(checks(), checked, "a hybrid search after its own write");
 }
 
 /// While another search's check holds the handle's checking connection, a pooled one
