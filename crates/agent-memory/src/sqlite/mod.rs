@@ -56,8 +56,8 @@ use crate::rank::MAX_KEYWORD_POSTINGS;
 /// - **Search** ([`MemoryBackend::search`]) fuses two rankings by reciprocal rank fusion
 ///   (k = 60), each of at least [`MIN_CANDIDATES`](crate::MIN_CANDIDATES) (or `2k`) entries:
 ///   - *vector*: exact cosine similarity over an in-memory copy of every vector (loaded at
-///     open, kept current by replaying a change log when a search finds a commit, so writes by other
-///     handles and processes are seen); only positive similarities count;
+///     open, kept current by replaying a change log when a search finds a commit, so writes
+///     by other handles and processes are seen); only positive similarities count;
 ///   - *keyword*: FTS5 BM25 over content and context (context weighted 0.5) for the query's
 ///     words, each quoted so FTS5 and SQL syntax in the query is searched as text. Words are
 ///     used rarest first up to [`MAX_KEYWORD_POSTINGS`] entries scored in total; words in

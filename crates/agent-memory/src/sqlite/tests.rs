@@ -16,12 +16,28 @@ fn memory(content: &str) -> NewMemory {
     }
 }
 
-#[tokio::test]
-async fn similarities_of_entries_the_copy_lacks_are_read_from_the_snapshot() {
-    let dir = tempfile::tempdir().expect("temp dir");
+/// Two handles on one new database file in `dir`, and the file's path.
+async fn two_handles(dir: &tempfile::TempDir) -> (PathBuf, SqliteBackend, SqliteBackend) {
     let path = dir.path().join("m.db");
     let store = SqliteBackend::open(&path).await.expect("open");
     let other = SqliteBackend::open(&path).await.expect("open");
+    (path, store, other)
+}
+
+/// The value of one of a handle's test-only counters.
+fn count(counter: &std::sync::atomic::AtomicU64) -> u64 {
+    counter.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The ids of `nearest`'s hits, in order.
+fn ids(hits: Vec<(MemoryId, f32)>) -> Vec<MemoryId> {
+    hits.into_iter().map(|h| h.0).collect()
+}
+
+#[tokio::test]
+async fn similarities_of_entries_the_copy_lacks_are_read_from_the_snapshot() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let (_, store, other) = two_handles(&dir).await;
     let old = store
         .store(memory("the deploy key is in the vault"))
         .await
@@ -102,9 +118,7 @@ async fn the_merge_copy_spans_its_chunks_whole() {
 #[tokio::test]
 async fn merges_skip_entries_deleted_after_planning() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("m.db");
-    let store = SqliteBackend::open(&path).await.expect("open");
-    let other = SqliteBackend::open(&path).await.expect("open");
+    let (_, store, other) = two_handles(&dir).await;
     let ids = store
         .store_batch(vec![
             memory("the same fact"),
@@ -172,29 +186,11 @@ async fn merges_skip_entries_deleted_after_planning() {
 #[tokio::test]
 async fn searches_read_the_change_log_only_after_a_commit() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("m.db");
-    let store = SqliteBackend::open(&path).await.expect("open");
-    let other = SqliteBackend::open(&path).await.expect("open");
-    let reads = || {
-        store
-            .inner
-            .change_log_reads
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
-    let repeated = || {
-        store
-            .inner
-            .repeated_reads
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
-    let checks = || {
-        store
-            .inner
-            .checks
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let (path, store, other) = two_handles(&dir).await;
+    let reads = || count(&store.inner.change_log_reads);
+    let repeated = || count(&store.inner.repeated_reads);
+    let checks = || count(&store.inner.checks);
     let query = store.inner.embedder.embed("deploy").await.expect("embed");
-    let ids = |hits: Vec<(MemoryId, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
     let nearest = || store.nearest(&query, 10, &UNRESTRICTED);
 
     let first = store
@@ -277,11 +273,8 @@ async fn searches_read_the_change_log_only_after_a_commit() {
 #[tokio::test]
 async fn a_search_checks_on_a_pooled_connection_while_the_checker_is_busy() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("m.db");
-    let store = SqliteBackend::open(&path).await.expect("open");
-    let other = SqliteBackend::open(&path).await.expect("open");
+    let (_, store, other) = two_handles(&dir).await;
     let query = store.inner.embedder.embed("deploy").await.expect("embed");
-    let ids = |hits: Vec<(MemoryId, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
     let first = store
         .store(memory("deploy with the VPN"))
         .await
@@ -291,12 +284,7 @@ async fn a_search_checks_on_a_pooled_connection_while_the_checker_is_busy() {
         .await
         .expect("search");
     let busy = store.inner.checker.lock().await;
-    let reads = || {
-        store
-            .inner
-            .change_log_reads
-            .load(std::sync::atomic::Ordering::Relaxed)
-    };
+    let reads = || count(&store.inner.change_log_reads);
     let before = reads();
     let found = ids(store
         .nearest(&query, 10, &UNRESTRICTED)
@@ -322,11 +310,8 @@ async fn a_search_checks_on_a_pooled_connection_while_the_checker_is_busy() {
 async fn a_search_dropped_during_its_check_leaves_the_checker_usable() {
     use futures_util::FutureExt;
     let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("m.db");
-    let store = SqliteBackend::open(&path).await.expect("open");
-    let other = SqliteBackend::open(&path).await.expect("open");
+    let (_, store, other) = two_handles(&dir).await;
     let query = store.inner.embedder.embed("deploy").await.expect("embed");
-    let ids = |hits: Vec<(MemoryId, f32)>| hits.into_iter().map(|h| h.0).collect::<Vec<_>>();
     store
         .store(memory("deploy with the VPN"))
         .await
