@@ -22,6 +22,8 @@ mod prune;
 mod read;
 mod retry;
 mod search;
+#[cfg(test)]
+mod tests;
 mod write;
 
 pub use self::open::PostgresBuilder;
