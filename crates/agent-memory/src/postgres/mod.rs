@@ -127,6 +127,8 @@ struct Inner {
     iterative: bool,
     /// Connections of dropped operations still being drained.
     orphans: Arc<lease::Orphans>,
+    /// Connections kept from one operation for the next.
+    warm: Arc<lease::Warm>,
 }
 
 /// An entry row: id, content, context, created_at, accessed_at, access_count, tags.
@@ -164,6 +166,7 @@ impl PostgresBackend {
     /// with [`MemoryError::Closed`]. Dropping every clone also closes them, in the
     /// background.
     pub async fn close(&self) {
+        self.inner.warm.close();
         self.inner.pool.close().await;
     }
 

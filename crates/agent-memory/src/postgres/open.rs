@@ -17,7 +17,9 @@ use std::time::Duration;
 use agent_op::{EmbeddingProvider, MemoryError};
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
+use tokio::runtime::Handle;
 
+use super::lease::{PING_AFTER_IDLE, Warm};
 use super::pgvector::{self, Pgvector};
 use super::retry::DbError;
 use super::{Inner, PostgresBackend, storage};
@@ -40,9 +42,6 @@ pub(super) const MAX_INDEXED_DIMENSIONS: usize = 2_000;
 /// the index runs (see `write`).
 pub(super) const CREATE_HNSW: &str = "CREATE INDEX IF NOT EXISTS embeddings_hnsw ON embeddings \
      USING hnsw (embedding vector_cosine_ops)";
-
-/// How long a pooled connection may sit idle and still be handed out without a ping.
-const PING_AFTER_IDLE: Duration = Duration::from_millis(500);
 
 /// `hnsw.ef_search` of every pooled connection: the size of the candidate list an HNSW scan
 /// keeps, at least the [`MIN_CANDIDATES`](crate::MIN_CANDIDATES) a search asks for (more
@@ -297,6 +296,7 @@ impl PostgresBuilder {
                 indexed: prepared.indexed,
                 iterative,
                 orphans: Arc::default(),
+                warm: Arc::new(Warm::new(Handle::try_current().ok())),
             }),
         })
     }

@@ -97,6 +97,7 @@ macro_rules! transaction {
                 let mut lease = $crate::postgres::lease::Lease::acquire(
                     &backend.inner.pool,
                     &backend.inner.orphans,
+                    &backend.inner.warm,
                 )
                 .await?;
                 lease.begin().await?;
@@ -129,6 +130,7 @@ macro_rules! statement {
                 let mut lease = $crate::postgres::lease::Lease::acquire(
                     &backend.inner.pool,
                     &backend.inner.orphans,
+                    &backend.inner.warm,
                 )
                 .await?;
                 let out = {

@@ -5,9 +5,15 @@
 #[allow(dead_code)] // the integration tests use the rest of it
 mod support;
 
-use agent_op::{MemoryBackend, NewMemory};
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use agent_op::{MemoryBackend, MemoryError, NewMemory};
+use sqlx::{Connection, PgConnection};
 
 use super::PostgresBackend;
+use super::lease::PING_AFTER_IDLE;
+use super::retry::statement;
 use support::{TestSchema, server_url};
 
 /// A search's statements are planned once, not at every search: each one keeps a generic
@@ -40,11 +46,12 @@ async fn search_statements_keep_generic_plans() {
         let hits = store.search(&query, 10).await.expect("search");
         assert_eq!(hits.len(), 10);
     }
-    let plans: Vec<(String, i64, i64)> =
+    let plans: Vec<(String, i64, i64)> = statement!(store, "reading plans", |conn| {
         sqlx::query_as("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements")
-            .fetch_all(&store.inner.pool)
-            .await
-            .expect("prepared statements");
+            .fetch_all(&mut *conn)
+            .await?
+    })
+    .expect("prepared statements");
     let plans_of = |what: &str, starts: &str, excludes: &str| {
         let found: Vec<&(String, i64, i64)> = plans
             .iter()
@@ -65,4 +72,146 @@ async fn search_statements_keep_generic_plans() {
     plans_of("keyword read", "WITH t AS MATERIALIZED", "\u{0}");
     plans_of("recall", "WITH locked AS MATERIALIZED", "\u{0}");
     store.close().await;
+}
+
+/// A store on the test server with `max_connections` connections, in a new schema.
+async fn store_with(url: &str, schema: &TestSchema, max_connections: u32) -> PostgresBackend {
+    PostgresBackend::builder(url)
+        .schema(schema.name())
+        .max_connections(max_connections)
+        // Far below the 30 s default: an operation starved of a connection fails the test
+        // soon.
+        .acquire_timeout(Duration::from_secs(5))
+        .connect()
+        .await
+        .expect("connect")
+}
+
+fn memory(content: &str) -> NewMemory {
+    NewMemory {
+        content: content.to_owned(),
+        context: "test".to_owned(),
+        tags: Vec::new(),
+    }
+}
+
+/// A finished operation's connection serves the next one without going back to the pool.
+#[tokio::test]
+async fn operations_take_the_connections_earlier_ones_finished_with() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = store_with(url, &schema, 10).await;
+    store
+        .store(memory("warm harbour lantern"))
+        .await
+        .expect("store");
+    let before = store.inner.warm.served.load(Ordering::Relaxed);
+    for _ in 0..10 {
+        store.search("harbour", 5).await.expect("search");
+    }
+    // Three leases a search (vectors, keywords, recall); the two halves run at once, so a
+    // search may take one connection from the pool while the other is warm.
+    let served = store.inner.warm.served.load(Ordering::Relaxed) - before;
+    assert!(served >= 25, "{served} of 30 leases were served warm");
+    store.close().await;
+}
+
+/// Every connection checked out, some of them warm: operations waiting for the pool still
+/// get one (a warm connection goes to the pool while a lease waits there).
+#[tokio::test]
+async fn a_pool_of_one_serves_operations_at_once() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = store_with(url, &schema, 1).await;
+    let tasks: Vec<_> = (0..8)
+        .map(|i| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                store.store(memory(&format!("meadow pylon {i}"))).await?;
+                store.search("meadow", 3).await?;
+                store.count().await
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.expect("task").expect("operation");
+    }
+    assert_eq!(store.count().await.expect("count"), 8);
+    store.close().await;
+}
+
+/// A warm connection idle for a while is pinged before use, so a connection the server
+/// dropped in between costs a new one, not an error.
+#[tokio::test]
+async fn a_warm_connection_the_server_dropped_is_replaced() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = store_with(url, &schema, 10).await;
+    let (pid,): (i32,) = statement!(store, "reading the backend", |conn| {
+        sqlx::query_as("SELECT pg_backend_pid()")
+            .fetch_one(&mut *conn)
+            .await?
+    })
+    .expect("backend pid");
+    let mut admin = PgConnection::connect(url).await.expect("admin");
+    let (ended,): (bool,) = sqlx::query_as("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(&mut admin)
+        .await
+        .expect("terminate");
+    assert!(ended);
+    tokio::time::sleep(PING_AFTER_IDLE + Duration::from_millis(100)).await;
+    store
+        .store(memory("orchard quarry"))
+        .await
+        .expect("store after the drop");
+    assert_eq!(store.count().await.expect("count"), 1);
+    store.close().await;
+}
+
+/// `close` gives the warm connections back, so it ends, and later operations fail closed.
+#[tokio::test]
+async fn close_ends_with_connections_warm() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = store_with(url, &schema, 10).await;
+    store.store(memory("lantern")).await.expect("store");
+    store.search("lantern", 1).await.expect("search");
+    tokio::time::timeout(Duration::from_secs(10), store.close())
+        .await
+        .expect("close ends");
+    let after = store.count().await;
+    assert!(
+        matches!(after, Err(MemoryError::Closed { .. })),
+        "{after:?}"
+    );
+}
+
+/// The last handle dropped outside any runtime, warm connections and all, does not panic
+/// (sqlx spawns a task for every connection given back), with its runtime alive or gone.
+#[test]
+fn a_handle_dropped_outside_a_runtime_gives_its_connections_back() {
+    let Some(url) = server_url() else { return };
+    for runtime_gone in [false, true] {
+        let schema = TestSchema::new(url);
+        let rt = tokio::runtime::Runtime::new().expect("runtime");
+        let store = rt.block_on(async {
+            let store = PostgresBackend::builder(url)
+                .schema(schema.name())
+                .min_connections(1)
+                .connect()
+                .await
+                .expect("connect");
+            store.store(memory("pylon")).await.expect("store");
+            store.search("pylon", 1).await.expect("search");
+            store
+        });
+        if runtime_gone {
+            drop(rt);
+            drop(store);
+        } else {
+            drop(store);
+            drop(rt);
+        }
+    }
 }
