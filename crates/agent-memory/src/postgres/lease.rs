@@ -237,9 +237,14 @@ impl Lease {
         let mut waiting = None;
         let (conn, from_pool) = loop {
             match warm.take() {
-                // One idle that long is checked as the pool checks its own (`before_acquire`).
+                // One idle that long is checked as the pool checks its own (`before_acquire`),
+                // within the pool's acquire timeout (a peer gone silent never answers).
                 Some((mut conn, from_pool, idle)) => {
-                    if !idle || conn.ping().await.is_ok() {
+                    let alive = !idle
+                        || tokio::time::timeout(pool.options().get_acquire_timeout(), conn.ping())
+                            .await
+                            .is_ok_and(|pinged| pinged.is_ok());
+                    if alive {
                         #[cfg(test)]
                         warm.served.fetch_add(1, Ordering::Relaxed);
                         break (conn, from_pool);
