@@ -27,10 +27,12 @@
 //! 1.5 ms search on two cores, where they compete with the search's own statements). It
 //! keeps it [`Warm`], still checked out, for the handle's next operation. One idle for
 //! [`PING_AFTER_IDLE`] is pinged before it is used, as the pool checks its own, and the
-//! others, idle longer, go back to the pool; every connection goes back
-//! [`BACK_TO_THE_POOL_AFTER`] it left it, so the pool's maximum lifetime still applies.
-//! Between operations a handle thus holds the connections its last ones used, until
-//! [`close`](super::PostgresBackend::close) or its last clone is dropped.
+//! others, idle longer, go back to the pool; a connection that left the pool
+//! [`BACK_TO_THE_POOL_AFTER`] ago goes back the next time it is finished with or taken, so
+//! the pool's maximum lifetime still applies to busy connections. Between operations a
+//! handle thus holds the connections its last operations used (at most its pool size, out
+//! of reach of the pool's idle timeout) until its next operation,
+//! [`close`](super::PostgresBackend::close) or the drop of its last clone.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -42,14 +44,14 @@ use sqlx::{Connection, Executor};
 use tokio::runtime::Handle;
 use tokio::sync::Notify;
 
-/// How long a connection may sit idle and still be used without a ping: a warm one is
-/// given back to the pool after that long, and the pool pings it before lending it again
-/// (`before_acquire` in `open`).
+/// How long a connection may sit idle and still be used without a ping: a warm one idle
+/// that long is pinged before use, and the others under it go back to the pool, which pings
+/// them before lending them again (`before_acquire` in `open`).
 pub(super) const PING_AFTER_IDLE: Duration = Duration::from_millis(500);
 
-/// How long a connection is kept warm, busy or not, after it left the pool: then it goes
-/// back, so the pool's checks (a ping, `max_lifetime`) see every connection at least this
-/// often.
+/// How long a connection is kept warm, busy or not, after it left the pool: the first time
+/// it is finished with or taken after that, it goes back, so the pool's checks (a ping,
+/// `max_lifetime`) see a busy connection at least this often.
 pub(super) const BACK_TO_THE_POOL_AFTER: Duration = Duration::from_secs(10);
 
 /// Connections of one handle (shared by its clones) that operations finished with moments
@@ -89,6 +91,17 @@ impl Warm {
         }
     }
 
+    /// How many connections are warm, for tests.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.state().conns.len()
+    }
+
+    /// The runtime to give connections back on: the current one, else the handle's.
+    fn runtime(&self) -> Option<Handle> {
+        Handle::try_current().ok().or_else(|| self.runtime.clone())
+    }
+
     fn state(&self) -> MutexGuard<'_, WarmState> {
         // Nothing panics while the lock is held, and the state is valid after any step.
         self.state
@@ -98,19 +111,28 @@ impl Warm {
 
     /// The connection used last, when it left the pool, and whether it has been idle for
     /// [`PING_AFTER_IDLE`] (then the others, idle longer still, go back to the pool, which
-    /// checks them before lending them again).
+    /// checks them before lending them again). One that left the pool
+    /// [`BACK_TO_THE_POOL_AFTER`] ago goes back too, and the next is taken.
     fn take(&self) -> Option<(PoolConnection<Postgres>, Instant, bool)> {
+        let mut back = Vec::new();
         let mut state = self.state();
-        let (conn, from_pool, ended) = state.conns.pop()?;
-        let idle = ended.elapsed() >= PING_AFTER_IDLE;
-        let older = if idle {
-            std::mem::take(&mut state.conns)
-        } else {
-            Vec::new()
+        let taken = loop {
+            let Some((conn, from_pool, ended)) = state.conns.pop() else {
+                break None;
+            };
+            if from_pool.elapsed() >= BACK_TO_THE_POOL_AFTER {
+                back.push(conn);
+                continue;
+            }
+            let idle = ended.elapsed() >= PING_AFTER_IDLE;
+            if idle {
+                back.extend(state.conns.drain(..).map(|(conn, ..)| conn));
+            }
+            break Some((conn, from_pool, idle));
         };
         drop(state);
-        drop(older);
-        Some((conn, from_pool, idle))
+        drop(back);
+        taken
     }
 
     /// Keeps `conn`, which left the pool at `from_pool`, for the next operation; or gives it
@@ -147,6 +169,35 @@ impl Warm {
         let conns = std::mem::take(&mut state.conns);
         drop(state);
         drop(conns);
+    }
+}
+
+/// A warm connection being pinged: closed, not given back to the pool, if dropped before
+/// it answered (the future cancelled, or the deadline passed: a peer gone silent never
+/// answers), since the pool's own ping would wait for the lost answer.
+struct Checking(Option<PoolConnection<Postgres>>);
+
+impl Checking {
+    /// The connection, if it answers a ping by `deadline`.
+    async fn alive_by(
+        mut self,
+        deadline: tokio::time::Instant,
+    ) -> Option<PoolConnection<Postgres>> {
+        let conn = self.0.as_mut()?;
+        let pinged = tokio::time::timeout_at(deadline, conn.ping()).await;
+        if matches!(pinged, Ok(Ok(()))) {
+            self.0.take()
+        } else {
+            None
+        }
+    }
+}
+
+impl Drop for Checking {
+    fn drop(&mut self) {
+        if let Some(conn) = self.0.as_mut() {
+            conn.close_on_drop();
+        }
     }
 }
 
@@ -234,36 +285,48 @@ impl Lease {
         warm: &Arc<Warm>,
     ) -> Result<Lease, sqlx::Error> {
         orphans.settled().await;
+        // One deadline for the whole wait, as the pool's own acquire has.
+        let timeout = pool.options().get_acquire_timeout();
+        let deadline = tokio::time::Instant::now() + timeout;
         let mut waiting = None;
         let (conn, from_pool) = loop {
             match warm.take() {
-                // One idle that long is checked as the pool checks its own (`before_acquire`),
-                // within the pool's acquire timeout (a peer gone silent never answers).
-                Some((mut conn, from_pool, idle)) => {
-                    let alive = !idle
-                        || tokio::time::timeout(pool.options().get_acquire_timeout(), conn.ping())
-                            .await
-                            .is_ok_and(|pinged| pinged.is_ok());
-                    if alive {
-                        #[cfg(test)]
-                        warm.served.fetch_add(1, Ordering::Relaxed);
+                Some((conn, from_pool, false)) => break (conn, from_pool),
+                // Idle that long: checked as the pool checks its own (`before_acquire`).
+                Some((conn, from_pool, true)) => {
+                    if let Some(conn) = Checking(Some(conn)).alive_by(deadline).await {
                         break (conn, from_pool);
                     }
-                    conn.close_on_drop();
                 }
                 // Registered first, then one more look (see `Warm::put`).
                 None if waiting.is_none() => waiting = Some(warm.waiting()),
-                None => break (pool.acquire().await?, Instant::now()),
+                None => {
+                    let acquired = tokio::time::timeout_at(deadline, pool.acquire())
+                        .await
+                        .map_err(|_| sqlx::Error::PoolTimedOut)??;
+                    drop(waiting);
+                    return Ok(Lease::new(acquired, Instant::now(), orphans, warm));
+                }
             }
         };
-        drop(waiting);
-        Ok(Lease {
+        #[cfg(test)]
+        warm.served.fetch_add(1, Ordering::Relaxed);
+        Ok(Lease::new(conn, from_pool, orphans, warm))
+    }
+
+    fn new(
+        conn: PoolConnection<Postgres>,
+        from_pool: Instant,
+        orphans: &Arc<Orphans>,
+        warm: &Arc<Warm>,
+    ) -> Lease {
+        Lease {
             conn: Some(conn),
             from_pool,
             orphans: Arc::clone(orphans),
             warm: Arc::clone(warm),
             in_transaction: false,
-        })
+        }
     }
 
     /// Opens a transaction (read committed).
@@ -289,8 +352,12 @@ impl Lease {
         }
     }
 
-    /// The operation is done with the connection: kept warm for the next one.
+    /// The operation is done with the connection: kept warm for the next one (unless a
+    /// transaction may be open: then it is drained as an orphan's is).
     pub(super) fn finish(mut self) {
+        if self.in_transaction {
+            return;
+        }
         if let Some(conn) = self.conn.take() {
             self.warm.put(conn, self.from_pool);
         }
@@ -302,8 +369,11 @@ impl Drop for Lease {
         let Some(mut conn) = self.conn.take() else {
             return;
         };
-        // Without a runtime nothing can be drained; sqlx closes the connection instead.
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        // Outside any runtime, the drain runs on the one the handle was opened on; with
+        // neither (never expected: a handle is opened inside one), the connection is closed
+        // without the pool, which needs a runtime to take it back.
+        let Some(runtime) = self.warm.runtime() else {
+            drop(conn.leak());
             return;
         };
         let ticket = Ticket::new(&self.orphans);

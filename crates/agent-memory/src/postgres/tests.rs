@@ -12,7 +12,7 @@ use agent_op::{MemoryBackend, MemoryError, NewMemory};
 use sqlx::{Connection, PgConnection};
 
 use super::PostgresBackend;
-use super::lease::PING_AFTER_IDLE;
+use super::lease::{Lease, PING_AFTER_IDLE};
 use super::retry::statement;
 use support::{TestSchema, server_url};
 
@@ -187,8 +187,9 @@ async fn close_ends_with_connections_warm() {
     );
 }
 
-/// The last handle dropped outside any runtime, warm connections and all, does not panic
-/// (sqlx spawns a task for every connection given back), with its runtime alive or gone.
+/// The last handle dropped outside any runtime, warm connections, an unfinished lease and
+/// all, does not panic (sqlx spawns a task for every connection given back), with its
+/// runtime alive or gone.
 #[test]
 fn a_handle_dropped_outside_a_runtime_gives_its_connections_back() {
     let Some(url) = server_url() else { return };
@@ -206,12 +207,84 @@ fn a_handle_dropped_outside_a_runtime_gives_its_connections_back() {
             store.search("pylon", 1).await.expect("search");
             store
         });
+        // And an operation's lease, unfinished, as a future dropped there leaves it.
+        let inner = &store.inner;
+        let lease = rt
+            .block_on(Lease::acquire(&inner.pool, &inner.orphans, &inner.warm))
+            .expect("lease");
         if runtime_gone {
             drop(rt);
+            drop(lease);
             drop(store);
         } else {
+            drop(lease);
             drop(store);
             drop(rt);
         }
     }
+}
+
+/// An operation that finishes while `close` runs gives its connection back instead of
+/// keeping it warm (where nothing would ever close it).
+#[tokio::test]
+async fn close_ends_while_an_operation_finishes() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = store_with(url, &schema, 10).await;
+    let slow = tokio::spawn({
+        let store = store.clone();
+        async move {
+            statement!(store, "sleeping", |conn| {
+                sqlx::query("SELECT pg_sleep(0.5)")
+                    .execute(&mut *conn)
+                    .await?
+            })
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    tokio::time::timeout(Duration::from_secs(10), store.close())
+        .await
+        .expect("close ends");
+    slow.await
+        .expect("task")
+        .expect("the statement in flight ends");
+    assert_eq!(
+        store.inner.warm.len(),
+        0,
+        "a connection kept warm after close"
+    );
+}
+
+/// When the warm connection used last has been idle for a while, it is pinged and used,
+/// and the others go back to the pool.
+#[tokio::test]
+async fn idle_warm_connections_beyond_the_one_reused_go_back_to_the_pool() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = store_with(url, &schema, 10).await;
+    // Three leases held at once, then finished: three connections warm.
+    let inner = &store.inner;
+    let mut leases = Vec::new();
+    for _ in 0..3 {
+        let lease = Lease::acquire(&inner.pool, &inner.orphans, &inner.warm)
+            .await
+            .expect("lease");
+        leases.push(lease);
+    }
+    leases.into_iter().for_each(Lease::finish);
+    let warm = inner.warm.len();
+    assert_eq!(warm, 3);
+    tokio::time::sleep(PING_AFTER_IDLE + Duration::from_millis(100)).await;
+    store.count().await.expect("count");
+    assert_eq!(store.inner.warm.len(), 1);
+    // The others are back in the pool once its ping of each has answered.
+    let start = std::time::Instant::now();
+    while store.inner.pool.num_idle() < warm - 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "never back in the pool"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    store.close().await;
 }
