@@ -150,9 +150,11 @@ impl PostgresBackend {
     /// `None`, recording nothing, when entries were deleted and fewer than `k` are left,
     /// unless `last`.
     ///
-    /// One statement, so one round trip: the decision is made inside it (`go`), and when it
-    /// is "no" the update touches nothing.
-    async fn recall_ranked(
+    /// Almost always every one of the first `k` is still stored: then one statement locks and
+    /// updates just those (`recall_head`). Only when one was deleted since the ranking does
+    /// a second statement look at the spares, deciding inside it (`go`) and touching nothing
+    /// when the answer is "no".
+    pub(super) async fn recall_ranked(
         &self,
         ranked: &[(i64, f32)],
         k: usize,
@@ -160,6 +162,10 @@ impl PostgresBackend {
     ) -> Result<Option<Vec<ScoredMemory>>, MemoryError> {
         let now = now_micros(self.inner.clock.as_ref());
         let ids: Vec<i64> = ranked.iter().map(|(id, _)| *id).collect();
+        let head = &ids[..k.min(ids.len())];
+        if let Some(by_id) = self.recall_head(now, head).await? {
+            return Ok(Some(in_ranking_order(ranked, by_id)));
+        }
         let wanted = i64::try_from(k).unwrap_or(i64::MAX);
         // `greatest`: `now` was read before waiting for the row locks, and other processes'
         // clocks may be behind; an access time never moves back.
@@ -193,16 +199,41 @@ impl PostgresBackend {
         if rows.is_empty() && !last {
             return Ok(None);
         }
-        let mut by_id: HashMap<i64, MemoryEntry> =
+        let by_id: HashMap<i64, MemoryEntry> =
             rows.into_iter().map(|row| (row.0, entry(row))).collect();
+        Ok(Some(in_ranking_order(ranked, by_id)))
+    }
+
+    /// Records a recall of every entry `head` names, locked in id order, when every one is
+    /// still stored; `None`, recording nothing, when one is not.
+    async fn recall_head(
+        &self,
+        now: i64,
+        head: &[i64],
+    ) -> Result<Option<HashMap<i64, MemoryEntry>>, MemoryError> {
+        // `greatest`: as in `recall_ranked`.
+        let sql = format!(
+            "WITH head AS MATERIALIZED ( \
+                 SELECT id FROM entries WHERE id = ANY($2) ORDER BY id FOR UPDATE) \
+             UPDATE entries e SET accessed_at = greatest(e.accessed_at, $1), \
+                 access_count = e.access_count + 1 \
+             FROM head h WHERE e.id = h.id \
+                 AND (SELECT count(*) FROM head) = cardinality($2::int8[]) \
+             RETURNING {ENTRY_COLUMNS}"
+        );
+        let rows = statement!(self, "recording a recall", |conn| {
+            let rows: Vec<EntryRow> = sqlx::query_as(&sql)
+                .bind(now)
+                .bind(head)
+                .fetch_all(&mut *conn)
+                .await?;
+            rows
+        })?;
+        if rows.len() < head.len() {
+            return Ok(None);
+        }
         Ok(Some(
-            ranked
-                .iter()
-                .filter_map(|&(id, score)| {
-                    let entry = by_id.remove(&id)?;
-                    Some(ScoredMemory { entry, score })
-                })
-                .collect(),
+            rows.into_iter().map(|row| (row.0, entry(row))).collect(),
         ))
     }
 
@@ -317,6 +348,20 @@ impl PostgresBackend {
 /// Rankings a search makes at most when the entries it ranked keep being deleted before
 /// they are read: each ranking holds `k` spares, so one is almost always enough.
 const RANK_ATTEMPTS: usize = 5;
+
+/// The entries of `by_id` as hits, in the order of `ranked` (with its scores).
+fn in_ranking_order(
+    ranked: &[(i64, f32)],
+    mut by_id: HashMap<i64, MemoryEntry>,
+) -> Vec<ScoredMemory> {
+    ranked
+        .iter()
+        .filter_map(|&(id, score)| {
+            let entry = by_id.remove(&id)?;
+            Some(ScoredMemory { entry, score })
+        })
+        .collect()
+}
 
 /// An entry row with the similarity of its vector to the query.
 type CandidateRow = (i64, String, String, i64, i64, i64, Vec<String>, Option<f64>);

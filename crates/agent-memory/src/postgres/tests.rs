@@ -19,7 +19,8 @@ use support::{TestSchema, server_url};
 /// A search's statements are planned once, not at every search: each one keeps a generic
 /// plan of its prepared statement after PostgreSQL's five custom plans. The vector ranking
 /// planned anew every time while its limit was a bound value (0.1 ms of a search), and the
-/// keyword read did while its terms came from `unnest` (see `docs/MEMORY.md`).
+/// keyword read did while its terms came from `unnest` (see `docs/MEMORY.md`). (The recall
+/// that looks at the spares, run only when a hit was deleted meanwhile, is not run here.)
 #[tokio::test]
 async fn search_statements_keep_generic_plans() {
     let Some(url) = server_url() else { return };
@@ -70,7 +71,7 @@ async fn search_statements_keep_generic_plans() {
     };
     plans_of("vector ranking", "SELECT v.entry_id", "+ 0");
     plans_of("keyword read", "WITH t AS MATERIALIZED", "\u{0}");
-    plans_of("recall", "WITH locked AS MATERIALIZED", "\u{0}");
+    plans_of("recall", "WITH head AS MATERIALIZED", "\u{0}");
     store.close().await;
 }
 
@@ -286,5 +287,70 @@ async fn idle_warm_connections_beyond_the_one_reused_go_back_to_the_pool() {
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+    store.close().await;
+}
+
+/// A recall records the first `k` ranked entries still stored: when one of them was deleted
+/// since the ranking, the spares take its place, and when too few are left nothing is
+/// recorded (the search ranks again), unless it is the last attempt.
+#[tokio::test]
+async fn a_recall_passes_over_entries_deleted_since_the_ranking() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let store = store_with(url, &schema, 10).await;
+    let ids = store
+        .store_batch(["a", "b", "c", "d"].map(memory).to_vec())
+        .await
+        .expect("store");
+    let n: Vec<i64> = ids
+        .iter()
+        .map(|id| id.to_string().parse().expect("numeric id"))
+        .collect();
+    store.delete(&ids[1]).await.expect("delete");
+    let ranked: Vec<(i64, f32)> = n.iter().map(|&id| (id, 0.5)).collect();
+    let recalled = |hits: Vec<agent_op::ScoredMemory>| -> Vec<(i64, u64)> {
+        hits.iter()
+            .map(|h| {
+                (
+                    h.entry.id.to_string().parse().expect("id"),
+                    h.entry.access_count,
+                )
+            })
+            .collect()
+    };
+    // The head (a, b) lost b: a and c are recorded, in ranking order.
+    let hits = store
+        .recall_ranked(&ranked, 2, false)
+        .await
+        .expect("recall")
+        .expect("enough left");
+    assert_eq!(recalled(hits), [(n[0], 1), (n[2], 1)]);
+    // All four wanted, three left: nothing recorded, unless it is the last attempt.
+    assert!(
+        store
+            .recall_ranked(&ranked, 4, false)
+            .await
+            .expect("recall")
+            .is_none()
+    );
+    let mut counts = Vec::new();
+    for id in [&ids[0], &ids[2], &ids[3]] {
+        let entry = store.get(id).await.expect("get").expect("stored");
+        counts.push(entry.access_count);
+    }
+    assert_eq!(counts, [1, 1, 0]);
+    let hits = store
+        .recall_ranked(&ranked, 4, true)
+        .await
+        .expect("recall")
+        .expect("the last attempt takes what is left");
+    assert_eq!(recalled(hits), [(n[0], 2), (n[2], 2), (n[3], 1)]);
+    // The head whole: just those, without the spares.
+    let hits = store
+        .recall_ranked(&ranked[2..], 1, false)
+        .await
+        .expect("recall")
+        .expect("whole");
+    assert_eq!(recalled(hits), [(n[2], 3)]);
     store.close().await;
 }
