@@ -216,10 +216,8 @@ impl Drop for Warm {
         if conns.is_empty() {
             return;
         }
-        let _inside = match (&self.runtime, Handle::try_current()) {
-            (Some(runtime), Err(_)) => Some(runtime.enter()),
-            _ => None,
-        };
+        let runtime = self.runtime();
+        let _inside = runtime.as_ref().map(Handle::enter);
         drop(conns);
     }
 }

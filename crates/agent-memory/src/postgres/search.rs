@@ -151,7 +151,7 @@ impl PostgresBackend {
     /// unless `last`.
     ///
     /// Almost always every one of the first `k` is still stored: then one statement locks and
-    /// updates just those (`recall_head`). Only when one was deleted since the ranking does
+    /// updates just those ([`recall`](Self::recall), all or none). Only when one was deleted since the ranking does
     /// a second statement look at the spares, deciding inside it (`go`) and touching nothing
     /// when the answer is "no".
     pub(super) async fn recall_ranked(
@@ -163,7 +163,8 @@ impl PostgresBackend {
         let now = now_micros(self.inner.clock.as_ref());
         let ids: Vec<i64> = ranked.iter().map(|(id, _)| *id).collect();
         let head = &ids[..k.min(ids.len())];
-        if let Some(by_id) = self.recall_head(now, head).await? {
+        let by_id = self.recall(now, head, true).await?;
+        if by_id.len() == head.len() {
             return Ok(Some(in_ranking_order(ranked, by_id)));
         }
         let wanted = i64::try_from(k).unwrap_or(i64::MAX);
@@ -202,39 +203,6 @@ impl PostgresBackend {
         let by_id: HashMap<i64, MemoryEntry> =
             rows.into_iter().map(|row| (row.0, entry(row))).collect();
         Ok(Some(in_ranking_order(ranked, by_id)))
-    }
-
-    /// Records a recall of every entry `head` names, locked in id order, when every one is
-    /// still stored; `None`, recording nothing, when one is not.
-    async fn recall_head(
-        &self,
-        now: i64,
-        head: &[i64],
-    ) -> Result<Option<HashMap<i64, MemoryEntry>>, MemoryError> {
-        // `greatest`: as in `recall_ranked`.
-        let sql = format!(
-            "WITH head AS MATERIALIZED ( \
-                 SELECT id FROM entries WHERE id = ANY($2) ORDER BY id FOR UPDATE) \
-             UPDATE entries e SET accessed_at = greatest(e.accessed_at, $1), \
-                 access_count = e.access_count + 1 \
-             FROM head h WHERE e.id = h.id \
-                 AND (SELECT count(*) FROM head) = cardinality($2::int8[]) \
-             RETURNING {ENTRY_COLUMNS}"
-        );
-        let rows = statement!(self, "recording a recall", |conn| {
-            let rows: Vec<EntryRow> = sqlx::query_as(&sql)
-                .bind(now)
-                .bind(head)
-                .fetch_all(&mut *conn)
-                .await?;
-            rows
-        })?;
-        if rows.len() < head.len() {
-            return Ok(None);
-        }
-        Ok(Some(
-            rows.into_iter().map(|row| (row.0, entry(row))).collect(),
-        ))
     }
 
     pub(super) async fn search_candidates_inner(
@@ -304,21 +272,30 @@ impl PostgresBackend {
         Ok((candidates, complete))
     }
 
-    /// Records a recall of the entries `ids` (access time now — never moved back — and count
-    /// plus one) in one statement; returns the updated entries that still exist. Rows are
-    /// locked in id order, so concurrent recalls of overlapping entries cannot deadlock.
+    /// Records a recall of the entries `ids` (access time `now` — never moved back — and
+    /// count plus one) in one statement; returns the updated entries that still exist. Rows
+    /// are locked in id order, so concurrent recalls of overlapping entries cannot deadlock.
+    /// With `all_or_none`, nothing is recorded (and nothing returned) unless every one of
+    /// `ids` is still stored.
     pub(super) async fn recall(
         &self,
+        now: i64,
         ids: &[i64],
+        all_or_none: bool,
     ) -> Result<HashMap<i64, MemoryEntry>, MemoryError> {
-        let now = now_micros(self.inner.clock.as_ref());
+        let whole = if all_or_none {
+            "AND (SELECT count(*) FROM locked) = cardinality($2::int8[])"
+        } else {
+            ""
+        };
         // `greatest`: `now` was read before waiting for the row locks, and other processes'
         // clocks may be behind; an access time never moves back.
         let sql = format!(
-            "UPDATE entries e SET accessed_at = greatest(e.accessed_at, $1), \
+            "WITH locked AS MATERIALIZED ( \
+                 SELECT id FROM entries WHERE id = ANY($2) ORDER BY id FOR UPDATE) \
+             UPDATE entries e SET accessed_at = greatest(e.accessed_at, $1), \
                  access_count = e.access_count + 1 \
-             FROM (SELECT id FROM entries WHERE id = ANY($2) ORDER BY id FOR UPDATE) locked \
-             WHERE e.id = locked.id \
+             FROM locked l WHERE e.id = l.id {whole} \
              RETURNING {ENTRY_COLUMNS}"
         );
         let rows = statement!(self, "recording a recall", |conn| {
@@ -340,7 +317,8 @@ impl PostgresBackend {
         if rows.is_empty() {
             return Ok(Vec::new());
         }
-        let mut by_id = self.recall(&rows).await?;
+        let now = now_micros(self.inner.clock.as_ref());
+        let mut by_id = self.recall(now, &rows, false).await?;
         Ok(rows.iter().filter_map(|n| by_id.remove(n)).collect())
     }
 }

@@ -26,20 +26,11 @@ async fn search_statements_keep_generic_plans() {
     let Some(url) = server_url() else { return };
     let schema = TestSchema::new(url);
     // One connection, so every statement is prepared on the one whose plans are read.
-    let store = PostgresBackend::builder(url)
-        .schema(schema.name())
-        .max_connections(1)
-        .connect()
-        .await
-        .expect("connect");
+    let store = store_with(url, &schema, 1).await;
     // More entries than a search's candidates, so the index scan is never redone exactly.
     let words = ["harbour", "lantern", "quarry", "meadow", "pylon", "orchard"];
     let memories: Vec<NewMemory> = (0..80)
-        .map(|i| NewMemory {
-            content: format!("{} {} note {i}", words[i % 6], words[(i / 6) % 6]),
-            context: "test".to_owned(),
-            tags: Vec::new(),
-        })
+        .map(|i| memory(&format!("{} {} note {i}", words[i % 6], words[(i / 6) % 6])))
         .collect();
     store.store_batch(memories).await.expect("store");
     for i in 0..12 {
@@ -71,7 +62,7 @@ async fn search_statements_keep_generic_plans() {
     };
     plans_of("vector ranking", "SELECT v.entry_id", "+ 0");
     plans_of("keyword read", "WITH t AS MATERIALIZED", "\u{0}");
-    plans_of("recall", "WITH head AS MATERIALIZED", "\u{0}");
+    plans_of("recall", "WITH locked AS MATERIALIZED", "chosen");
     store.close().await;
 }
 
