@@ -10,7 +10,10 @@
 //! transaction, with a `ping`) before the connection goes back to the pool; and every
 //! operation of the handle first waits until no orphan is left ([`Orphans::settled`]). A
 //! dropped operation has thus taken effect entirely or not at all by the time the same
-//! handle does anything else; live operations never wait for each other.
+//! handle does anything else; live operations never wait for each other. A drain waits for
+//! the server at most the statement timeout and [`DRAIN_GRACE`] (see [`Orphans::new`]), so
+//! an operation a caller gave up on (dropped by its own timeout) frees the handle even when
+//! the server went silent.
 //!
 //! Transactions are opened and committed here ([`Lease::begin`], [`Lease::commit`]), not
 //! with sqlx's `Transaction`: in sqlx 0.8, a `begin` whose future is dropped after `BEGIN`
@@ -222,14 +225,38 @@ impl Drop for Warm {
     }
 }
 
+/// How much longer than the statement timeout an orphan's drain waits for the server's
+/// answers before it gives the connection up: the server cancels the statement in flight at
+/// its timeout, so a server that answers at all has answered by then.
+pub(super) const DRAIN_GRACE: Duration = Duration::from_secs(5);
+
 /// The orphans of one handle (shared by its clones).
 #[derive(Debug, Default)]
 pub(super) struct Orphans {
     pending: AtomicUsize,
     settled: Notify,
+    /// How long a drain may wait for the server (see [`Orphans::new`]).
+    drain_within: Option<Duration>,
 }
 
 impl Orphans {
+    /// The orphans of a handle whose statements the server cancels after
+    /// `statement_timeout`: a drain then waits at most that plus [`DRAIN_GRACE`]. A server
+    /// gone silent (a partition, a host that vanished) never answers the drain's ping; the
+    /// drain closes the connection at that deadline, so the handle's later operations wait
+    /// that long at most instead of for ever. By then the server has cancelled the
+    /// statement in flight unless it had already finished, so the dropped operation still
+    /// took effect entirely or not at all. (A bulk load's statements run unlimited, but a
+    /// load is a transaction: one whose `COMMIT` was never sent is rolled back when the
+    /// server sees the connection gone.) With no statement timeout a drain waits however
+    /// long the statement runs.
+    pub(super) fn new(statement_timeout: Option<Duration>) -> Orphans {
+        Orphans {
+            drain_within: statement_timeout.map(|t| t.saturating_add(DRAIN_GRACE)),
+            ..Orphans::default()
+        }
+    }
+
     /// Waits until every orphan has been drained.
     pub(super) async fn settled(&self) {
         loop {
@@ -376,12 +403,19 @@ impl Drop for Lease {
         };
         let ticket = Ticket::new(&self.orphans);
         let in_transaction = self.in_transaction;
+        let drain_within = self.orphans.drain_within;
         runtime.spawn(async move {
             // Waits for what is in flight; then ends the transaction the operation may have
             // left open (after a `COMMIT` that did answer, this only draws a warning). A
             // broken connection fails here and is closed by the pool.
-            let drained = conn.ping().await.is_ok()
-                && (!in_transaction || conn.execute("ROLLBACK").await.is_ok());
+            let drain = async {
+                conn.ping().await.is_ok()
+                    && (!in_transaction || conn.execute("ROLLBACK").await.is_ok())
+            };
+            let drained = match drain_within {
+                Some(limit) => tokio::time::timeout(limit, drain).await.unwrap_or(false),
+                None => drain.await,
+            };
             if !drained {
                 // Never hand out a connection in an unknown state.
                 conn.close_on_drop();

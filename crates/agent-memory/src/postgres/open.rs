@@ -19,7 +19,7 @@ use sqlx::postgres::{PgConnectOptions, PgConnection, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection};
 use tokio::runtime::Handle;
 
-use super::lease::{PING_AFTER_IDLE, Warm};
+use super::lease::{Orphans, PING_AFTER_IDLE, Warm};
 use super::pgvector::{self, Pgvector};
 use super::retry::DbError;
 use super::{Inner, PostgresBackend, storage};
@@ -151,7 +151,9 @@ impl PostgresBuilder {
     /// PostgreSQL's `statement_timeout` on the pool's connections: a statement running longer
     /// is cancelled and its operation fails with [`MemoryError::Storage`] (default 60 s;
     /// `None` for no limit). Setting a store up (migrations, building the HNSW index over
-    /// existing rows) is not limited.
+    /// existing rows) is not limited, nor is a bulk load (a
+    /// [`store_batch`](super::PostgresBackend::store_batch) of 1,000 memories or more), whose
+    /// statements take time in proportion to the batch.
     pub fn statement_timeout(mut self, timeout: Option<Duration>) -> PostgresBuilder {
         self.statement_timeout = timeout;
         self
@@ -238,6 +240,7 @@ impl PostgresBuilder {
             .map_or(0, |t| t.as_millis().clamp(1, i32::MAX as u128))
             .to_string();
         let iterative = prepared.pgvector.has_iterative_scan();
+        let ping_within = self.acquire_timeout / 2;
         let pool = PgPoolOptions::new()
             .max_connections(self.max_connections)
             .min_connections(self.min_connections.min(self.max_connections))
@@ -247,12 +250,15 @@ impl PostgresBuilder {
             // (as HikariCP does); one in use moments ago is alive but for a server that
             // died in between, whose error reaches the caller as any lost connection's.
             .test_before_acquire(false)
-            .before_acquire(|conn, meta| {
+            .before_acquire(move |conn, meta| {
                 Box::pin(async move {
                     if meta.idle_for < PING_AFTER_IDLE {
                         return Ok(true);
                     }
-                    Ok(conn.ping().await.is_ok())
+                    // A server gone silent never answers: the connection is given up while
+                    // the acquire still has time to open another.
+                    let pinged = tokio::time::timeout(ping_within, conn.ping()).await;
+                    Ok(matches!(pinged, Ok(Ok(()))))
                 })
             })
             .after_connect(move |conn, _meta| {
@@ -295,7 +301,7 @@ impl PostgresBuilder {
                 retry_for: self.retry_for,
                 indexed: prepared.indexed,
                 iterative,
-                orphans: Arc::default(),
+                orphans: Arc::new(Orphans::new(self.statement_timeout)),
                 warm: Arc::new(Warm::new(Handle::try_current().ok())),
             }),
         })

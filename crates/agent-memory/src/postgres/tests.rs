@@ -5,7 +5,8 @@
 #[allow(dead_code)] // the integration tests use the rest of it
 mod support;
 
-use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use agent_op::{MemoryBackend, MemoryError, NewMemory};
@@ -343,5 +344,134 @@ async fn a_recall_passes_over_entries_deleted_since_the_ranking() {
         .expect("recall")
         .expect("whole");
     assert_eq!(recalled(hits), [(n[2], 3)]);
+    store.close().await;
+}
+
+/// A caller that gives up on an operation the server never answers (a partition: the
+/// connection stays open, nothing comes back) leaves a drain waiting for that answer; the
+/// drain gives the connection up at the statement timeout plus its grace, so the handle's
+/// next operation runs on a new connection instead of waiting for ever behind it.
+#[tokio::test]
+async fn an_operation_given_up_on_a_silent_server_frees_the_handle_in_time() {
+    let Some(url) = server_url() else { return };
+    let relay = Relay::start(url).await;
+    let schema = TestSchema::new(url);
+    let store = PostgresBackend::builder(&relay.url)
+        .schema(schema.name())
+        .max_connections(2)
+        .acquire_timeout(Duration::from_secs(5))
+        .statement_timeout(Some(Duration::from_secs(1)))
+        .connect()
+        .await
+        .expect("connect");
+    store
+        .store(memory("before the partition"))
+        .await
+        .expect("store");
+    relay.silence_open_connections();
+    let gave_up = tokio::time::timeout(Duration::from_millis(300), store.count()).await;
+    assert!(gave_up.is_err(), "a silenced connection answered");
+    // Far above the drain's 1 s + 5 s, far below for ever.
+    let count = tokio::time::timeout(Duration::from_secs(60), store.count())
+        .await
+        .expect("the drain of the silenced connection still holds the handle")
+        .expect("count");
+    assert_eq!(count, 1);
+    store.close().await;
+}
+
+/// A TCP relay to the test server whose open connections can be silenced: from then on it
+/// forwards nothing either way but keeps their sockets open, as a network partition looks
+/// to both ends. Connections opened later are relayed.
+struct Relay {
+    url: String,
+    silenced_below: Arc<AtomicU64>,
+    next: Arc<AtomicU64>,
+}
+
+impl Relay {
+    async fn start(server_url: &str) -> Relay {
+        let (before, rest) = server_url.split_once("@").expect("a URL with a user");
+        let (address, path) = rest.split_once('/').expect("a URL with a database");
+        let server: std::net::SocketAddr = address.parse().expect("host:port");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let url = format!(
+            "{before}@{}/{path}",
+            listener.local_addr().expect("address")
+        );
+        let silenced_below = Arc::new(AtomicU64::new(0));
+        let next = Arc::new(AtomicU64::new(0));
+        let (silenced, counter) = (silenced_below.clone(), next.clone());
+        tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let id = counter.fetch_add(1, Ordering::SeqCst);
+                let Ok(upstream) = tokio::net::TcpStream::connect(server).await else {
+                    continue;
+                };
+                let (client_read, client_write) = client.into_split();
+                let (server_read, server_write) = upstream.into_split();
+                for (from, to) in [(client_read, server_write), (server_read, client_write)] {
+                    tokio::spawn(forward(from, to, id, silenced.clone()));
+                }
+            }
+        });
+        Relay {
+            url,
+            silenced_below,
+            next,
+        }
+    }
+
+    fn silence_open_connections(&self) {
+        self.silenced_below
+            .store(self.next.load(Ordering::SeqCst), Ordering::SeqCst);
+    }
+}
+
+/// Copies `from` to `to` until connection `id` is silenced; then holds both for ever.
+async fn forward(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    id: u64,
+    silenced_below: Arc<AtomicU64>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let Ok(n) = from.read(&mut buf).await else {
+            return;
+        };
+        if id < silenced_below.load(Ordering::SeqCst) {
+            std::future::pending::<()>().await;
+        }
+        if n == 0 || to.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// A bulk load runs however long its batch takes: under a statement timeout no statement of
+/// a load could meet (1 ms), a 1,200-entry load (keyword postings, the index built again)
+/// still lands whole.
+#[tokio::test]
+async fn a_bulk_load_is_not_cut_off_by_the_statement_timeout() {
+    let Some(url) = server_url() else { return };
+    let schema = TestSchema::new(url);
+    let strict = PostgresBackend::builder(url)
+        .schema(schema.name())
+        .statement_timeout(Some(Duration::from_millis(1)))
+        .connect()
+        .await
+        .expect("connect");
+    let batch: Vec<NewMemory> = (0..1_200)
+        .map(|i| memory(&format!("entry {i} about harbours, lanterns and quarries")))
+        .collect();
+    let ids = strict.store_batch(batch).await.expect("the load");
+    assert_eq!(ids.len(), 1_200);
+    strict.close().await;
+    let store = store_with(url, &schema, 2).await;
+    assert_eq!(store.count().await.expect("count"), 1_200);
     store.close().await;
 }

@@ -115,7 +115,8 @@ impl PostgresBackend {
     /// either all are stored or none. Returns the ids in input order.
     ///
     /// Fewer than 1,000 memories are inserted in one statement. Larger batches are loaded
-    /// with binary `COPY` in one transaction; a batch of 1,000 or more that is at least as
+    /// with binary `COPY` in one transaction, whose statements the
+    /// [statement timeout](super::PostgresBuilder::statement_timeout) does not limit; a batch of 1,000 or more that is at least as
     /// large as the store already is also drops the HNSW index and builds it again over
     /// every vector before committing (much faster than growing the graph one vector at a
     /// time), during which vector searches and other writes of vectors wait for the load.
@@ -157,6 +158,13 @@ impl PostgresBackend {
         let dimensions = self.inner.dimensions;
         let indexed = self.inner.indexed;
         let ids = transaction!(self, WHAT, |conn| {
+            // A load's statements take time in proportion to the batch (the keyword
+            // postings of its entries, the index build): the statement timeout, which is
+            // there to stop runaway statements, would refuse large batches outright. So a
+            // load is not limited, as setting a store up is not (until the commit).
+            sqlx::query("SELECT set_config('statement_timeout', '0', true)")
+                .execute(&mut *conn)
+                .await?;
             // Locks in the order every writer takes them (entries, then embeddings), so a
             // prune (which locks entries first) waits here instead of deadlocking with us.
             sqlx::query("LOCK TABLE entries IN ROW EXCLUSIVE MODE")
