@@ -54,8 +54,14 @@ impl Pending {
     /// Queues `entries`; the receiver answers once they are committed (or failed).
     pub(crate) fn push(&self, entries: Vec<Entry>) -> Answered {
         let (tx, rx) = oneshot::channel();
+        // Summed before the lock is taken: every branch of a wide fan-out queues here at
+        // once, and the committer takes the queue under the same lock. (An append holds one
+        // entry, almost always: the rest go into a vector only when there are any.)
+        let first = entries.first().map(Entry::checksum);
+        let rest: Vec<u32> = entries.iter().skip(1).map(Entry::checksum).collect();
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.checksums.extend(entries.iter().map(Entry::checksum));
+        queue.checksums.extend(first);
+        queue.checksums.extend(rest);
         queue.appends.push(entries);
         queue.waiters.0.push(tx);
         rx
