@@ -8,8 +8,12 @@
 //! inside a model or tool call (a provider's HTTP client, a tool's own spans) is
 //! instrumented with the call's span, so it nests under it.
 //!
-//! With no subscriber interested, each `info_span!` is one cached interest check and returns
-//! a disabled span; every field whose value costs anything is recorded only on enabled spans.
+//! With no subscriber at all, a constructor returns `Span::none()` after one check of the
+//! global level filter, without running the span macro: with `tracing`'s `log` feature on
+//! (sqlx turns it on in any build that has SQLite), a disabled span built by the macro still
+//! carries its metadata, and its creation, every enter and exit of a call instrumented with
+//! it and its drop each go to `log`. With a subscriber, each macro is one cached interest
+//! check; every field whose value costs anything is recorded only on enabled spans.
 //!
 //! The structure of a run (`par` / `race` forks, their branches, `limit`, `timeout` and
 //! `with_tools` scopes) is at `DEBUG` level; runs, sub-agents, model and tool calls and
@@ -23,14 +27,18 @@
 
 use agent_op::{Message, ProviderError, Response, ToolError, TraceId};
 use serde_json::{Value, json};
-use tracing::Span;
 use tracing::field::Empty;
+use tracing::level_filters::{LevelFilter, STATIC_MAX_LEVEL};
+use tracing::{Level, Span};
 
 /// The `tracing` target of every span the interpreters create.
 pub const TARGET: &str = "effect_agents";
 
 /// The run's root span: `invoke_agent {name}`.
 pub(crate) fn run(trace_id: &TraceId, agent: Option<&str>) -> Span {
+    if unwanted(Level::INFO) {
+        return Span::none();
+    }
     let span = tracing::info_span!(
         target: TARGET,
         "invoke_agent",
@@ -106,6 +114,9 @@ pub(crate) fn run_ended(span: &Span, ended: &agent_op::RunEnd, answer: Option<&s
 
 /// A `par` or `race` whose `fork` event is number `event` of its branch.
 pub(crate) fn fork(parent: &Span, race: bool, branches: usize, event: u64) -> Span {
+    if unwanted(Level::DEBUG) {
+        return Span::none();
+    }
     let name = if race { "race" } else { "par" };
     tracing::debug_span!(
         target: TARGET,
@@ -124,6 +135,9 @@ pub(crate) fn fork(parent: &Span, race: bool, branches: usize, event: u64) -> Sp
 
 /// Branch `index` of a fork, with its own trace id.
 pub(crate) fn branch(fork: &Span, id: &TraceId, index: usize) -> Span {
+    if unwanted(Level::DEBUG) {
+        return Span::none();
+    }
     tracing::debug_span!(
         target: TARGET,
         parent: fork,
@@ -141,6 +155,9 @@ pub(crate) fn branch(fork: &Span, id: &TraceId, index: usize) -> Span {
 /// A `limit`, `timeout` or `with_tools` scope; `event` is the number of the event that opens
 /// it, for the scopes one does.
 pub(crate) fn scope(parent: &Span, kind: &'static str, event: Option<u64>) -> Span {
+    if unwanted(Level::DEBUG) {
+        return Span::none();
+    }
     tracing::debug_span!(
         target: TARGET,
         parent: parent,
@@ -163,6 +180,9 @@ pub(crate) fn ended_early(span: &Span, how: &str) {
 /// to be kept open as long as the agent's span) when it answers a model's tool call. No
 /// event opens either, so they claim none.
 pub(crate) fn agent(parent: &Span, name: &str, call_id: Option<&str>) -> (Option<Span>, Span) {
+    if unwanted(Level::INFO) {
+        return (None, Span::none());
+    }
     let outer = call_id.map(|id| tool(parent, name, Some(id), None));
     let span = tracing::info_span!(
         target: TARGET,
@@ -180,6 +200,9 @@ pub(crate) fn agent(parent: &Span, name: &str, call_id: Option<&str>) -> (Option
 
 /// A model call: `chat {model}`.
 pub(crate) fn chat(parent: &Span, provider: &str, model: &str, event: u64) -> Span {
+    if unwanted(Level::INFO) {
+        return Span::none();
+    }
     let span = tracing::info_span!(
         target: TARGET,
         parent: parent,
@@ -365,6 +388,9 @@ pub(crate) fn chat_failed(span: &Span, error: &ProviderError) {
 
 /// A tool call: `execute_tool {name}`.
 pub(crate) fn tool(parent: &Span, name: &str, call_id: Option<&str>, event: Option<u64>) -> Span {
+    if unwanted(Level::INFO) {
+        return Span::none();
+    }
     let span = tracing::info_span!(
         target: TARGET,
         parent: parent,
@@ -412,6 +438,9 @@ pub(crate) fn tool_ended(
 
 /// A memory operation (`remember`, `recall`, `forget`).
 pub(crate) fn memory(parent: &Span, operation: &'static str, event: u64) -> Span {
+    if unwanted(Level::INFO) {
+        return Span::none();
+    }
     tracing::info_span!(
         target: TARGET,
         parent: parent,
@@ -428,6 +457,9 @@ pub(crate) fn memory(parent: &Span, operation: &'static str, event: u64) -> Span
 
 /// A checkpoint, as an instant span.
 pub(crate) fn checkpoint(parent: &Span, name: &str, event: u64) -> Span {
+    if unwanted(Level::INFO) {
+        return Span::none();
+    }
     tracing::info_span!(
         target: TARGET,
         parent: parent,
@@ -448,6 +480,12 @@ pub(crate) fn nest(own: &Span, enclosing: &Span) -> Span {
     } else {
         own.clone()
     }
+}
+
+/// Whether no subscriber can want a span at `level`: the span macros' own first check, made
+/// before the macro so that with no subscriber nothing is built (see the module's docs).
+fn unwanted(level: Level) -> bool {
+    level > STATIC_MAX_LEVEL || level > LevelFilter::current()
 }
 
 /// Sets `span`'s display name (`otel.name`), formatting it only for a span someone records.
