@@ -42,7 +42,7 @@ impl Clock for TokioClock {
     }
 
     fn wall(&self) -> DateTime<Utc> {
-        Utc::now()
+        agent_op::trace::now()
     }
 
     fn sleep_until(&self, deadline: Instant) -> BoxFuture<'static, ()> {
@@ -71,7 +71,7 @@ impl RunClock {
     #[inline]
     pub(crate) fn wall(&self) -> DateTime<Utc> {
         match &self.0 {
-            None => Utc::now(),
+            None => agent_op::trace::now(),
             Some(clock) => clock.wall(),
         }
     }

@@ -8,7 +8,6 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agent_op::{Event, Timestamp, Trace, TraceEntry, TraceId};
-use chrono::Utc;
 
 pub(crate) struct BranchLog {
     id: TraceId,
@@ -40,7 +39,7 @@ impl BranchLog {
         Arc::new(BranchLog {
             id,
             parent,
-            start: Utc::now(),
+            start: agent_op::trace::now(),
             inner: Mutex::new(LogInner::default()),
         })
     }
@@ -71,7 +70,7 @@ impl BranchLog {
     pub(crate) fn finish(&self) {
         let mut inner = self.lock();
         inner.finished = true;
-        inner.end = Some(Utc::now());
+        inner.end = Some(agent_op::trace::now());
     }
 
     pub(crate) fn is_finished(&self) -> bool {

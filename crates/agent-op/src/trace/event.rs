@@ -35,7 +35,7 @@ impl Event {
     /// An event happening now.
     pub fn now(kind: impl Into<EventKind>) -> Event {
         Event {
-            at: Utc::now(),
+            at: crate::trace::now(),
             kind: kind.into(),
         }
     }

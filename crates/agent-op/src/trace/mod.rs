@@ -6,6 +6,7 @@ mod content;
 pub mod event;
 mod id;
 pub mod jsonl;
+mod now;
 mod record;
 
 pub use checkpoint::Checkpoint;
@@ -13,4 +14,5 @@ pub use event::{
     Event, EventKind, EventType, ForkKind, RunEnd, RunFailure, RunOutcome, SpentRecord, Timestamp,
 };
 pub use id::TraceId;
+pub use now::now;
 pub use record::{CostSummary, Spend, SpendPart, ToolCallRecord, Trace, TraceEntry};
