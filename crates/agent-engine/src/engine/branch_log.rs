@@ -55,6 +55,11 @@ impl BranchLog {
 
     pub(crate) fn push(&self, event: Event) {
         let mut inner = self.lock();
+        if inner.items.capacity() == 0 {
+            // A fan-out's branch is often one call (a start and an end event): `Vec`'s first
+            // growth, to four items of 208 bytes, would leave half of every branch's log empty.
+            inner.items.reserve_exact(2);
+        }
         inner.items.push(Item::Event(event));
         inner.counted += 1;
     }
