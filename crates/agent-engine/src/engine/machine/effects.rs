@@ -111,15 +111,22 @@ where
     }
 
     /// `op::infer_raw`: calls the model with the program's own prompt.
-    pub(super) async fn infer_raw(
+    ///
+    /// Not an `async fn`: one would hold the prompt twice (as its argument and as a local),
+    /// 432 bytes of every call's boxed future; the future here holds the shared prompt's
+    /// pointer.
+    pub(super) fn infer_raw(
         &mut self,
         model: String,
         prompt: Prompt,
-    ) -> Result<Node<S>, Unwind> {
-        // The program built this prompt itself: nothing is withheld from it.
-        self.withheld = None;
-        let response = self.call_model(model, prompt).await?;
-        Ok(self.stack.feed(&mut Some(response)))
+    ) -> impl Future<Output = Result<Node<S>, Unwind>> + '_ {
+        let prompt = Arc::new(prompt);
+        async move {
+            // The program built this prompt itself: nothing is withheld from it.
+            self.withheld = None;
+            let response = self.call_model(model, prompt).await?;
+            Ok(self.stack.feed(&mut Some(response)))
+        }
     }
 
     /// `op::infer`: builds the prompt with the run's context pipeline, records what it did,
@@ -157,7 +164,8 @@ where
             }
         };
         if let Some(summarize) = prepared.summarize.take() {
-            let summary = Box::pin(self.call_model(summarize.model, summarize.prompt)).await?;
+            let summary =
+                Box::pin(self.call_model(summarize.model, Arc::new(summarize.prompt))).await?;
             prepared = match (summarize.resume)(summary.content) {
                 Ok(prepared) => prepared,
                 Err(error) => {
@@ -171,15 +179,16 @@ where
         let dropped: Vec<String> = prepared.report.dropped_tools().map(str::to_owned).collect();
         self.withheld = (!dropped.is_empty()).then(|| Arc::from(dropped));
         self.record(EventKind::Context(Box::new(prepared.report)));
-        let response = Box::pin(self.call_model(model, prepared.prompt)).await?;
+        let response = Box::pin(self.call_model(model, Arc::new(prepared.prompt))).await?;
         Ok(self.stack.feed(&mut Some(response)))
     }
 
-    /// Calls `model` with `prompt` under the budgets in force, recording the call.
+    /// Calls `model` with `prompt` under the budgets in force, recording the call. The prompt
+    /// comes shared: the trace keeps it, and the future holds its pointer, not the prompt.
     pub(super) async fn call_model(
         &mut self,
         model: String,
-        prompt: Prompt,
+        prompt: Arc<Prompt>,
     ) -> Result<Response, Unwind> {
         let provider = self.rt.config.provider.clone();
         // With a journal, only a call that runs live needs a provider.
@@ -214,8 +223,6 @@ where
         if self.rt.config.exports_content() {
             spans::chat_input(&span, &prompt);
         }
-        // Shared with the trace, not copied: a long conversation's prompt is large.
-        let prompt = Arc::new(prompt);
         self.record(EventKind::InferStart(InferStart {
             model: model.clone(),
             prompt_preview: prompt
