@@ -4,7 +4,6 @@ use std::any::Any;
 
 use agent_op::trace::event::{RunEnd, RunFailure, RunOutcome};
 use agent_op::{Event, EventKind, PREVIEW_CHARS, Trace, preview};
-use chrono::Utc;
 use serde_json::Value;
 
 use super::machine::{micros, value_preview};
@@ -13,7 +12,7 @@ use crate::error::ErrorKind;
 /// The `run_end` event of a run that produced `trace` and ended with `result`, stamped with
 /// the run's end (its wall time is the one every reader reports).
 pub(crate) fn run_end<A: 'static>(trace: &Trace, result: Result<&A, &ErrorKind>) -> Event {
-    let end = trace.end.unwrap_or_else(Utc::now);
+    let end = trace.end.unwrap_or_else(agent_op::trace::now);
     let spend = trace.spend();
     let (outcome, value_preview, error) = match result {
         Ok(value) => (RunOutcome::Succeeded, any_preview(value as &dyn Any), None),

@@ -138,7 +138,7 @@ impl Trace {
         Trace {
             id,
             parent_id: None,
-            start: chrono::Utc::now(),
+            start: crate::trace::now(),
             end: None,
             events: Vec::new(),
         }
