@@ -10,7 +10,8 @@
 //!   returns, [`RunError`] what a failed one returns (with its trace and checkpoints);
 //! - [`Config`] says what a run may use (provider, tools, memory, subscribers, steering);
 //!   [`Clock`] is where it reads time and waits (tokio's unless the config brings one);
-//! - [`Scheduler`], [`BranchFuture`] and [`BranchOutcome`] are the contract with interpreters;
+//! - [`Scheduler`], [`BranchFuture`] and [`BranchOutcome`] are the contract with interpreters
+//!   ([`Spawn`]: how a scheduler that may start tasks lets journal commits run beside a run);
 //! - [`Subscriber`] observes events live; [`JsonlSubscriber`] streams them to a file;
 //! - [`spans`] maps runs onto `tracing` spans.
 //!
@@ -25,7 +26,7 @@ mod subscriber;
 
 pub use clock::{Clock, TokioClock};
 pub use config::{Config, SteeringQueue};
-pub use engine::scheduler::{BranchFuture, BranchOutcome, Scheduler};
+pub use engine::scheduler::{BranchFuture, BranchOutcome, Scheduler, Spawn};
 pub use engine::spans;
 pub use engine::{Engine, JournalReport, MAX_FORK_DEPTH, Outcome};
 pub use error::{ErrorKind, RunError, ScopeWidening};

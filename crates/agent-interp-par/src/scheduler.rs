@@ -6,7 +6,7 @@ use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-use agent_engine::{BranchFuture, BranchOutcome, Scheduler};
+use agent_engine::{BranchFuture, BranchOutcome, Scheduler, Spawn};
 use agent_op::BoxFuture;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::task::coop::{consume_budget, unconstrained};
@@ -14,8 +14,9 @@ use tokio::task::coop::{consume_budget, unconstrained};
 /// Runs every branch of a `par` or `race` concurrently, on the task that runs the program.
 ///
 /// Branches are polled together (like `join_all`/`select`), so while one waits for a model or a
-/// tool the others make progress; nothing is spawned, so dropping the run drops every branch
-/// with it and no task outlives it. CPU-heavy work belongs in tools that declare themselves
+/// tool the others make progress; no branch is spawned, so dropping the run drops every branch
+/// with it. (A durable run's journal commits run on a task of their own, which the run waits
+/// for at its end: entries handed over before a run is dropped are still committed.) CPU-heavy work belongs in tools that declare themselves
 /// blocking ([`Tool::is_blocking`](agent_op::Tool::is_blocking)): the engine runs those on
 /// tokio's blocking pool, where they cannot stall the other branches. (A blocking call that is
 /// cancelled finishes on its thread; its result is discarded.) Long pure loops yield to the
@@ -55,6 +56,12 @@ enum Mode {
 impl Scheduler for Concurrent {
     fn is_concurrent(&self) -> bool {
         true
+    }
+
+    /// On the tokio runtime the run starts on, if it starts on one.
+    fn spawner(&self) -> Option<Spawn> {
+        let runtime = tokio::runtime::Handle::try_current().ok()?;
+        Some(std::sync::Arc::new(move |task| drop(runtime.spawn(task))))
     }
 
     fn run_par<S: Send + 'static>(

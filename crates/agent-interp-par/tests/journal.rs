@@ -1111,3 +1111,66 @@ fn entries_that_do_not_fit_the_program_are_journal_errors_naming_their_position(
         }
     });
 }
+
+/// A wide fan-out: each branch asks the model and runs a tool.
+fn wide(branches: i64) -> Op<St, String> {
+    op::par(
+        (0..branches)
+            .map(|i| {
+                ask(&format!("q{i}")).and_then(move |reply| {
+                    op::tool("double", json!({"n": i}))
+                        .map(move |doubled| format!("{reply}:{:?}", doubled.ok()))
+                })
+            })
+            .collect(),
+    )
+    .and_then(|replies: Vec<String>| ask(&replies.join(",")))
+}
+
+#[test]
+fn a_wide_durable_fan_out_on_many_threads_commits_what_a_sequential_run_does() {
+    // On a multi-threaded runtime the concurrent interpreter hands its commits to a task of
+    // their own, which builds model calls' entries there and appends them in batches.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let dir = tempfile::tempdir().unwrap();
+        let mut journals = Vec::new();
+        let mut values = Vec::new();
+        for par in [false, true] {
+            let journal = sqlite(&dir, &format!("run-{par}.db")).await;
+            let counts = Counts::default();
+            let outcome = record_with(par, &config(&counts), journal.clone(), wide(300))
+                .await
+                .unwrap();
+            assert_eq!((counts.model(), counts.tools()), (301, 300));
+            values.push(outcome.value);
+            let mut entries: Vec<Entry> = journal
+                .entries()
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.kind != EntryKind::Run)
+                .collect();
+            entries.sort_by(|a, b| (&a.key.branch, a.key.seq).cmp(&(&b.key.branch, b.key.seq)));
+            journals.push((journal, entries));
+        }
+        assert_eq!(values[0], values[1]);
+        assert_eq!(journals[0].1.len(), 601, "every call");
+        assert_eq!(
+            journals[0].1, journals[1].1,
+            "the same entries, built where they were"
+        );
+
+        let (journal, _) = &journals[1];
+        let counts = Counts::default();
+        let replayed = replay_with(true, &config(&counts), &**journal, wide(300))
+            .await
+            .unwrap();
+        assert_eq!((counts.model(), counts.tools()), (0, 0));
+        assert_eq!(replayed.value, values[1]);
+    });
+}

@@ -6,6 +6,7 @@
 //! lacks while resuming, or any change in replay-then-live), or a [`Divergence`]. A live
 //! result is appended to the sink, if there is one, before it is fed on: write-ahead.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -13,10 +14,12 @@ use std::sync::{Arc, Mutex};
 use agent_op::journal::{
     Divergence, Entry, EntryKind, Journal, JournalError, Key, Recorded, Request,
 };
-use agent_op::{Cause, Checkpoint, TraceId};
+use agent_op::{Cause, Checkpoint, Prompt, TraceId};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use crate::engine::commit::{Committer, Deferred};
+use crate::engine::scheduler::Spawn;
 use crate::error::ErrorKind;
 
 /// How a run uses its journal.
@@ -37,7 +40,7 @@ pub(crate) enum Lookup {
     /// The recorded entry: its result is the effect's.
     Replayed(Arc<Entry>),
     /// Run the effect; commit its result at `key` (when the run has a sink).
-    Live { key: Key, request: Request },
+    Live { key: Key, request: Requested },
     /// The recording was cut off here by the deadline (or time budget) of the scope at
     /// this position among the machine's scopes (outermost first), ending it with `exit`.
     Interrupted { key: Key, scope: usize, exit: Value },
@@ -48,6 +51,89 @@ pub(crate) enum Lookup {
     /// backend) and failed here; the entry's result is what it recorded about that (the
     /// tools it permitted).
     Unavailable(Arc<Entry>),
+}
+
+/// What an effect asks, as [`Journaling::lookup`] is given it.
+pub(crate) enum Asked<'a> {
+    /// Built in full.
+    Request(Request),
+    /// A model call, whose request is built only where it is needed: a fresh durable run
+    /// compares it with nothing, and its committer builds the entry.
+    Model {
+        model: &'a str,
+        prompt: &'a Arc<Prompt>,
+    },
+}
+
+impl Asked<'_> {
+    /// The request without its summary, where that is costly: what a comparison with a
+    /// recorded entry needs.
+    fn quick(&self) -> Cow<'_, Request> {
+        match self {
+            Asked::Request(request) => Cow::Borrowed(request),
+            Asked::Model { model, prompt } => {
+                Cow::Owned(Request::model_unsummarized(model, prompt))
+            }
+        }
+    }
+
+    /// The request in full.
+    fn full(self) -> Request {
+        match self {
+            Asked::Request(request) => request,
+            Asked::Model { model, prompt } => Request::model(model, prompt),
+        }
+    }
+
+    /// What it asks, to be built when it is committed.
+    fn deferred(self) -> Requested {
+        match self {
+            Asked::Request(request) => Requested::Request(request),
+            Asked::Model { model, prompt } => Requested::Model {
+                model: model.to_owned(),
+                prompt: Arc::clone(prompt),
+            },
+        }
+    }
+}
+
+/// What a live effect asked, for its entry.
+pub(crate) enum Requested {
+    /// Built in full.
+    Request(Request),
+    /// A model call whose request is built where its entry is committed.
+    Model { model: String, prompt: Arc<Prompt> },
+}
+
+impl Requested {
+    /// What it is.
+    pub(crate) fn kind(&self) -> EntryKind {
+        match self {
+            Requested::Request(request) => request.kind,
+            Requested::Model { .. } => EntryKind::Model,
+        }
+    }
+
+    /// The request in full.
+    pub(crate) fn build(self) -> Request {
+        match self {
+            Requested::Request(request) => request,
+            Requested::Model { model, prompt } => Request::model(&model, &prompt),
+        }
+    }
+
+    /// The entry recording `result` as its answer at `key`, to be committed.
+    pub(crate) fn entry(self, key: Key, result: Box<RawValue>) -> Deferred {
+        match self {
+            Requested::Request(request) => Deferred::Entry(request.entry(key, result)),
+            Requested::Model { model, prompt } => Deferred::Model {
+                key,
+                model,
+                prompt,
+                result,
+            },
+        }
+    }
 }
 
 /// What the journal recorded at a fork's position.
@@ -76,7 +162,7 @@ pub(crate) struct Journaling {
     /// Shared with the effects they answer, so a replay copies no result.
     recorded: HashMap<Key, Arc<Entry>>,
     /// Where live results go.
-    sink: Option<Arc<dyn Journal>>,
+    committer: Option<Committer>,
     /// Whether replayed entries are copied to the sink too (replaying into a new journal).
     copy_replayed: bool,
     /// The run's id: keys hold branch paths below it.
@@ -92,13 +178,15 @@ pub(crate) struct Journaling {
 }
 
 impl Journaling {
-    /// The journal state of a run over `entries`, recorded in the journal `name`. Two
-    /// entries at one position are refused: no run records them.
+    /// The journal state of a run over `entries`, recorded in the journal `name`, with its
+    /// commits on a task `spawn` starts, if there is one. Two entries at one position are
+    /// refused: no run records them.
     pub(crate) fn new(
         mode: Mode,
         name: String,
         entries: Vec<Entry>,
         sink: Option<Arc<dyn Journal>>,
+        spawn: Option<Spawn>,
         root: TraceId,
     ) -> Result<Journaling, JournalError> {
         // Replaying into a new journal copies what it replays; resuming a durable run writes
@@ -115,7 +203,7 @@ impl Journaling {
             mode,
             name,
             recorded,
-            sink,
+            committer: sink.map(|sink| Committer::new(sink, spawn)),
             copy_replayed,
             root,
             reported: AtomicBool::new(false),
@@ -136,15 +224,25 @@ impl Journaling {
         self.mode == Mode::Replay
     }
 
-    pub(crate) fn sink(&self) -> Option<&Arc<dyn Journal>> {
-        self.sink.as_ref()
+    /// Whether live results are committed.
+    pub(crate) fn has_sink(&self) -> bool {
+        self.committer.is_some()
+    }
+
+    /// Commits `entries` in order, after everything handed over before them (see
+    /// [`Committer::commit`]).
+    pub(crate) async fn commit(&self, entries: Vec<Deferred>) -> Result<(), JournalError> {
+        match &self.committer {
+            Some(committer) => committer.commit(entries).await,
+            None => Ok(()),
+        }
     }
 
     /// Queues the entry `make` builds (its key set to `key`) for the next commit, unless the
     /// run has no sink or the journal already holds it (then it is copied only when
     /// replaying into a new journal).
     pub(crate) fn queue(&self, key: Key, request: impl FnOnce() -> Request, result: Value) {
-        if self.sink.is_none() {
+        if self.committer.is_none() {
             return;
         }
         let entry = match self.recorded.get(&key) {
@@ -164,12 +262,21 @@ impl Journaling {
     }
 
     /// Commits whatever is queued.
-    pub(crate) async fn flush(&self) -> Result<(), agent_op::journal::JournalError> {
+    pub(crate) async fn flush(&self) -> Result<(), JournalError> {
         let queued = self.take_queued();
-        match &self.sink {
-            Some(sink) if !queued.is_empty() => sink.append(queued).await,
-            _ => Ok(()),
+        if queued.is_empty() {
+            return Ok(());
         }
+        self.commit(queued.into_iter().map(Deferred::Entry).collect())
+            .await
+    }
+
+    /// Commits whatever is queued, and waits for every commit handed over before: at the
+    /// run's end, what its branches did is durable (even a cancelled branch's last entry).
+    pub(crate) async fn settle(&self) -> Result<(), JournalError> {
+        let queued = self.take_queued();
+        self.commit(queued.into_iter().map(Deferred::Entry).collect())
+            .await
     }
 
     /// The key of the effect starting now in `branch` after `seq` events.
@@ -192,28 +299,18 @@ impl Journaling {
         }
     }
 
-    /// Answers the effect at `key` asking `request`. `doomed`: the branch lost a recorded
+    /// Answers the effect at `key` asking `asked`. `doomed`: the branch lost a recorded
     /// race, so a position the journal lacks means it was cancelled there.
     ///
     /// Returns the entry to copy to the sink with a replayed answer, when there is one.
     /// Fails with the [`Divergence`], or with a [`JournalError`] when the entry there does
     /// not fit (a cut-off record that does not parse).
-    ///
-    /// `summarize` fills in the request's summary (left out when costly to build) where one
-    /// is needed: in a new entry, or a divergence.
     pub(crate) fn lookup(
         &self,
         key: Key,
-        request: Request,
+        asked: Asked<'_>,
         doomed: bool,
-        summarize: &dyn Fn() -> Box<RawValue>,
     ) -> Result<(Lookup, Option<Entry>), ErrorKind> {
-        let full = |mut request: Request| {
-            if request.summary.get() == "null" {
-                request.summary = summarize();
-            }
-            request
-        };
         let Some(entry) = self.recorded.get(&key) else {
             if doomed {
                 return Ok((Lookup::Park, None));
@@ -221,23 +318,24 @@ impl Journaling {
             return match self.mode {
                 Mode::Replay => Err(ErrorKind::Divergence(Box::new(Divergence {
                     key,
-                    requested: full(request),
+                    requested: asked.full(),
                     recorded: None,
                 }))),
-                Mode::ReplayThenLive | Mode::Durable => {
-                    let request = if self.sink.is_some() || !self.reported.load(Ordering::Relaxed) {
-                        full(request)
-                    } else {
-                        request
-                    };
-                    if self.mode == Mode::ReplayThenLive {
-                        self.went_live(&key, &request, None);
-                    }
+                Mode::ReplayThenLive if !self.reported.load(Ordering::Relaxed) => {
+                    let request = asked.full();
+                    self.went_live(&key, &request, None);
                     self.live.fetch_add(1, Ordering::Relaxed);
+                    let request = Requested::Request(request);
+                    Ok((Lookup::Live { key, request }, None))
+                }
+                Mode::ReplayThenLive | Mode::Durable => {
+                    self.live.fetch_add(1, Ordering::Relaxed);
+                    let request = asked.deferred();
                     Ok((Lookup::Live { key, request }, None))
                 }
             };
         };
+        let request = asked.quick();
         if entry.kind == EntryKind::Outcome
             && entry.fingerprint == cut_off(request.kind).fingerprint
         {
@@ -264,11 +362,13 @@ impl Journaling {
             fingerprint: entry.fingerprint.clone(),
             summary: entry.request.clone(),
         };
-        let request = full(request);
+        drop(request);
+        let request = asked.full();
         match self.mode {
             Mode::ReplayThenLive => {
                 self.went_live(&key, &request, Some(recorded));
                 self.live.fetch_add(1, Ordering::Relaxed);
+                let request = Requested::Request(request);
                 Ok((Lookup::Live { key, request }, None))
             }
             Mode::Replay | Mode::Durable => Err(ErrorKind::Divergence(Box::new(Divergence {

@@ -3,6 +3,7 @@
 //! [`Scheduler`] that decides only *when* branches run.
 
 mod branch_log;
+mod commit;
 pub(crate) mod journal;
 mod machine;
 mod outcome;
@@ -420,7 +421,8 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
                 return Err(not_started(config, ErrorKind::Journal(Box::new(error))));
             }
         }
-        let journaling = Journaling::new(mode, name, entries, sink, id.clone())
+        let spawn = self.scheduler.spawner();
+        let journaling = Journaling::new(mode, name, entries, sink, spawn, id.clone())
             .map_err(|error| not_started(config, ErrorKind::Journal(Box::new(error))))?;
         self.run_inner(config, state, program, id, Some((journaling, started)))
             .await
@@ -468,9 +470,10 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
         // Open until the run's end is known (what it spent, its answer); closed before the
         // subscribers' end-of-run work, which is theirs.
         let run_span = machine.end_spans(&result);
-        // Markers and race outcomes after the run's last commit.
+        // Markers and race outcomes after the run's last commit, and every commit still
+        // under way.
         let flushed = match &runtime.journal {
-            Some(journal) => journal.flush().await,
+            Some(journal) => journal.settle().await,
             None => Ok(()),
         };
         let result = match (result, flushed) {

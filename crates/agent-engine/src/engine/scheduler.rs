@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 
 use agent_op::BoxFuture;
 use agent_op::interp::AnyValue;
@@ -16,6 +17,10 @@ use agent_op::Resource;
 
 use crate::engine::Unwind;
 use crate::engine::scope::ScopeExit;
+
+/// Starts a task beside a run's branches, to run to its end on its own (see
+/// [`Scheduler::spawner`]).
+pub type Spawn = Arc<dyn Fn(BoxFuture<'static, ()>) + Send + Sync>;
 
 /// One branch, ready to run: a future that runs the branch's program to its end.
 pub type BranchFuture<S> = Pin<Box<dyn Future<Output = BranchOutcome<S>> + Send>>;
@@ -82,6 +87,16 @@ pub trait Scheduler: Send + Sync + 'static {
     /// then run concurrently too (the result does not depend on it).
     fn is_concurrent(&self) -> bool {
         false
+    }
+
+    /// How to start work beside the run's branches, if this scheduler allows it: a durable
+    /// run's journal commits then happen on a task of their own (on another thread, with
+    /// tokio's multi-threaded runtime), which builds and appends the entries the branches
+    /// hand over while they go on. `None` (the default): nothing is spawned, and each branch
+    /// commits its own entries (`Sequential`, a Temporal workflow, where the workflow's
+    /// thread must do all the work). Asked once, when a journaled run starts.
+    fn spawner(&self) -> Option<Spawn> {
+        None
     }
 
     /// Runs the branches of a `par`. Returns one entry per branch, in declaration order: the

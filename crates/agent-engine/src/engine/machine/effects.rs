@@ -206,12 +206,7 @@ where
         } else {
             Reservation::new(WorstCase::default())
         };
-        let mut answer = self
-            .journal_answer_summarized(
-                || Request::model_unsummarized(&model, &prompt),
-                || Request::model_summary(&model, &prompt),
-            )
-            .await?;
+        let mut answer = self.journal_answer_model(&model, &prompt).await?;
         if !answer.suffices(provider.is_some()) {
             Box::pin(self.missing_handler(&mut answer, |_| Value::Null)).await?;
             reservation.release();

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use agent_op::Prompt;
 use agent_op::journal::{Entry, EntryKind, JournalError, Key, Request};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -11,7 +12,10 @@ use serde_json::value::RawValue;
 
 use super::Machine;
 use crate::engine::Unwind;
-use crate::engine::journal::{Lookup, cut_off, fork_cut, race_won, raw, unavailable};
+use crate::engine::commit::Deferred;
+use crate::engine::journal::{
+    Asked, Lookup, Requested, cut_off, fork_cut, race_won, raw, unavailable,
+};
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::ScopeExit;
 use crate::error::ErrorKind;
@@ -55,7 +59,7 @@ impl Answer {
 /// Where a live result is committed.
 pub(super) struct Pending {
     key: Key,
-    request: Request,
+    request: Requested,
 }
 
 impl<S, Sch> Machine<S, Sch>
@@ -76,40 +80,39 @@ where
         &mut self,
         request: impl FnOnce() -> Request,
     ) -> Result<Answer, Unwind> {
-        self.journal_answer_summarized(request, Box::<RawValue>::default)
-            .await
-    }
-
-    /// Like [`journal_answer`](Machine::journal_answer), for a request built without its
-    /// summary: `summarize` builds it where it is needed (a new entry, a divergence).
-    pub(super) async fn journal_answer_summarized(
-        &mut self,
-        request: impl FnOnce() -> Request,
-        summarize: impl Fn() -> Box<RawValue> + Send + Sync,
-    ) -> Result<Answer, Unwind> {
         let n = self.next_effect();
         if self.rt.journal.is_none() {
             return Ok(Answer::Off);
         }
         // Boxed: every effect's future (and every branch's) would otherwise carry it.
-        let request = request();
-        Box::pin(self.journal_lookup(n, request, &summarize)).await
+        Box::pin(self.journal_lookup(n, Asked::Request(request()))).await
     }
 
-    async fn journal_lookup(
+    /// [`journal_answer`](Machine::journal_answer) for a call of `model` with `prompt`,
+    /// whose request (the prompt serialized and hashed) is built only where it is needed: a
+    /// recorded entry to compare it with, a divergence, or the entry, which a run whose
+    /// commits have a task of their own builds there.
+    pub(super) async fn journal_answer_model(
         &mut self,
-        n: u64,
-        request: Request,
-        summarize: &(dyn Fn() -> Box<RawValue> + Send + Sync),
+        model: &str,
+        prompt: &Arc<Prompt>,
     ) -> Result<Answer, Unwind> {
+        let n = self.next_effect();
+        if self.rt.journal.is_none() {
+            return Ok(Answer::Off);
+        }
+        Box::pin(self.journal_lookup(n, Asked::Model { model, prompt })).await
+    }
+
+    async fn journal_lookup(&mut self, n: u64, asked: Asked<'_>) -> Result<Answer, Unwind> {
         let Some(journal) = self.rt.journal.clone() else {
             return Ok(Answer::Off);
         };
         let key = journal.key(&self.id, n);
-        match journal.lookup(key, request, self.doomed, summarize) {
+        match journal.lookup(key, asked, self.doomed) {
             Ok((Lookup::Replayed(value), copy)) => {
                 if let Some(entry) = copy {
-                    self.journal_append(entry).await?;
+                    self.journal_append(Deferred::Entry(entry)).await?;
                 }
                 Ok(Answer::Replayed(value))
             }
@@ -126,14 +129,14 @@ where
             }
             Ok((Lookup::Interrupted { key, scope, exit }, copy)) => {
                 if let Some(entry) = copy {
-                    self.journal_append(entry).await?;
+                    self.journal_append(Deferred::Entry(entry)).await?;
                 }
                 let unwind = self.recorded_exit(&key, scope, exit)?;
                 Ok(Answer::Interrupted(Box::new(unwind)))
             }
             Ok((Lookup::Unavailable(recorded), copy)) => {
                 if let Some(entry) = copy {
-                    self.journal_append(entry).await?;
+                    self.journal_append(Deferred::Entry(entry)).await?;
                 }
                 Ok(Answer::Unavailable(recorded))
             }
@@ -163,11 +166,11 @@ where
             return Ok(recorded.result.clone());
         }
         let details = raw(&details(self));
-        let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.sink().is_some());
+        let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.has_sink());
         if let (true, Answer::Live(pending)) = (has_sink, std::mem::replace(answer, Answer::Off)) {
             let Pending { key, request } = *pending;
-            self.journal_append(unavailable(&request).entry(key, details.clone()))
-                .await?;
+            let entry = unavailable(&request.build()).entry(key, details.clone());
+            self.journal_append(Deferred::Entry(entry)).await?;
         }
         Ok(details)
     }
@@ -182,7 +185,7 @@ where
         if !matches!(answer, Answer::Live(_)) {
             return Ok(());
         }
-        let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.sink().is_some());
+        let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.has_sink());
         if !has_sink {
             return Ok(());
         }
@@ -203,22 +206,19 @@ where
         Box::pin(self.journal_append(entry)).await
     }
 
-    /// Appends `entry` to the run's sink.
-    pub(super) async fn journal_append(&mut self, entry: Entry) -> Result<(), Unwind> {
-        let Some(sink) = self.rt.journal.as_ref().and_then(|j| j.sink().cloned()) else {
+    /// Commits `entry` to the run's sink.
+    pub(super) async fn journal_append(&mut self, entry: Deferred) -> Result<(), Unwind> {
+        let Some(journal) = self.rt.journal.clone().filter(|j| j.has_sink()) else {
             return Ok(());
         };
         // Queued markers and race outcomes go first: they happened before this.
-        let mut entries = self
-            .rt
-            .journal
-            .as_ref()
-            .map(|j| j.take_queued())
-            .unwrap_or_default();
+        let queued = journal.take_queued();
+        let mut entries = Vec::with_capacity(queued.len() + 1);
+        entries.extend(queued.into_iter().map(Deferred::Entry));
         entries.push(entry);
         // Not guarded: once the effect happened, its entry is committed even if a deadline
         // passes meanwhile (the deadline is seen right after).
-        match sink.append(entries).await {
+        match journal.commit(entries).await {
             Ok(()) => Ok(()),
             Err(error) => Err(self.fail(ErrorKind::Journal(Box::new(error)))),
         }
@@ -233,7 +233,7 @@ where
         let (Some(journal), Some(cut)) = (self.rt.journal.clone(), self.stored_cut(unwind)) else {
             return;
         };
-        let kind = pending.request.kind;
+        let kind = pending.request.kind();
         journal.queue(
             pending.key.clone(),
             || cut_off(kind),
