@@ -15,8 +15,9 @@ use tokio::task::coop::{consume_budget, unconstrained};
 ///
 /// Branches are polled together (like `join_all`/`select`), so while one waits for a model or a
 /// tool the others make progress; no branch is spawned, so dropping the run drops every branch
-/// with it. (A durable run's journal commits run on a task of their own, which the run waits
-/// for at its end: entries handed over before a run is dropped are still committed.) CPU-heavy work belongs in tools that declare themselves
+/// with it. (On tokio's multi-threaded runtime a durable run's journal commits run on a task
+/// of their own, which the run waits for at its end: entries handed over before a run is
+/// dropped are still committed.) CPU-heavy work belongs in tools that declare themselves
 /// blocking ([`Tool::is_blocking`](agent_op::Tool::is_blocking)): the engine runs those on
 /// tokio's blocking pool, where they cannot stall the other branches. (A blocking call that is
 /// cancelled finishes on its thread; its result is discarded.) Long pure loops yield to the
@@ -58,9 +59,14 @@ impl Scheduler for Concurrent {
         true
     }
 
-    /// On the tokio runtime the run starts on, if it starts on one.
+    /// On the tokio runtime the run starts on, if it is a multi-threaded one: its workers
+    /// run the task while this one polls the branches. (A current-thread runtime gains
+    /// nothing from it, and one entered without being driven would never run it.)
     fn spawner(&self) -> Option<Spawn> {
         let runtime = tokio::runtime::Handle::try_current().ok()?;
+        if runtime.runtime_flavor() != tokio::runtime::RuntimeFlavor::MultiThread {
+            return None;
+        }
         Some(std::sync::Arc::new(move |task| drop(runtime.spawn(task))))
     }
 
@@ -189,4 +195,33 @@ async fn run_all<S>(
     // before the program continues.
     drop(running);
     outcomes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commits_get_a_task_of_their_own_only_on_a_multi_threaded_runtime() {
+        assert!(Concurrent::new().spawner().is_none(), "outside a runtime");
+        let current = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let _entered = current.enter();
+        assert!(
+            Concurrent::new().spawner().is_none(),
+            "on a current-thread runtime"
+        );
+        drop(_entered);
+        let multi = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .build()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let spawn = multi.block_on(async { Concurrent::new().spawner() });
+        let spawn = spawn.expect("on a multi-threaded runtime");
+        spawn(Box::pin(async move { tx.send(()).unwrap() }));
+        rx.recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the spawned task ran on the runtime's workers");
+    }
 }

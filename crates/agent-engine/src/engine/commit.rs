@@ -67,6 +67,9 @@ struct Queue {
     entries: Vec<Deferred>,
     waiters: Vec<oneshot::Sender<Result<(), JournalError>>>,
     running: bool,
+    /// The first append that failed: every commit after it fails the same way, since
+    /// appending what came after would leave a gap in the journal.
+    failed: Option<JournalError>,
 }
 
 impl Committer {
@@ -110,7 +113,8 @@ impl Committer {
             Err(JournalError::Io {
                 journal: self.shared.sink.describe(),
                 cause: Cause::new(std::io::Error::other(
-                    "the task committing the run's entries was stopped (its runtime shut down)",
+                    "the task committing the run's entries stopped before it answered (its \
+                     runtime shut down, or it panicked)",
                 )),
             })
         })
@@ -120,6 +124,21 @@ impl Committer {
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Tells `waiters` how their commit ended, keeping a failure for the commits after it
+    /// (its waiters may all be gone: branches cancelled while they waited).
+    fn answer(
+        &self,
+        waiters: Vec<oneshot::Sender<Result<(), JournalError>>>,
+        result: Result<(), JournalError>,
+    ) {
+        if let Err(error) = &result {
+            self.lock().failed.get_or_insert_with(|| error.clone());
+        }
+        for waiter in waiters {
+            let _ = waiter.send(result.clone());
+        }
     }
 }
 
@@ -158,33 +177,28 @@ impl Task {
             };
             let entries: Vec<Entry> = entries.into_iter().map(Deferred::build).collect();
             if let Some((append, earlier)) = in_flight.take() {
-                answer(earlier, &append.await);
+                shared.answer(earlier, append.await);
             }
             if waiters.is_empty() {
                 continue;
             }
+            let failed = shared.lock().failed.clone();
+            if let Some(error) = failed {
+                shared.answer(waiters, Err(error));
+                continue;
+            }
             if entries.is_empty() {
-                answer(waiters, &Ok(()));
+                shared.answer(waiters, Ok(()));
                 continue;
             }
             // Polled once here, so the backend starts committing before the next batch is
             // built (the SQLite journal hands its statement over at once).
             let mut append = shared.sink.append(entries);
             match std::future::poll_fn(|cx| Poll::Ready(append.as_mut().poll(cx))).await {
-                Poll::Ready(result) => answer(waiters, &result),
+                Poll::Ready(result) => shared.answer(waiters, result),
                 Poll::Pending => in_flight = Some((append, waiters)),
             }
         }
-    }
-}
-
-/// Tells `waiters` how their commit ended.
-fn answer(
-    waiters: Vec<oneshot::Sender<Result<(), JournalError>>>,
-    result: &Result<(), JournalError>,
-) {
-    for waiter in waiters {
-        let _ = waiter.send(result.clone());
     }
 }
 
@@ -193,7 +207,9 @@ impl Drop for Task {
         if !self.ended {
             let mut queue = self.shared.lock();
             queue.running = false;
+            // Their waiters are told they failed: committed later, they would be a surprise.
             queue.waiters.clear();
+            queue.entries.clear();
         }
     }
 }
@@ -289,8 +305,11 @@ mod tests {
         assert_eq!(seqs, [1, 2]);
     }
 
-    /// A journal whose appends fail.
-    struct Failing;
+    /// A journal whose appends fail, counting them.
+    #[derive(Default)]
+    struct Failing {
+        appends: AtomicUsize,
+    }
 
     impl Journal for Failing {
         fn describe(&self) -> String {
@@ -300,6 +319,7 @@ mod tests {
             Box::pin(async { Ok(Vec::new()) })
         }
         fn append(&self, _: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
+            self.appends.fetch_add(1, Ordering::Relaxed);
             Box::pin(async {
                 Err(JournalError::Io {
                     journal: "failing".to_owned(),
@@ -310,12 +330,16 @@ mod tests {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_failed_commit_is_every_waiters_error_and_the_next_commit_tries_again() {
-        let committer = Committer::new(Arc::new(Failing), Some(tokio_spawn()));
+    async fn a_failed_commit_is_every_waiters_error_and_every_later_commits() {
+        let failing = Arc::new(Failing::default());
+        let committer = Committer::new(failing.clone(), Some(tokio_spawn()));
         for _ in 0..2 {
             let error = committer.commit(vec![model(1)]).await.unwrap_err();
-            assert!(error.to_string().contains("failing"), "{error}");
+            assert!(error.to_string().contains("disk full"), "{error:?}");
         }
+        // The barrier at a run's end too, and nothing more was tried after the gap.
+        assert!(committer.commit(Vec::new()).await.is_err());
+        assert_eq!(failing.appends.load(Ordering::Relaxed), 1);
     }
 
     #[test]

@@ -92,7 +92,9 @@ pub trait Scheduler: Send + Sync + 'static {
     /// How to start work beside the run's branches, if this scheduler allows it: a durable
     /// run's journal commits then happen on a task of their own (on another thread, with
     /// tokio's multi-threaded runtime), which builds and appends the entries the branches
-    /// hand over while they go on. `None` (the default): nothing is spawned, and each branch
+    /// hand over while they go on. The spawned task must run even while the run is not
+    /// polled (a multi-threaded runtime's workers). `None` (the default): nothing is
+    /// spawned, and each branch
     /// commits its own entries (`Sequential`, a Temporal workflow, where the workflow's
     /// thread must do all the work). Asked once, when a journaled run starts.
     fn spawner(&self) -> Option<Spawn> {
