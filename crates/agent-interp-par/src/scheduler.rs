@@ -207,12 +207,12 @@ mod tests {
         let current = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let _entered = current.enter();
+        let entered = current.enter();
         assert!(
             Concurrent::new().spawner().is_none(),
             "on a current-thread runtime"
         );
-        drop(_entered);
+        drop(entered);
         let multi = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .build()

@@ -60,12 +60,15 @@ struct Shared {
     queue: Mutex<Queue>,
 }
 
+/// Who waits for a commit, to be told how it ended.
+type Waiter = oneshot::Sender<Result<(), JournalError>>;
+
 /// Entries handed over and not taken yet, who waits for them, and whether a committer task
 /// is running (it takes them before it ends).
 #[derive(Default)]
 struct Queue {
     entries: Vec<Deferred>,
-    waiters: Vec<oneshot::Sender<Result<(), JournalError>>>,
+    waiters: Vec<Waiter>,
     running: bool,
     /// The first append that failed: every commit after it fails the same way, since
     /// appending what came after would leave a gap in the journal.
@@ -128,11 +131,7 @@ impl Shared {
 
     /// Tells `waiters` how their commit ended, keeping a failure for the commits after it
     /// (its waiters may all be gone: branches cancelled while they waited).
-    fn answer(
-        &self,
-        waiters: Vec<oneshot::Sender<Result<(), JournalError>>>,
-        result: Result<(), JournalError>,
-    ) {
+    fn answer(&self, waiters: Vec<Waiter>, result: Result<(), JournalError>) {
         if let Err(error) = &result {
             self.lock().failed.get_or_insert_with(|| error.clone());
         }
@@ -151,10 +150,7 @@ struct Task {
 }
 
 /// An append under way, with who waits for it.
-type InFlight<'a> = (
-    BoxFuture<'a, Result<(), JournalError>>,
-    Vec<oneshot::Sender<Result<(), JournalError>>>,
-);
+type InFlight<'a> = (BoxFuture<'a, Result<(), JournalError>>, Vec<Waiter>);
 
 impl Task {
     async fn run(mut self) {

@@ -54,55 +54,19 @@ pub(crate) enum Lookup {
 }
 
 /// What an effect asks, as [`Journaling::lookup`] is given it.
-pub(crate) enum Asked<'a> {
-    /// Built in full.
-    Request(Request),
-    /// A model call, whose request is built only where it is needed: a fresh durable run
-    /// compares it with nothing, and its committer builds the entry.
-    Model {
-        model: &'a str,
-        prompt: &'a Arc<Prompt>,
-    },
-}
-
-impl Asked<'_> {
-    /// The request without its summary, where that is costly: what a comparison with a
-    /// recorded entry needs.
-    fn quick(&self) -> Cow<'_, Request> {
-        match self {
-            Asked::Request(request) => Cow::Borrowed(request),
-            Asked::Model { model, prompt } => {
-                Cow::Owned(Request::model_unsummarized(model, prompt))
-            }
-        }
-    }
-
-    /// The request in full.
-    fn full(self) -> Request {
-        match self {
-            Asked::Request(request) => request,
-            Asked::Model { model, prompt } => Request::model(model, prompt),
-        }
-    }
-
-    /// What it asks, to be built when it is committed.
-    fn deferred(self) -> Requested {
-        match self {
-            Asked::Request(request) => Requested::Request(request),
-            Asked::Model { model, prompt } => Requested::Model {
-                model: model.to_owned(),
-                prompt: Arc::clone(prompt),
-            },
-        }
-    }
-}
-
-/// What a live effect asked, for its entry.
 pub(crate) enum Requested {
     /// Built in full.
     Request(Request),
-    /// A model call whose request is built where its entry is committed.
+    /// A model call, whose request (the prompt serialized and hashed) is built only where it
+    /// is needed: a fresh durable run compares it with nothing, and its committer builds the
+    /// entry.
     Model { model: String, prompt: Arc<Prompt> },
+}
+
+impl From<Request> for Requested {
+    fn from(request: Request) -> Requested {
+        Requested::Request(request)
+    }
 }
 
 impl Requested {
@@ -111,6 +75,17 @@ impl Requested {
         match self {
             Requested::Request(request) => request.kind,
             Requested::Model { .. } => EntryKind::Model,
+        }
+    }
+
+    /// The request without its summary, where that is costly: what a comparison with a
+    /// recorded entry needs.
+    pub(crate) fn quick(&self) -> Cow<'_, Request> {
+        match self {
+            Requested::Request(request) => Cow::Borrowed(request),
+            Requested::Model { model, prompt } => {
+                Cow::Owned(Request::model_unsummarized(model, prompt))
+            }
         }
     }
 
@@ -171,7 +146,7 @@ pub(crate) struct Journaling {
     reported: AtomicBool,
     first: Mutex<Option<Divergence>>,
     /// Checkpoint markers and race outcomes waiting for the next commit.
-    queued: Mutex<Vec<Entry>>,
+    queued: Mutex<Vec<Deferred>>,
     /// Effects answered from the journal, and run live.
     pub(crate) replayed: AtomicU64,
     pub(crate) live: AtomicU64,
@@ -253,11 +228,11 @@ impl Journaling {
         self.queued
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(entry);
+            .push(Deferred::Entry(entry));
     }
 
     /// Takes the queued entries.
-    pub(crate) fn take_queued(&self) -> Vec<Entry> {
+    pub(crate) fn take_queued(&self) -> Vec<Deferred> {
         std::mem::take(&mut *self.queued.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
@@ -267,16 +242,13 @@ impl Journaling {
         if queued.is_empty() {
             return Ok(());
         }
-        self.commit(queued.into_iter().map(Deferred::Entry).collect())
-            .await
+        self.commit(queued).await
     }
 
     /// Commits whatever is queued, and waits for every commit handed over before: at the
     /// run's end, what its branches did is durable (even a cancelled branch's last entry).
     pub(crate) async fn settle(&self) -> Result<(), JournalError> {
-        let queued = self.take_queued();
-        self.commit(queued.into_iter().map(Deferred::Entry).collect())
-            .await
+        self.commit(self.take_queued()).await
     }
 
     /// The key of the effect starting now in `branch` after `seq` events.
@@ -299,7 +271,7 @@ impl Journaling {
         }
     }
 
-    /// Answers the effect at `key` asking `asked`. `doomed`: the branch lost a recorded
+    /// Answers the effect at `key` asking `request`. `doomed`: the branch lost a recorded
     /// race, so a position the journal lacks means it was cancelled there.
     ///
     /// Returns the entry to copy to the sink with a replayed answer, when there is one.
@@ -308,7 +280,7 @@ impl Journaling {
     pub(crate) fn lookup(
         &self,
         key: Key,
-        asked: Asked<'_>,
+        request: Requested,
         doomed: bool,
     ) -> Result<(Lookup, Option<Entry>), ErrorKind> {
         let Some(entry) = self.recorded.get(&key) else {
@@ -318,11 +290,11 @@ impl Journaling {
             return match self.mode {
                 Mode::Replay => Err(ErrorKind::Divergence(Box::new(Divergence {
                     key,
-                    requested: asked.full(),
+                    requested: request.build(),
                     recorded: None,
                 }))),
                 Mode::ReplayThenLive if !self.reported.load(Ordering::Relaxed) => {
-                    let request = asked.full();
+                    let request = request.build();
                     self.went_live(&key, &request, None);
                     self.live.fetch_add(1, Ordering::Relaxed);
                     let request = Requested::Request(request);
@@ -330,14 +302,12 @@ impl Journaling {
                 }
                 Mode::ReplayThenLive | Mode::Durable => {
                     self.live.fetch_add(1, Ordering::Relaxed);
-                    let request = asked.deferred();
                     Ok((Lookup::Live { key, request }, None))
                 }
             };
         };
-        let request = asked.quick();
-        if entry.kind == EntryKind::Outcome
-            && entry.fingerprint == cut_off(request.kind).fingerprint
+        let quick = request.quick();
+        if entry.kind == EntryKind::Outcome && entry.fingerprint == cut_off(quick.kind).fingerprint
         {
             let (scope, exit) = cut(entry)
                 .ok_or_else(|| self.misfit(&key, "its record of a call cut off does not parse"))?;
@@ -345,14 +315,13 @@ impl Journaling {
             let copy = self.copy_replayed.then(|| Entry::clone(entry));
             return Ok((Lookup::Interrupted { key, scope, exit }, copy));
         }
-        if entry.kind == EntryKind::Outcome
-            && entry.fingerprint == unavailable(&request).fingerprint
+        if entry.kind == EntryKind::Outcome && entry.fingerprint == unavailable(&quick).fingerprint
         {
             self.replayed.fetch_add(1, Ordering::Relaxed);
             let copy = self.copy_replayed.then(|| Entry::clone(entry));
             return Ok((Lookup::Unavailable(entry.clone()), copy));
         }
-        if entry.fingerprint == request.fingerprint && entry.kind == request.kind {
+        if entry.fingerprint == quick.fingerprint && entry.kind == quick.kind {
             self.replayed.fetch_add(1, Ordering::Relaxed);
             let copy = self.copy_replayed.then(|| Entry::clone(entry));
             return Ok((Lookup::Replayed(entry.clone()), copy));
@@ -362,8 +331,8 @@ impl Journaling {
             fingerprint: entry.fingerprint.clone(),
             summary: entry.request.clone(),
         };
-        drop(request);
-        let request = asked.full();
+        drop(quick);
+        let request = request.build();
         match self.mode {
             Mode::ReplayThenLive => {
                 self.went_live(&key, &request, Some(recorded));

@@ -19,6 +19,7 @@ use tracing::Instrument;
 
 use super::journaled::Answer;
 use super::{Machine, count, micros, panic_message, value_preview};
+use crate::engine::journal::Requested;
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::{Admission, BudgetCell, Reservation, ScopeExit, ScopeId, WorstCase};
 use crate::engine::{Unwind, spans};
@@ -206,7 +207,12 @@ where
         } else {
             Reservation::new(WorstCase::default())
         };
-        let mut answer = self.journal_answer_model(&model, &prompt).await?;
+        let mut answer = self
+            .journal_answer(|| Requested::Model {
+                model: model.clone(),
+                prompt: Arc::clone(&prompt),
+            })
+            .await?;
         if !answer.suffices(provider.is_some()) {
             Box::pin(self.missing_handler(&mut answer, |_| Value::Null)).await?;
             reservation.release();

@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use agent_op::Prompt;
 use agent_op::journal::{Entry, EntryKind, JournalError, Key, Request};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -13,9 +12,7 @@ use serde_json::value::RawValue;
 use super::Machine;
 use crate::engine::Unwind;
 use crate::engine::commit::Deferred;
-use crate::engine::journal::{
-    Asked, Lookup, Requested, cut_off, fork_cut, race_won, raw, unavailable,
-};
+use crate::engine::journal::{Lookup, Requested, cut_off, fork_cut, race_won, raw, unavailable};
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::ScopeExit;
 use crate::error::ErrorKind;
@@ -74,42 +71,27 @@ where
         n
     }
 
-    /// Asks the journal about this branch's next effect. `request` is built only when the
-    /// run keeps a journal.
-    pub(super) async fn journal_answer(
+    /// Asks the journal about this branch's next effect. `request` is made only when the
+    /// run keeps a journal (a model call's [`Requested::Model`] is built further only where
+    /// it is needed).
+    pub(super) async fn journal_answer<R: Into<Requested>>(
         &mut self,
-        request: impl FnOnce() -> Request,
+        request: impl FnOnce() -> R,
     ) -> Result<Answer, Unwind> {
         let n = self.next_effect();
         if self.rt.journal.is_none() {
             return Ok(Answer::Off);
         }
         // Boxed: every effect's future (and every branch's) would otherwise carry it.
-        Box::pin(self.journal_lookup(n, Asked::Request(request()))).await
+        Box::pin(self.journal_lookup(n, request().into())).await
     }
 
-    /// [`journal_answer`](Machine::journal_answer) for a call of `model` with `prompt`,
-    /// whose request (the prompt serialized and hashed) is built only where it is needed: a
-    /// recorded entry to compare it with, a divergence, or the entry, which a run whose
-    /// commits have a task of their own builds there.
-    pub(super) async fn journal_answer_model(
-        &mut self,
-        model: &str,
-        prompt: &Arc<Prompt>,
-    ) -> Result<Answer, Unwind> {
-        let n = self.next_effect();
-        if self.rt.journal.is_none() {
-            return Ok(Answer::Off);
-        }
-        Box::pin(self.journal_lookup(n, Asked::Model { model, prompt })).await
-    }
-
-    async fn journal_lookup(&mut self, n: u64, asked: Asked<'_>) -> Result<Answer, Unwind> {
+    async fn journal_lookup(&mut self, n: u64, request: Requested) -> Result<Answer, Unwind> {
         let Some(journal) = self.rt.journal.clone() else {
             return Ok(Answer::Off);
         };
         let key = journal.key(&self.id, n);
-        match journal.lookup(key, asked, self.doomed) {
+        match journal.lookup(key, request, self.doomed) {
             Ok((Lookup::Replayed(value), copy)) => {
                 if let Some(entry) = copy {
                     self.journal_append(Deferred::Entry(entry)).await?;
@@ -169,7 +151,7 @@ where
         let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.has_sink());
         if let (true, Answer::Live(pending)) = (has_sink, std::mem::replace(answer, Answer::Off)) {
             let Pending { key, request } = *pending;
-            let entry = unavailable(&request.build()).entry(key, details.clone());
+            let entry = unavailable(&request.quick()).entry(key, details.clone());
             self.journal_append(Deferred::Entry(entry)).await?;
         }
         Ok(details)
@@ -212,9 +194,7 @@ where
             return Ok(());
         };
         // Queued markers and race outcomes go first: they happened before this.
-        let queued = journal.take_queued();
-        let mut entries = Vec::with_capacity(queued.len() + 1);
-        entries.extend(queued.into_iter().map(Deferred::Entry));
+        let mut entries = journal.take_queued();
         entries.push(entry);
         // Not guarded: once the effect happened, its entry is committed even if a deadline
         // passes meanwhile (the deadline is seen right after).
