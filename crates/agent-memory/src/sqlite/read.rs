@@ -112,16 +112,25 @@ pub(super) async fn with_tags(
     }
     Ok(rows
         .into_iter()
-        .map(
-            |(id, content, context, created, accessed, count)| MemoryEntry {
-                id: format_id(id),
-                content,
-                context,
-                tags: tags.remove(&id).unwrap_or_default(),
-                created_at: from_micros(created),
-                accessed_at: from_micros(accessed),
-                access_count: u64::try_from(count).unwrap_or(0),
-            },
-        )
+        .map(|row| {
+            let row_tags = tags.remove(&row.0).unwrap_or_default();
+            entry_of(row, row_tags)
+        })
         .collect())
+}
+
+/// The entry a row of `entries` holds, with its `tags`.
+pub(super) fn entry_of(
+    (id, content, context, created, accessed, count): EntryRow,
+    tags: Vec<Tag>,
+) -> MemoryEntry {
+    MemoryEntry {
+        id: format_id(id),
+        content,
+        context,
+        tags,
+        created_at: from_micros(created),
+        accessed_at: from_micros(accessed),
+        access_count: u64::try_from(count).unwrap_or(0),
+    }
 }

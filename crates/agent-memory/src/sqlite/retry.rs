@@ -145,6 +145,32 @@ macro_rules! write_tx {
     }};
 }
 
+/// Like [`write_tx!`] for one statement, which SQLite makes atomic by itself: run on the
+/// writer connection outside an explicit transaction (autocommit), it costs one round trip to
+/// the connection's thread where a transaction costs three more (its `BEGIN`, the statement
+/// taking the write lock, its `COMMIT`). Retried with [`Backoff`] while SQLite reports busy.
+macro_rules! write_one {
+    ($backend:expr, $what:expr, |$conn:ident| $body:expr) => {{
+        let inner = &$backend.inner;
+        let mut backoff = $crate::backoff::Backoff::new(inner.lock_retry);
+        loop {
+            let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
+                let mut guard = inner.writer.lock().await;
+                let $conn: &mut sqlx::SqliteConnection = guard.as_mut().ok_or_else(|| {
+                    $crate::sqlite::retry::DbError::Closed
+                })?;
+                Ok($body)
+            }
+            .await;
+            let busy = matches!(&attempt, Err(e) if e.is_busy());
+            if busy && backoff.wait().await {
+                continue;
+            }
+            break attempt.map_err(|e| $crate::sqlite::storage(&inner.path, $what, e));
+        }
+    }};
+}
+
 /// Like [`write_tx!`] for reads: a deferred (read) transaction on a pooled read connection,
 /// so several statements see one snapshot.
 macro_rules! read_tx {
@@ -172,4 +198,4 @@ macro_rules! read_tx {
     }};
 }
 
-pub(crate) use {read_tx, write_tx};
+pub(crate) use {read_tx, write_one, write_tx};

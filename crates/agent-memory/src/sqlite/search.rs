@@ -4,12 +4,12 @@ use std::collections::{HashMap, HashSet};
 use std::hash::BuildHasherDefault;
 use std::sync::{Arc, RwLock};
 
-use agent_op::{Candidate, MemoryEntry, MemoryError, MemoryId, ScoredMemory, SearchOptions};
+use agent_op::{Candidate, MemoryEntry, MemoryError, MemoryId, ScoredMemory, SearchOptions, Tag};
 use sqlx::sqlite::SqliteConnection;
 
 use super::cache::{VectorCache, read_cache};
-use super::read::with_tags;
-use super::retry::{DbError, read_tx, write_tx};
+use super::read::{entry_of, with_tags};
+use super::retry::{DbError, read_tx, write_one, write_tx};
 use super::{EntryRow, MAX_KEYWORD_POSTINGS, SqliteBackend, cache, json_ids};
 use crate::clock::{ceil_micros, now_micros};
 use crate::common::{
@@ -143,6 +143,9 @@ impl SqliteBackend {
             return Ok(Vec::new());
         }
         let now = now_micros(self.inner.clock.as_ref());
+        if let Some(hits) = self.recall_best(&ranked, k, now).await? {
+            return Ok(hits);
+        }
         let cache = &self.inner.cache;
         let prepared = &prepared;
         let hits = write_tx!(self, "recording a recall", |conn| {
@@ -200,6 +203,56 @@ impl SqliteBackend {
         })
     }
 
+    /// A search's hits and the recall recorded of them, in one statement, when the best `k`
+    /// of `ranked` are all still stored (the common case); `None`, with nothing recorded,
+    /// when one of them is gone, for the transaction that picks spares in their place.
+    pub(super) async fn recall_best(
+        &self,
+        ranked: &[(i64, f32)],
+        k: usize,
+        now: i64,
+    ) -> Result<Option<Vec<ScoredMemory>>, MemoryError> {
+        let best = &ranked[..k.min(ranked.len())];
+        let ids: Vec<i64> = best.iter().map(|(id, _)| *id).collect();
+        let ids_json = json_ids(&ids);
+        let wanted = i64::try_from(ids.len()).unwrap_or(i64::MAX);
+        let rows: Vec<TaggedRow> = write_one!(self, "recording a recall", |conn| {
+            sqlx::query_as(RECALL_ALL_OR_NONE)
+                .bind(now)
+                .bind(&ids_json)
+                .bind(wanted)
+                .fetch_all(&mut *conn)
+                .await?
+        })?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut by_id = HashMap::with_capacity(rows.len());
+        for (id, content, context, created, accessed, count, tags) in rows {
+            let tags: Vec<String> = serde_json::from_str(&tags).map_err(|e| {
+                super::storage(
+                    &self.inner.path,
+                    "recording a recall",
+                    DbError::Corrupt(format!("the tags of entry {id} read as {tags:?}: {e}")),
+                )
+            })?;
+            let tags = tags.into_iter().map(Tag).collect();
+            let row = (id, content, context, created, accessed, count);
+            by_id.insert(id, entry_of(row, tags));
+        }
+        Ok(Some(
+            best.iter()
+                .filter_map(|(id, score)| {
+                    let entry = by_id.remove(id)?;
+                    Some(ScoredMemory {
+                        entry,
+                        score: *score,
+                    })
+                })
+                .collect(),
+        ))
+    }
+
     /// Records a recall of the entries `ids` (access time now — never moved back — and count
     /// + 1) in one write transaction; returns the updated entries that still exist.
     pub(super) async fn recall(
@@ -224,6 +277,20 @@ impl SqliteBackend {
         Ok(rows.iter().filter_map(|n| by_id.remove(n)).collect())
     }
 }
+
+/// A row of `entries` with its tags, sorted, as a JSON array.
+type TaggedRow = (i64, String, String, i64, i64, i64, String);
+
+/// Records a recall of the entries `?2` (a JSON array of ids) at `?1` (see [`recall_in`])
+/// and returns them with their tags, if all `?3` of them are stored; else changes nothing
+/// and returns nothing. One statement: atomic without a transaction around it.
+const RECALL_ALL_OR_NONE: &str = "UPDATE entries SET accessed_at = max(accessed_at, ?1), \
+         access_count = access_count + 1 \
+     WHERE id IN (SELECT value FROM json_each(?2)) \
+       AND (SELECT count(*) FROM entries WHERE id IN (SELECT value FROM json_each(?2))) = ?3 \
+     RETURNING id, content, context, created_at, accessed_at, access_count, \
+         (SELECT json_group_array(tag) FROM \
+             (SELECT tag FROM entry_tags WHERE entry_id = entries.id ORDER BY tag))";
 
 /// A search's query, embedded and parsed: what every ranking of it needs.
 struct Prepared {

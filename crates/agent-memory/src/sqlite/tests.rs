@@ -4,6 +4,7 @@ use super::prune::apply_merges;
 use super::retry::write_tx;
 use super::search::candidate_similarities;
 use super::*;
+use crate::clock::now_micros;
 use crate::common::parse_id;
 use crate::prune::MergeGroup;
 use crate::vector::unit;
@@ -332,4 +333,77 @@ async fn a_search_dropped_during_its_check_leaves_the_checker_usable() {
             .expect("search"));
         assert!(found.contains(&new), "round {round}: {found:?}");
     }
+}
+
+#[tokio::test]
+async fn a_search_records_its_recall_in_one_statement_only_when_every_hit_is_stored() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = SqliteBackend::open(dir.path().join("m.db"))
+        .await
+        .expect("open");
+    let tagged = NewMemory {
+        content: "alpha".to_owned(),
+        context: String::new(),
+        tags: vec![Tag::from("zeta"), Tag::from("beta")],
+    };
+    let a = store.store(tagged).await.expect("store");
+    let b = store.store(memory("bravo")).await.expect("store");
+    let c = store.store(memory("charlie")).await.expect("store");
+    let n = |id: &MemoryId| parse_id(id).expect("id");
+    let access = |id: MemoryId| {
+        let store = &store;
+        async move {
+            store
+                .get(&id)
+                .await
+                .expect("get")
+                .expect("stored")
+                .access_count
+        }
+    };
+    let now = now_micros(store.inner.clock.as_ref());
+
+    // One of the best two is gone: nothing is recorded, so the transaction that picks a
+    // spare in its place records each hit once.
+    assert!(store.delete(&b).await.expect("delete"));
+    let ranked = [(n(&a), 0.9), (n(&b), 0.8), (n(&c), 0.7)];
+    assert!(
+        store
+            .recall_best(&ranked, 2, now)
+            .await
+            .expect("recall")
+            .is_none()
+    );
+    assert_eq!(access(a.clone()).await, 0);
+    assert_eq!(access(c.clone()).await, 0);
+
+    // Both stored: returned in rank order with their scores and sorted tags, recorded once;
+    // the spare is not.
+    let stored = store.store(memory("bravo again")).await.expect("store");
+    let ranked = [(n(&c), 0.9), (n(&a), 0.8), (n(&stored), 0.7)];
+    let hits = store
+        .recall_best(&ranked, 2, now)
+        .await
+        .expect("recall")
+        .expect("every hit stored");
+    let got: Vec<(MemoryId, f32, u64)> = hits
+        .iter()
+        .map(|h| (h.entry.id.clone(), h.score, h.entry.access_count))
+        .collect();
+    assert_eq!(got, vec![(c.clone(), 0.9, 1), (a.clone(), 0.8, 1)]);
+    assert_eq!(
+        hits[1].entry.tags,
+        vec![Tag::from("beta"), Tag::from("zeta")]
+    );
+    assert!(hits[0].entry.tags.iter().any(|t| t.0 == "charlie"));
+    assert_eq!(access(stored).await, 0);
+
+    // Fewer ranked than asked for: all of them, if all are stored.
+    let hits = store
+        .recall_best(&ranked[..1], 10, now)
+        .await
+        .expect("recall")
+        .expect("stored");
+    assert_eq!(hits.len(), 1);
+    assert_eq!(access(c).await, 2);
 }
