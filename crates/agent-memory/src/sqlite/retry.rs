@@ -198,4 +198,27 @@ macro_rules! read_tx {
     }};
 }
 
-pub(crate) use {read_tx, write_one, write_tx};
+/// Like [`read_tx!`] without the transaction, for reads whose statements need not see one
+/// snapshot: each statement is its own (autocommit), and the two round trips of a
+/// transaction's `BEGIN` and `COMMIT` are saved.
+macro_rules! read_each {
+    ($backend:expr, $what:expr, |$conn:ident| $body:expr) => {{
+        let inner = &$backend.inner;
+        let mut backoff = $crate::backoff::Backoff::new(inner.lock_retry);
+        loop {
+            let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
+                let mut pooled = inner.readers.acquire().await?;
+                let $conn: &mut sqlx::SqliteConnection = &mut *pooled;
+                Ok($body)
+            }
+            .await;
+            let busy = matches!(&attempt, Err(e) if e.is_busy());
+            if busy && backoff.wait().await {
+                continue;
+            }
+            break attempt.map_err(|e| $crate::sqlite::storage(&inner.path, $what, e));
+        }
+    }};
+}
+
+pub(crate) use {read_each, read_tx, write_one, write_tx};

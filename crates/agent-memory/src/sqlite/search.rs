@@ -9,7 +9,7 @@ use sqlx::sqlite::SqliteConnection;
 
 use super::cache::{VectorCache, read_cache};
 use super::read::{entry_of, with_tags};
-use super::retry::{DbError, read_tx, write_one, write_tx};
+use super::retry::{DbError, read_each, read_tx, write_one, write_tx};
 use super::{EntryRow, MAX_KEYWORD_POSTINGS, SqliteBackend, cache, json_ids};
 use crate::clock::{ceil_micros, now_micros};
 use crate::common::{
@@ -47,42 +47,62 @@ impl SqliteBackend {
     /// The fused ranking for a prepared query: the best [`ranked_len`] entry ids with their
     /// scores, best first (the first `k` are the hits, the rest stand in for hits deleted
     /// before they are read). Records nothing.
+    ///
+    /// The keyword search is polled first, so its first statement runs on its connection's
+    /// thread while the graph walk runs here, and (without restrictions) the check that
+    /// nothing was committed since the copy was synced runs beside the walk too (see
+    /// [`on_current_copy`](SqliteBackend::on_current_copy)): a search of an unchanged store
+    /// waits for the walk, not for round trips before it.
     async fn rank(&self, prepared: &Prepared) -> Result<Vec<(i64, f32)>, MemoryError> {
-        self.sync().await?;
         let candidates = candidates(prepared.k);
         let filter = prepared.filter.as_ref();
         let terms = &prepared.terms;
+        let cache = &self.inner.cache;
         let keywords = async {
             if terms.is_empty() {
                 return Ok(Vec::new());
             }
-            let entries = read_cache(&self.inner.cache).len() as u64;
+            let entries = read_cache(cache).len() as u64;
             let limit = i64::try_from(candidates).unwrap_or(i64::MAX);
-            read_tx!(self, "searching keywords", |conn| {
+            read_each!(self, "searching keywords", |conn| {
                 keyword_search(&mut *conn, terms, entries, limit, filter).await?
             })
         };
         let vector_scan = async {
+            let Some(filter) = filter else {
+                let read = || {
+                    vector_ranking(
+                        cache,
+                        prepared.vector.clone(),
+                        candidates,
+                        prepared.exact,
+                        None,
+                    )
+                };
+                // As in `nearest`: a scan big enough for the blocking pool waits for the
+                // check instead of being redone after a commit elsewhere.
+                if runs_here(read_cache(cache).search_cost(prepared.exact)) {
+                    return self.on_current_copy(read).await;
+                }
+                self.sync().await?;
+                return read().await;
+            };
+            self.sync().await?;
             // The entries the restrictions admit, as of now; the vector scan checks each row
             // that could make the top against this set, so the best admitted rows are found.
-            let admitted = match filter {
-                Some(filter) => Some(read_tx!(
-                    self,
-                    "listing the entries a search may return",
-                    |conn| filter.admitted(&mut *conn).await?
-                )?),
-                None => None,
-            };
+            let admitted = read_tx!(self, "listing the entries a search may return", |conn| {
+                filter.admitted(&mut *conn).await?
+            })?;
             vector_ranking(
-                &self.inner.cache,
+                cache,
                 prepared.vector.clone(),
                 candidates,
                 prepared.exact,
-                admitted,
+                Some(admitted),
             )
             .await
         };
-        let (vector_hits, keyword_hits) = tokio::join!(vector_scan, keywords);
+        let (keyword_hits, vector_hits) = tokio::join!(keywords, vector_scan);
         Ok(prepared.fuse(&vector_hits?, &keyword_hits?))
     }
 
