@@ -17,7 +17,7 @@ use tokio::task::coop::{consume_budget, unconstrained};
 /// tool the others make progress; no branch is spawned, so dropping the run drops every branch
 /// with it. (On tokio's multi-threaded runtime a durable run's journal commits run on a task
 /// of their own, which the run waits for at its end: entries handed over before a run is
-/// dropped are still committed.) CPU-heavy work belongs in tools that declare themselves
+/// dropped are still committed, and a run that reads the same journal next waits for them.) CPU-heavy work belongs in tools that declare themselves
 /// blocking ([`Tool::is_blocking`](agent_op::Tool::is_blocking)): the engine runs those on
 /// tokio's blocking pool, where they cannot stall the other branches. (A blocking call that is
 /// cancelled finishes on its thread; its result is discarded.) Long pure loops yield to the

@@ -1174,3 +1174,90 @@ fn a_wide_durable_fan_out_on_many_threads_commits_what_a_sequential_run_does() {
         assert_eq!(replayed.value, values[1]);
     });
 }
+
+/// A journal that keeps its entries and lets its first append (the run's marker) through at
+/// once; the others wait until the test opens the gate.
+struct Gated {
+    kept: std::sync::Mutex<Vec<Entry>>,
+    appends: AtomicUsize,
+    gate: tokio::sync::Semaphore,
+    waiting: tokio::sync::Notify,
+    reads: AtomicUsize,
+}
+
+impl Gated {
+    fn new() -> Gated {
+        Gated {
+            kept: std::sync::Mutex::default(),
+            appends: AtomicUsize::new(0),
+            gate: tokio::sync::Semaphore::new(0),
+            waiting: tokio::sync::Notify::new(),
+            reads: AtomicUsize::new(0),
+        }
+    }
+}
+
+impl Journal for Gated {
+    fn describe(&self) -> String {
+        "gated".to_owned()
+    }
+    fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, agent_journal::JournalError>> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Ok(self.kept.lock().unwrap().clone()) })
+    }
+    fn append(
+        &self,
+        entries: Vec<Entry>,
+    ) -> BoxFuture<'_, Result<(), agent_journal::JournalError>> {
+        Box::pin(async move {
+            if self.appends.fetch_add(1, Ordering::SeqCst) > 0 {
+                self.waiting.notify_one();
+                drop(self.gate.acquire().await.unwrap());
+            }
+            self.kept.lock().unwrap().extend(entries);
+            Ok(())
+        })
+    }
+}
+
+#[test]
+fn a_resume_waits_for_what_a_dropped_runs_committer_still_appends() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let counts = Counts::default();
+        let journal = Arc::new(Gated::new());
+        let program = || op::par(vec![ask("one"), ask("two")]);
+        let run = {
+            let (config, journal) = (config(&counts), journal.clone());
+            tokio::spawn(async move {
+                agent_interp_par::run_durable(&config, journal, St::default(), program()).await
+            })
+        };
+        // Both calls made, their entries handed over and held at the gate: the run is dropped.
+        journal.waiting.notified().await;
+        while counts.model() < 2 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        run.abort();
+        assert!(run.await.unwrap_err().is_cancelled());
+        // A resume started at once must not read the journal before those entries are in it.
+        let resume = {
+            let (config, journal) = (config(&counts), journal.clone());
+            tokio::spawn(async move {
+                agent_interp_par::resume(&config, journal, St::default(), program()).await
+            })
+        };
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(300);
+        while journal.reads.load(Ordering::SeqCst) < 2 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        journal.gate.add_permits(1_000);
+        let resumed = resume.await.unwrap().unwrap();
+        assert_eq!(resumed.value, vec!["reply to one", "reply to two"]);
+        assert_eq!(counts.model(), 2, "the resume made a committed call again");
+    });
+}

@@ -8,7 +8,7 @@
 //! what the entry is made of and waits; the committer builds the queued entries and appends
 //! them together, on another thread.
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
 
 use agent_op::journal::{Entry, Journal, JournalError, Key, Request};
@@ -17,6 +17,47 @@ use serde_json::value::RawValue;
 use tokio::sync::oneshot;
 
 use crate::engine::scheduler::Spawn;
+
+/// The committers whose task is running, with the address of their sink: a run about to
+/// read a journal waits for those of its journal first (see [`settled`]).
+static RUNNING: Mutex<Vec<(usize, Weak<Shared>)>> = Mutex::new(Vec::new());
+
+/// The address of `journal`'s value: the same for every `Arc` (or reference) to it.
+fn address(journal: &dyn Journal) -> usize {
+    std::ptr::from_ref(journal).cast::<()>() as usize
+}
+
+fn running() -> std::sync::MutexGuard<'static, Vec<(usize, Weak<Shared>)>> {
+    // Only pushes and removals happen under this lock; a panic cannot leave it inconsistent.
+    RUNNING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Waits until the entries handed over to a committer of `journal` have been appended (or
+/// failed): the committer of a run that was dropped still appends what its branches gave it,
+/// and a run that reads the journal before it has must not take those effects for undone
+/// (it would make them again, and then fail to append them). The answer is the dropped
+/// run's; whatever it is, the journal says the rest.
+pub(crate) async fn settled(journal: &dyn Journal) {
+    let at = address(journal);
+    let committers: Vec<Arc<Shared>> = running()
+        .iter()
+        .filter(|(sink, _)| *sink == at)
+        .filter_map(|(_, shared)| shared.upgrade())
+        .collect();
+    for shared in committers {
+        let answer = {
+            let mut queue = shared.lock();
+            if !queue.running {
+                continue;
+            }
+            // Answered once everything queued before it is appended (see `Task::run`).
+            let (tx, rx) = oneshot::channel();
+            queue.waiters.push(tx);
+            rx
+        };
+        let _ = answer.await;
+    }
+}
 
 /// An entry waiting for its commit, built or not yet.
 pub(crate) enum Deferred {
@@ -106,6 +147,7 @@ impl Committer {
             !std::mem::replace(&mut queue.running, true)
         };
         if start {
+            running().push((address(&*self.shared.sink), Arc::downgrade(&self.shared)));
             let task = Task {
                 shared: Arc::clone(&self.shared),
                 ended: false,
@@ -127,6 +169,14 @@ impl Committer {
 impl Shared {
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes this committer (and any whose run is gone) off [`RUNNING`]: its task ended.
+    fn unregister(&self) {
+        let this: *const Shared = self;
+        running().retain(|(_, shared)| {
+            shared.strong_count() > 0 && !std::ptr::eq(shared.as_ptr(), this)
+        });
     }
 
     /// Tells `waiters` how their commit ended, keeping a failure for the commits after it
@@ -164,6 +214,8 @@ impl Task {
                 if queue.waiters.is_empty() && in_flight.is_none() {
                     queue.running = false;
                     self.ended = true;
+                    drop(queue);
+                    shared.unregister();
                     return;
                 }
                 (
@@ -201,11 +253,15 @@ impl Task {
 impl Drop for Task {
     fn drop(&mut self) {
         if !self.ended {
-            let mut queue = self.shared.lock();
-            queue.running = false;
-            // Their waiters are told they failed: committed later, they would be a surprise.
-            queue.waiters.clear();
-            queue.entries.clear();
+            {
+                let mut queue = self.shared.lock();
+                queue.running = false;
+                // Their waiters are told they failed: committed later, they would be a
+                // surprise.
+                queue.waiters.clear();
+                queue.entries.clear();
+            }
+            self.shared.unregister();
         }
     }
 }

@@ -538,7 +538,9 @@ impl<Sch: Scheduler + Clone> Engine<Sch> {
 }
 
 /// The committed entries of `journal`, or the run error saying why they could not be read.
+/// Read once the commits a dropped run handed over to it are appended.
 async fn load(config: &Config, journal: &dyn Journal) -> Result<Vec<Entry>, RunError> {
+    commit::settled(journal).await;
     journal
         .entries()
         .await
