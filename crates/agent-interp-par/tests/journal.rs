@@ -141,6 +141,16 @@ fn rt() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
+/// A multi-threaded runtime: there the concurrent interpreter hands its commits to a task of
+/// their own.
+fn threads() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 async fn sqlite(dir: &tempfile::TempDir, name: &str) -> Arc<SqliteJournal> {
     Arc::new(SqliteJournal::open(dir.path().join(name)).await.unwrap())
 }
@@ -1131,12 +1141,7 @@ fn wide(branches: i64) -> Op<St, String> {
 fn a_wide_durable_fan_out_on_many_threads_commits_what_a_sequential_run_does() {
     // On a multi-threaded runtime the concurrent interpreter hands its commits to a task of
     // their own, which builds model calls' entries there and appends them in batches.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    threads().block_on(async {
         let dir = tempfile::tempdir().unwrap();
         let mut journals = Vec::new();
         let mut values = Vec::new();
@@ -1222,12 +1227,7 @@ impl Journal for Gated {
 
 #[test]
 fn a_resume_waits_for_what_a_dropped_runs_committer_still_appends() {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(async {
+    threads().block_on(async {
         let counts = Counts::default();
         let journal = Arc::new(Gated::new());
         let program = || op::par(vec![ask("one"), ask("two")]);
