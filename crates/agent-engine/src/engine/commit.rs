@@ -172,6 +172,7 @@ impl Shared {
     }
 
     /// Takes this committer (and any whose run is gone) off [`RUNNING`]: its task ended.
+    /// Called with the queue's lock held (the lock order: the queue's, then [`RUNNING`]'s).
     fn unregister(&self) {
         let this: *const Shared = self;
         running().retain(|(_, shared)| {
@@ -214,7 +215,8 @@ impl Task {
                 if queue.waiters.is_empty() && in_flight.is_none() {
                     queue.running = false;
                     self.ended = true;
-                    drop(queue);
+                    // Under the queue's lock: a commit that starts the next task registers
+                    // it after this.
                     shared.unregister();
                     return;
                 }
@@ -253,14 +255,11 @@ impl Task {
 impl Drop for Task {
     fn drop(&mut self) {
         if !self.ended {
-            {
-                let mut queue = self.shared.lock();
-                queue.running = false;
-                // Their waiters are told they failed: committed later, they would be a
-                // surprise.
-                queue.waiters.clear();
-                queue.entries.clear();
-            }
+            let mut queue = self.shared.lock();
+            queue.running = false;
+            // Their waiters are told they failed: committed later, they would be a surprise.
+            queue.waiters.clear();
+            queue.entries.clear();
             self.shared.unregister();
         }
     }
