@@ -113,6 +113,24 @@ pub(crate) async fn begin_immediate(
     Ok(tx)
 }
 
+/// Runs `$attempt` (an `async` block yielding `Result<_, DbError>`, made anew for each try)
+/// until it succeeds, fails otherwise than busy, or [`Backoff`] gives up on SQLite reporting
+/// busy; the result is `Result<_, MemoryError>` with `$what` as context. What every macro
+/// below retries with.
+macro_rules! retried {
+    ($inner:ident, $what:expr, $attempt:expr) => {{
+        let mut backoff = $crate::backoff::Backoff::new($inner.lock_retry);
+        loop {
+            let attempt: Result<_, $crate::sqlite::retry::DbError> = $attempt.await;
+            let busy = matches!(&attempt, Err(e) if e.is_busy());
+            if busy && backoff.wait().await {
+                continue;
+            }
+            break attempt.map_err(|e| $crate::sqlite::storage(&$inner.path, $what, e));
+        }
+    }};
+}
+
 /// Runs `$body` (an expression that may use `?` on [`DbError`]-convertible errors and
 /// `.await`) inside a write transaction (see [`begin_immediate`]) on `$backend`'s writer connection, bound
 /// to `$conn: &mut SqliteConnection`. The whole transaction is retried with [`Backoff`] while
@@ -120,28 +138,19 @@ pub(crate) async fn begin_immediate(
 macro_rules! write_tx {
     ($backend:expr, $what:expr, |$conn:ident| $body:expr) => {{
         let inner = &$backend.inner;
-        let mut backoff = $crate::backoff::Backoff::new(inner.lock_retry);
-        loop {
-            let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
-                let mut guard = inner.writer.lock().await;
-                let connection = guard.as_mut().ok_or_else(|| {
-                    $crate::sqlite::retry::DbError::Closed
-                })?;
-                let mut tx = $crate::sqlite::retry::begin_immediate(connection).await?;
-                let out = {
-                    let $conn: &mut sqlx::SqliteConnection = &mut *tx;
-                    $body
-                };
-                tx.commit().await?;
-                Ok(out)
-            }
-            .await;
-            let busy = matches!(&attempt, Err(e) if e.is_busy());
-            if busy && backoff.wait().await {
-                continue;
-            }
-            break attempt.map_err(|e| $crate::sqlite::storage(&inner.path, $what, e));
-        }
+        $crate::sqlite::retry::retried!(inner, $what, async {
+            let mut guard = inner.writer.lock().await;
+            let connection = guard
+                .as_mut()
+                .ok_or_else(|| $crate::sqlite::retry::DbError::Closed)?;
+            let mut tx = $crate::sqlite::retry::begin_immediate(connection).await?;
+            let out = {
+                let $conn: &mut sqlx::SqliteConnection = &mut *tx;
+                $body
+            };
+            tx.commit().await?;
+            Ok(out)
+        })
     }};
 }
 
@@ -152,22 +161,13 @@ macro_rules! write_tx {
 macro_rules! write_one {
     ($backend:expr, $what:expr, |$conn:ident| $body:expr) => {{
         let inner = &$backend.inner;
-        let mut backoff = $crate::backoff::Backoff::new(inner.lock_retry);
-        loop {
-            let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
-                let mut guard = inner.writer.lock().await;
-                let $conn: &mut sqlx::SqliteConnection = guard.as_mut().ok_or_else(|| {
-                    $crate::sqlite::retry::DbError::Closed
-                })?;
-                Ok($body)
-            }
-            .await;
-            let busy = matches!(&attempt, Err(e) if e.is_busy());
-            if busy && backoff.wait().await {
-                continue;
-            }
-            break attempt.map_err(|e| $crate::sqlite::storage(&inner.path, $what, e));
-        }
+        $crate::sqlite::retry::retried!(inner, $what, async {
+            let mut guard = inner.writer.lock().await;
+            let $conn: &mut sqlx::SqliteConnection = guard
+                .as_mut()
+                .ok_or_else(|| $crate::sqlite::retry::DbError::Closed)?;
+            Ok($body)
+        })
     }};
 }
 
@@ -176,25 +176,16 @@ macro_rules! write_one {
 macro_rules! read_tx {
     ($backend:expr, $what:expr, |$conn:ident| $body:expr) => {{
         let inner = &$backend.inner;
-        let mut backoff = $crate::backoff::Backoff::new(inner.lock_retry);
-        loop {
-            let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
-                let mut pooled = inner.readers.acquire().await?;
-                let mut tx = sqlx::Connection::begin(&mut *pooled).await?;
-                let out = {
-                    let $conn: &mut sqlx::SqliteConnection = &mut *tx;
-                    $body
-                };
-                tx.commit().await?;
-                Ok(out)
-            }
-            .await;
-            let busy = matches!(&attempt, Err(e) if e.is_busy());
-            if busy && backoff.wait().await {
-                continue;
-            }
-            break attempt.map_err(|e| $crate::sqlite::storage(&inner.path, $what, e));
-        }
+        $crate::sqlite::retry::retried!(inner, $what, async {
+            let mut pooled = inner.readers.acquire().await?;
+            let mut tx = sqlx::Connection::begin(&mut *pooled).await?;
+            let out = {
+                let $conn: &mut sqlx::SqliteConnection = &mut *tx;
+                $body
+            };
+            tx.commit().await?;
+            Ok(out)
+        })
     }};
 }
 
@@ -204,21 +195,12 @@ macro_rules! read_tx {
 macro_rules! read_each {
     ($backend:expr, $what:expr, |$conn:ident| $body:expr) => {{
         let inner = &$backend.inner;
-        let mut backoff = $crate::backoff::Backoff::new(inner.lock_retry);
-        loop {
-            let attempt: Result<_, $crate::sqlite::retry::DbError> = async {
-                let mut pooled = inner.readers.acquire().await?;
-                let $conn: &mut sqlx::SqliteConnection = &mut *pooled;
-                Ok($body)
-            }
-            .await;
-            let busy = matches!(&attempt, Err(e) if e.is_busy());
-            if busy && backoff.wait().await {
-                continue;
-            }
-            break attempt.map_err(|e| $crate::sqlite::storage(&inner.path, $what, e));
-        }
+        $crate::sqlite::retry::retried!(inner, $what, async {
+            let mut pooled = inner.readers.acquire().await?;
+            let $conn: &mut sqlx::SqliteConnection = &mut *pooled;
+            Ok($body)
+        })
     }};
 }
 
-pub(crate) use {read_each, read_tx, write_one, write_tx};
+pub(crate) use {read_each, read_tx, retried, write_one, write_tx};

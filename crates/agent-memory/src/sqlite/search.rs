@@ -176,14 +176,8 @@ impl SqliteBackend {
                 None => rank_locked(&mut *conn, cache, prepared).await?,
             };
             let ids: Vec<i64> = chosen.iter().map(|(id, _)| *id).collect();
-            let mut by_id = recall_in(&mut *conn, &ids, now).await?;
-            chosen
-                .into_iter()
-                .filter_map(|(id, score)| {
-                    let entry = by_id.remove(&id)?;
-                    Some(ScoredMemory { entry, score })
-                })
-                .collect::<Vec<_>>()
+            let by_id = recall_in(&mut *conn, &ids, now).await?;
+            scored(&chosen, by_id)
         })?;
         Ok(hits)
     }
@@ -260,17 +254,7 @@ impl SqliteBackend {
             let row = (id, content, context, created, accessed, count);
             by_id.insert(id, entry_of(row, tags));
         }
-        Ok(Some(
-            best.iter()
-                .filter_map(|(id, score)| {
-                    let entry = by_id.remove(id)?;
-                    Some(ScoredMemory {
-                        entry,
-                        score: *score,
-                    })
-                })
-                .collect(),
-        ))
+        Ok(Some(scored(best, by_id)))
     }
 
     /// Records a recall of the entries `ids` (access time now — never moved back — and count
@@ -296,6 +280,17 @@ impl SqliteBackend {
         let mut by_id = self.recall(&rows).await?;
         Ok(rows.iter().filter_map(|n| by_id.remove(n)).collect())
     }
+}
+
+/// The entries of `chosen` (ranked ids with their scores) found in `by_id`, in rank order.
+fn scored(chosen: &[(i64, f32)], mut by_id: HashMap<i64, MemoryEntry>) -> Vec<ScoredMemory> {
+    chosen
+        .iter()
+        .filter_map(|&(id, score)| {
+            let entry = by_id.remove(&id)?;
+            Some(ScoredMemory { entry, score })
+        })
+        .collect()
 }
 
 /// A row of `entries` with its tags, sorted, as a JSON array.
