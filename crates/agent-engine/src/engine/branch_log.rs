@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use agent_op::{Event, Timestamp, Trace, TraceEntry, TraceId};
+use smallvec::SmallVec;
 
 pub(crate) struct BranchLog {
     id: TraceId,
@@ -18,7 +19,9 @@ pub(crate) struct BranchLog {
 
 #[derive(Default)]
 struct LogInner {
-    items: Vec<Item>,
+    /// Two items inline: a fan-out's branch is often one call (a start and an end event),
+    /// and its log then costs no allocation of its own beside the `BranchLog`'s.
+    items: SmallVec<[Item; 2]>,
     /// Events in `items`, counting the branch groups of `items` whose branches have all
     /// finished (they cannot grow any more).
     counted: usize,
@@ -55,11 +58,6 @@ impl BranchLog {
 
     pub(crate) fn push(&self, event: Event) {
         let mut inner = self.lock();
-        if inner.items.capacity() == 0 {
-            // A fan-out's branch is often one call (a start and an end event): `Vec`'s first
-            // growth, to four items of 208 bytes, would leave half of every branch's log empty.
-            inner.items.reserve_exact(2);
-        }
         inner.items.push(Item::Event(event));
         inner.counted += 1;
     }
