@@ -98,6 +98,8 @@ mod embed;
 mod inmem;
 #[cfg(feature = "local-embed")]
 mod local_embed;
+#[cfg(any(feature = "sqlite", feature = "postgres"))]
+mod pool;
 #[cfg(feature = "postgres")]
 mod postgres;
 mod prune;

@@ -167,7 +167,7 @@ impl PostgresBackend {
     /// background.
     pub async fn close(&self) {
         self.inner.warm.close();
-        self.inner.pool.close().await;
+        crate::pool::close(&self.inner.pool).await;
     }
 
     /// The [`MemoryError`] for `e`, met while doing `what`.

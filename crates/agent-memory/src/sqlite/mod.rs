@@ -203,7 +203,7 @@ impl SqliteBackend {
         if let Some(checker) = self.inner.checker.lock().await.take() {
             let _ = checker.close().await;
         }
-        self.inner.readers.close().await;
+        crate::pool::close(&self.inner.readers).await;
     }
 
     /// The entries whose stored vector is unusable (wrong size, NaN or infinite values —

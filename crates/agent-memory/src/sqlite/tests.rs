@@ -407,3 +407,29 @@ async fn a_search_records_its_recall_in_one_statement_only_when_every_hit_is_sto
     assert_eq!(hits.len(), 1);
     assert_eq!(access(c).await, 2);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_leaves_no_connection_open_even_one_being_given_back_as_it_starts() {
+    // A close right after a read races the read's connection being given back (see
+    // `pool::close`); left open, it kept the WAL and a reopened file shared its stale view
+    // of it (`ann.rs`'s rolled-back database failed with SQLITE_IOERR_SHORT_READ).
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("m.db");
+    let mut wal = path.clone().into_os_string();
+    wal.push("-wal");
+    for round in 0..100 {
+        let store = SqliteBackend::open(&path).await.expect("open");
+        store.store(memory("kept")).await.expect("store");
+        assert!(store.count().await.expect("count") > 0);
+        store.close().await;
+        assert_eq!(
+            store.inner.readers.size(),
+            0,
+            "round {round}: a reader is open"
+        );
+        assert!(
+            !std::path::Path::new(&wal).exists(),
+            "round {round}: the WAL outlived the handle's close"
+        );
+    }
+}
