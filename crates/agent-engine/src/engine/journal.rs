@@ -236,6 +236,15 @@ impl Journaling {
         std::mem::take(&mut *self.queued.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
+    /// Whether anything is queued for the next commit.
+    pub(crate) fn has_queued(&self) -> bool {
+        !self
+            .queued
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
+    }
+
     /// Commits whatever is queued.
     pub(crate) async fn flush(&self) -> Result<(), JournalError> {
         let queued = self.take_queued();

@@ -12,7 +12,9 @@ use serde_json::value::RawValue;
 use super::Machine;
 use crate::engine::Unwind;
 use crate::engine::commit::Deferred;
-use crate::engine::journal::{Lookup, Requested, cut_off, fork_cut, race_won, raw, unavailable};
+use crate::engine::journal::{
+    Journaling, Lookup, Requested, cut_off, fork_cut, race_won, raw, unavailable,
+};
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::ScopeExit;
 use crate::error::ErrorKind;
@@ -79,26 +81,40 @@ where
         request: impl FnOnce() -> R,
     ) -> Result<Answer, Unwind> {
         let n = self.next_effect();
-        if self.rt.journal.is_none() {
-            return Ok(Answer::Off);
-        }
-        // Boxed: every effect's future (and every branch's) would otherwise carry it.
-        Box::pin(self.journal_lookup(n, request().into())).await
-    }
-
-    async fn journal_lookup(&mut self, n: u64, request: Requested) -> Result<Answer, Unwind> {
         let Some(journal) = self.rt.journal.clone() else {
             return Ok(Answer::Off);
         };
         let key = journal.key(&self.id, n);
-        match journal.lookup(key, request, self.doomed) {
-            Ok((Lookup::Replayed(value), copy)) => {
+        let found = match journal.lookup(key, request().into(), self.doomed) {
+            Ok(found) => found,
+            Err(failure) => return Err(self.fail(failure)),
+        };
+        // A live effect with nothing queued before it (every effect of a fresh durable run)
+        // has nothing to wait for: answered here, without the future below.
+        let found = match found {
+            (Lookup::Live { key, request }, None) if !journal.has_queued() => {
+                return Ok(Answer::Live(Box::new(Pending { key, request })));
+            }
+            found => found,
+        };
+        // Boxed: every effect's future (and every branch's) would otherwise carry it.
+        Box::pin(self.journal_found(journal, found)).await
+    }
+
+    /// What the journal answered, once what it needs first is committed.
+    async fn journal_found(
+        &mut self,
+        journal: Arc<Journaling>,
+        found: (Lookup, Option<Entry>),
+    ) -> Result<Answer, Unwind> {
+        match found {
+            (Lookup::Replayed(value), copy) => {
                 if let Some(entry) = copy {
                     self.journal_append(Deferred::Entry(entry)).await?;
                 }
                 Ok(Answer::Replayed(value))
             }
-            Ok((Lookup::Live { key, request }, _)) => {
+            (Lookup::Live { key, request }, _) => {
                 // Race outcomes, checkpoint markers and cut-off calls queued before this
                 // effect are committed before it starts, not with its result: the effect
                 // may take long, or never end in this process (a Temporal run continuing
@@ -109,20 +125,20 @@ where
                 }
                 Ok(Answer::Live(Box::new(Pending { key, request })))
             }
-            Ok((Lookup::Interrupted { key, scope, exit }, copy)) => {
+            (Lookup::Interrupted { key, scope, exit }, copy) => {
                 if let Some(entry) = copy {
                     self.journal_append(Deferred::Entry(entry)).await?;
                 }
                 let unwind = self.recorded_exit(&key, scope, exit)?;
                 Ok(Answer::Interrupted(Box::new(unwind)))
             }
-            Ok((Lookup::Unavailable(recorded), copy)) => {
+            (Lookup::Unavailable(recorded), copy) => {
                 if let Some(entry) = copy {
                     self.journal_append(Deferred::Entry(entry)).await?;
                 }
                 Ok(Answer::Unavailable(recorded))
             }
-            Ok((Lookup::Park, _)) => {
+            (Lookup::Park, _) => {
                 // A race loser cut off here when the race was recorded: wait to be cancelled
                 // (its race is decided by the recorded winner) or interrupted.
                 self.guarded(std::future::pending::<()>()).await?;
@@ -130,7 +146,6 @@ where
                     "a parked race branch resumed".into(),
                 )))
             }
-            Err(failure) => Err(self.fail(failure)),
         }
     }
 
