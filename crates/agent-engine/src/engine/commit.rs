@@ -131,12 +131,15 @@ impl Committer {
     /// Commits `entries`, in order, after every entry handed over before them; returns once
     /// they are durable. With a committer task, empty `entries` wait for the commits handed
     /// over before.
-    pub(crate) async fn commit(&self, entries: Vec<Deferred>) -> Result<(), JournalError> {
+    pub(crate) async fn commit(
+        &self,
+        entries: impl IntoIterator<Item = Deferred>,
+    ) -> Result<(), JournalError> {
         let Some(spawn) = &self.spawn else {
+            let entries: Vec<Entry> = entries.into_iter().map(Deferred::build).collect();
             if entries.is_empty() {
                 return Ok(());
             }
-            let entries = entries.into_iter().map(Deferred::build).collect();
             return self.shared.sink.append(entries).await;
         };
         let (tx, rx) = oneshot::channel();

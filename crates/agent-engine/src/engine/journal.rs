@@ -206,7 +206,10 @@ impl Journaling {
 
     /// Commits `entries` in order, after everything handed over before them (see
     /// [`Committer::commit`]).
-    pub(crate) async fn commit(&self, entries: Vec<Deferred>) -> Result<(), JournalError> {
+    pub(crate) async fn commit(
+        &self,
+        entries: impl IntoIterator<Item = Deferred>,
+    ) -> Result<(), JournalError> {
         match &self.committer {
             Some(committer) => committer.commit(entries).await,
             None => Ok(()),

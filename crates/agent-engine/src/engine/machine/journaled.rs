@@ -208,9 +208,12 @@ where
         let Some(journal) = self.rt.journal.clone().filter(|j| j.has_sink()) else {
             return Ok(());
         };
-        // Queued markers and race outcomes go first: they happened before this.
-        let mut entries = journal.take_queued();
-        entries.push(entry);
+        // Queued markers and race outcomes go first: they happened before this. Chained, not
+        // pushed: with nothing queued, a push would allocate a list for the one entry.
+        let entries = journal
+            .take_queued()
+            .into_iter()
+            .chain(std::iter::once(entry));
         // Not guarded: once the effect happened, its entry is committed even if a deadline
         // passes meanwhile (the deadline is seen right after).
         match journal.commit(entries).await {
