@@ -11,11 +11,11 @@
 use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
 
-use agent_op::journal::{Entry, Journal, JournalError, Key, Request};
-use agent_op::{BoxFuture, Cause, Prompt};
-use serde_json::value::RawValue;
+use agent_op::journal::{Entry, Journal, JournalError, Request};
+use agent_op::{BoxFuture, Cause, Prompt, ProviderError, Response, TraceId};
 use tokio::sync::oneshot;
 
+use crate::engine::journal::Journaling;
 use crate::engine::scheduler::Spawn;
 
 /// The committers whose task is running, with the address of their sink: a run about to
@@ -63,29 +63,72 @@ pub(crate) async fn settled(journal: &dyn Journal) {
 pub(crate) enum Deferred {
     /// Built already.
     Entry(Entry),
-    /// A model call's entry, whose request's fingerprint and summary are worked out where
-    /// it is committed.
+    /// A model call's entry, made where it is committed: its key (the branch's path as
+    /// text), its request's fingerprint and summary (when not built already), and its
+    /// result's JSON. The branch that made the call waits for the commit and then takes its
+    /// model name and result back out of `call`, so what it allocated is freed where it was
+    /// allocated, not on the committer's or the backend's thread.
     Model {
-        key: Key,
-        model: String,
+        /// The branch that made the call.
+        branch: TraceId,
+        /// The call's number in it.
+        seq: u64,
+        /// The request, when it was built to ask the journal.
+        request: Option<Request>,
         prompt: Arc<Prompt>,
-        result: Box<RawValue>,
+        call: Arc<ModelCall>,
     },
 }
 
+/// A model call as its entry records it: the model asked, and what it answered.
+#[derive(Clone)]
+pub(crate) struct ModelCall {
+    pub(crate) model: String,
+    pub(crate) result: Result<Response, ProviderError>,
+}
+
 impl Deferred {
-    /// The entry.
-    fn build(self) -> Entry {
+    /// The entry, in the run whose id is `root` (keys hold branch paths below it). A model
+    /// call's result that does not serialize (no `Response` fails to) is
+    /// [`JournalError::Malformed`].
+    fn build(self, journal: &dyn Journal, root: &TraceId) -> Result<Entry, JournalError> {
         match self {
-            Deferred::Entry(entry) => entry,
+            Deferred::Entry(entry) => Ok(entry),
             Deferred::Model {
-                key,
-                model,
+                branch,
+                seq,
+                request,
                 prompt,
-                result,
-            } => Request::model(&model, &prompt).entry(key, result),
+                call,
+            } => {
+                let key = Journaling::branch_key(root, &branch, seq);
+                let result = match serde_json::value::to_raw_value(&call.result) {
+                    Ok(result) => result,
+                    Err(e) => {
+                        return Err(JournalError::Malformed {
+                            journal: journal.describe(),
+                            at: key.to_string(),
+                            cause: Cause::new(e),
+                        });
+                    }
+                };
+                let request = request.unwrap_or_else(|| Request::model(&call.model, &prompt));
+                Ok(request.entry(key, result))
+            }
         }
     }
+}
+
+/// Builds `entries`, in order; the first that cannot be built is the error.
+fn build_all(
+    entries: impl IntoIterator<Item = Deferred>,
+    journal: &dyn Journal,
+    root: &TraceId,
+) -> Result<Vec<Entry>, JournalError> {
+    entries
+        .into_iter()
+        .map(|entry| entry.build(journal, root))
+        .collect()
 }
 
 /// Commits entries to a run's sink, in the order they are handed over.
@@ -98,6 +141,8 @@ pub(crate) struct Committer {
 /// What the committer task and the branches share.
 struct Shared {
     sink: Arc<dyn Journal>,
+    /// The run's id: entries' keys hold branch paths below it.
+    root: TraceId,
     queue: Mutex<Queue>,
 }
 
@@ -117,11 +162,13 @@ struct Queue {
 }
 
 impl Committer {
-    /// Commits to `sink`, with a committer task started by `spawn` when there is one.
-    pub(crate) fn new(sink: Arc<dyn Journal>, spawn: Option<Spawn>) -> Committer {
+    /// Commits the run `root`'s entries to `sink`, with a committer task started by `spawn`
+    /// when there is one.
+    pub(crate) fn new(sink: Arc<dyn Journal>, spawn: Option<Spawn>, root: TraceId) -> Committer {
         Committer {
             shared: Arc::new(Shared {
                 sink,
+                root,
                 queue: Mutex::new(Queue::default()),
             }),
             spawn,
@@ -136,7 +183,8 @@ impl Committer {
         entries: impl IntoIterator<Item = Deferred>,
     ) -> Result<(), JournalError> {
         let Some(spawn) = &self.spawn else {
-            let entries: Vec<Entry> = entries.into_iter().map(Deferred::build).collect();
+            let shared = &self.shared;
+            let entries = build_all(entries, &*shared.sink, &shared.root)?;
             if entries.is_empty() {
                 return Ok(());
             }
@@ -228,7 +276,7 @@ impl Task {
                     std::mem::take(&mut queue.waiters),
                 )
             };
-            let entries: Vec<Entry> = entries.into_iter().map(Deferred::build).collect();
+            let built = build_all(entries, &*shared.sink, &shared.root);
             if let Some((append, earlier)) = in_flight.take() {
                 shared.answer(earlier, append.await);
             }
@@ -240,6 +288,15 @@ impl Task {
                 shared.answer(waiters, Err(error));
                 continue;
             }
+            // An entry that cannot be made fails its batch and every commit after it, as a
+            // failed append does: appending what came after would leave a gap.
+            let entries = match built {
+                Ok(entries) => entries,
+                Err(error) => {
+                    shared.answer(waiters, Err(error));
+                    continue;
+                }
+            };
             if entries.is_empty() {
                 shared.answer(waiters, Ok(()));
                 continue;
@@ -302,22 +359,29 @@ mod tests {
         Arc::new(|task| drop(tokio::spawn(task)))
     }
 
+    /// The run every test's entries belong to.
+    fn root() -> TraceId {
+        TraceId::from("quiet-run-0001")
+    }
+
+    /// A model call of branch `seq` of [`root`], its `seq`th effect, answering `q{seq}`.
     fn model(seq: u64) -> Deferred {
         Deferred::Model {
-            key: Key {
-                branch: seq.to_string(),
-                seq,
-            },
-            model: "m".to_owned(),
+            branch: root().child(seq as usize),
+            seq,
+            request: None,
             prompt: Arc::new(Prompt::new().user(format!("q{seq}"))),
-            result: serde_json::value::to_raw_value(&seq).unwrap(),
+            call: Arc::new(ModelCall {
+                model: "m".to_owned(),
+                result: Ok(Response::text(format!("a{seq}"))),
+            }),
         }
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_committer_task_commits_concurrent_entries_together_as_their_branches_would() {
         let kept = Arc::new(Kept::default());
-        let committer = Arc::new(Committer::new(kept.clone(), Some(tokio_spawn())));
+        let committer = Arc::new(Committer::new(kept.clone(), Some(tokio_spawn()), root()));
         let commits = (0..200u64).map(|seq| {
             let committer = committer.clone();
             async move { committer.commit(vec![model(seq)]).await }
@@ -327,13 +391,15 @@ mod tests {
         }
         let entries = kept.entries.lock().unwrap().clone();
         assert_eq!(entries.len(), 200);
-        // Built as a branch builds them itself.
+        // Built as a branch builds them itself, keyed by the branch's path below the run.
         for entry in &entries {
             let seq = entry.key.seq;
+            assert_eq!(entry.key.branch, seq.to_string());
             let prompt = Prompt::new().user(format!("q{seq}"));
+            let answer: Result<Response, ProviderError> = Ok(Response::text(format!("a{seq}")));
             let expected = Request::model("m", &prompt).entry(
                 entry.key.clone(),
-                serde_json::value::to_raw_value(&seq).unwrap(),
+                serde_json::value::to_raw_value(&answer).unwrap(),
             );
             assert_eq!(entry, &expected);
             assert_eq!(entry.kind, EntryKind::Model);
@@ -345,7 +411,7 @@ mod tests {
     #[tokio::test]
     async fn without_a_task_each_caller_appends_its_own_entries() {
         let kept = Arc::new(Kept::default());
-        let committer = Committer::new(kept.clone(), None);
+        let committer = Committer::new(kept.clone(), None, root());
         committer.commit(vec![model(1), model(2)]).await.unwrap();
         committer.commit(Vec::new()).await.unwrap();
         assert_eq!(kept.appends.load(Ordering::Relaxed), 1);
@@ -386,7 +452,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_commit_is_every_waiters_error_and_every_later_commits() {
         let failing = Arc::new(Failing::default());
-        let committer = Committer::new(failing.clone(), Some(tokio_spawn()));
+        let committer = Committer::new(failing.clone(), Some(tokio_spawn()), root());
         for _ in 0..2 {
             let error = committer.commit(vec![model(1)]).await.unwrap_err();
             assert!(error.to_string().contains("disk full"), "{error:?}");
@@ -400,7 +466,7 @@ mod tests {
     fn a_committer_stopped_with_its_runtime_fails_its_waiters_instead_of_hanging() {
         let kept = Arc::new(Kept::default());
         // A spawner whose tasks never run: dropped at once, as at a runtime's shutdown.
-        let committer = Committer::new(kept, Some(Arc::new(drop)));
+        let committer = Committer::new(kept, Some(Arc::new(drop)), root());
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();

@@ -97,16 +97,19 @@ impl Requested {
         }
     }
 
-    /// The entry recording `result` as its answer at `key`, to be committed.
+    /// The entry recording `result` as its answer at `key`, to be committed. (A model
+    /// call's entry is made where it is committed instead: see
+    /// `Machine::journal_model_entry`.)
     pub(crate) fn entry(self, key: Key, result: Box<RawValue>) -> Deferred {
+        Deferred::Entry(self.build().entry(key, result))
+    }
+
+    /// The request, if it was built in full (a model call's is built where its entry is
+    /// committed).
+    pub(crate) fn built(self) -> Option<Request> {
         match self {
-            Requested::Request(request) => Deferred::Entry(request.entry(key, result)),
-            Requested::Model { model, prompt } => Deferred::Model {
-                key,
-                model,
-                prompt,
-                result,
-            },
+            Requested::Request(request) => Some(request),
+            Requested::Model { .. } => None,
         }
     }
 }
@@ -178,7 +181,7 @@ impl Journaling {
             mode,
             name,
             recorded,
-            committer: sink.map(|sink| Committer::new(sink, spawn)),
+            committer: sink.map(|sink| Committer::new(sink, spawn, root.clone())),
             copy_replayed,
             root,
             reported: AtomicBool::new(false),
@@ -268,7 +271,8 @@ impl Journaling {
         Journaling::branch_key(&self.root, branch, seq)
     }
 
-    fn branch_key(root: &TraceId, branch: &TraceId, seq: u64) -> Key {
+    /// The key of the effect numbered `seq` of `branch` in the run `root`.
+    pub(crate) fn branch_key(root: &TraceId, branch: &TraceId, seq: u64) -> Key {
         let id = branch.as_str();
         let path = if id == root.as_str() {
             ""
@@ -281,6 +285,20 @@ impl Journaling {
             branch: path.to_owned(),
             seq,
         }
+    }
+
+    /// Whether every effect of a branch (`doomed` or not) goes live without asking the
+    /// journal: a durable run whose journal held nothing when it started. Counts the effect
+    /// as live when it does.
+    pub(crate) fn fresh(&self, doomed: bool) -> bool {
+        let fresh = self.mode == Mode::Durable
+            && self.recorded.is_empty()
+            && self.committer.is_some()
+            && !doomed;
+        if fresh {
+            self.live.fetch_add(1, Ordering::Relaxed);
+        }
+        fresh
     }
 
     /// Answers the effect at `key` asking `request`. `doomed`: the branch lost a recorded

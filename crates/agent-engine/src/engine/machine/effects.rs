@@ -17,8 +17,9 @@ use futures_util::FutureExt;
 use serde_json::Value;
 use tracing::Instrument;
 
-use super::journaled::Answer;
+use super::journaled::{Answer, ModelAnswer};
 use super::{Machine, count, micros, panic_message, value_preview};
+use crate::engine::commit::ModelCall;
 use crate::engine::journal::Requested;
 use crate::engine::scheduler::Scheduler;
 use crate::engine::scope::{Admission, BudgetCell, Reservation, ScopeExit, ScopeId, WorstCase};
@@ -207,12 +208,16 @@ where
         } else {
             Reservation::new(WorstCase::default())
         };
-        let mut answer = self
-            .journal_answer(|| Requested::Model {
-                model: model.clone(),
-                prompt: Arc::clone(&prompt),
-            })
-            .await?;
+        let mut answer = match self.journal_fresh_model(provider.is_some()) {
+            Some(answer) => answer,
+            None => {
+                self.journal_answer(|| Requested::Model {
+                    model: model.clone(),
+                    prompt: Arc::clone(&prompt),
+                })
+                .await?
+            }
+        };
         if !answer.suffices(provider.is_some()) {
             Box::pin(self.missing_handler(&mut answer, |_| Value::Null)).await?;
             reservation.release();
@@ -276,7 +281,15 @@ where
                 return Err(unwind);
             }
         };
-        self.journal_commit(&mut answer, &result).await?;
+        let (model, result) = match self.journal_model_entry(&mut answer, &prompt, model, result) {
+            ModelAnswer::Done(model, result) => (model, result),
+            ModelAnswer::Commit(entry, call) => {
+                Box::pin(self.journal_append(entry)).await?;
+                let ModelCall { model, result } =
+                    Arc::try_unwrap(call).unwrap_or_else(|shared| ModelCall::clone(&shared));
+                (model, result)
+            }
+        };
         let response = match result {
             Ok(response) => response,
             Err(error) => {

@@ -9,9 +9,11 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use serde_json::value::RawValue;
 
+use agent_op::{Prompt, ProviderError, Response};
+
 use super::Machine;
 use crate::engine::Unwind;
-use crate::engine::commit::Deferred;
+use crate::engine::commit::{Deferred, ModelCall};
 use crate::engine::journal::{
     Journaling, Lookup, Requested, cut_off, fork_cut, race_won, raw, unavailable,
 };
@@ -27,6 +29,11 @@ pub(super) enum Answer {
     Replayed(Arc<Entry>),
     /// Run the effect, then commit its result here (if the run has a sink).
     Live(Box<Pending>),
+    /// A model call, the branch's effect number `seq`, in a durable run whose journal held
+    /// nothing (see [`Journaling::fresh`]): run it, then commit its result with
+    /// [`Machine::journal_model_entry`], which has its key and request made where it is
+    /// committed. Only given when a provider is there to run it.
+    LiveModel { seq: u64 },
     /// The recording was cut off here by a deadline: end the same way.
     Interrupted(Box<Unwind>),
     /// The recording lacked what the effect needs and failed here: fail the same way (see
@@ -41,7 +48,7 @@ impl Answer {
     pub(super) fn suffices(&self, present: bool) -> bool {
         match self {
             Answer::Replayed(_) | Answer::Interrupted(_) => true,
-            Answer::Live(_) | Answer::Off => present,
+            Answer::Live(_) | Answer::LiveModel { .. } | Answer::Off => present,
             Answer::Unavailable(_) => false,
         }
     }
@@ -53,6 +60,19 @@ impl Answer {
             _ => None,
         }
     }
+}
+
+/// What a model call's result needs before the program sees it (see
+/// [`Machine::journal_model_entry`]).
+pub(super) enum ModelAnswer {
+    /// Nothing: the model name and result, given back.
+    Done(String, Result<Response, ProviderError>),
+    /// The entry to commit ([`Machine::journal_append`]), and the call it records: once
+    /// committed, the call comes back out of its `Arc` unshared (the committer lets go of
+    /// its share when it makes the entry). The committer serializes the result and makes
+    /// the key and request, without copying the call, and what the branch allocated is freed
+    /// on its own thread.
+    Commit(Deferred, Arc<ModelCall>),
 }
 
 /// Where a live result is committed.
@@ -99,6 +119,20 @@ where
         };
         // Boxed: every effect's future (and every branch's) would otherwise carry it.
         Box::pin(self.journal_found(journal, found)).await
+    }
+
+    /// The journal's answer to this branch's next effect, a model call that a provider is
+    /// `present` to run, when it can be given without asking the journal: in a fresh durable
+    /// run (see [`Journaling::fresh`]), [`Answer::LiveModel`], without the call's key or
+    /// request built here. `None`: ask it ([`journal_answer`](Machine::journal_answer)).
+    pub(super) fn journal_fresh_model(&mut self, present: bool) -> Option<Answer> {
+        let journal = self.rt.journal.as_ref()?;
+        if !present || journal.has_queued() || !journal.fresh(self.doomed) {
+            return None;
+        }
+        Some(Answer::LiveModel {
+            seq: self.next_effect(),
+        })
     }
 
     /// What the journal answered, once what it needs first is committed.
@@ -162,6 +196,7 @@ where
         if let Answer::Unavailable(recorded) = answer {
             return Ok(recorded.result.clone());
         }
+        // (An `Answer::LiveModel` is never here: it is given only when a provider is.)
         let details = raw(&details(self));
         let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.has_sink());
         if let (true, Answer::Live(pending)) = (has_sink, std::mem::replace(answer, Answer::Off)) {
@@ -173,12 +208,17 @@ where
     }
 
     /// Commits a live result (write-ahead: before the program sees it), if the run has a
-    /// sink.
+    /// sink. A model call's goes through [`journal_model_entry`](Machine::journal_model_entry).
     pub(super) async fn journal_commit<T: Serialize>(
         &mut self,
         answer: &mut Answer,
         result: &T,
     ) -> Result<(), Unwind> {
+        if matches!(answer, Answer::LiveModel { .. }) {
+            return Err(self.fail(ErrorKind::Internal(
+                "a model call's answer was committed as another effect's".into(),
+            )));
+        }
         if !matches!(answer, Answer::Live(_)) {
             return Ok(());
         }
@@ -203,6 +243,39 @@ where
         Box::pin(self.journal_append(entry)).await
     }
 
+    /// What a model call's result needs before the program sees it: nothing (the run keeps
+    /// no sink, or the call was answered from the journal), or, for a live call,
+    /// its entry committed (write-ahead; see [`ModelAnswer::Commit`]).
+    pub(super) fn journal_model_entry(
+        &self,
+        answer: &mut Answer,
+        prompt: &Arc<Prompt>,
+        model: String,
+        result: Result<Response, ProviderError>,
+    ) -> ModelAnswer {
+        let has_sink = self.rt.journal.as_ref().is_some_and(|j| j.has_sink());
+        let (seq, request) = match std::mem::replace(answer, Answer::Off) {
+            Answer::LiveModel { seq } if has_sink => (seq, None),
+            Answer::Live(pending) if has_sink => {
+                let Pending { key, request } = *pending;
+                (key.seq, request.built())
+            }
+            other => {
+                *answer = other;
+                return ModelAnswer::Done(model, result);
+            }
+        };
+        let call = Arc::new(ModelCall { model, result });
+        let entry = Deferred::Model {
+            branch: self.id.clone(),
+            seq,
+            request,
+            prompt: Arc::clone(prompt),
+            call: Arc::clone(&call),
+        };
+        ModelAnswer::Commit(entry, call)
+    }
+
     /// Commits `entry` to the run's sink.
     pub(super) async fn journal_append(&mut self, entry: Deferred) -> Result<(), Unwind> {
         let Some(journal) = self.rt.journal.clone().filter(|j| j.has_sink()) else {
@@ -225,15 +298,16 @@ where
     /// Queues the record that the live call `answer` was cut off by `unwind` (a deadline or
     /// a time budget), so a replay cuts it off at the same call.
     pub(super) fn journal_interrupted(&mut self, answer: &Answer, unwind: &Unwind) {
-        let Answer::Live(pending) = answer else {
-            return;
-        };
         let (Some(journal), Some(cut)) = (self.rt.journal.clone(), self.stored_cut(unwind)) else {
             return;
         };
-        let kind = pending.request.kind();
+        let (key, kind) = match answer {
+            Answer::Live(pending) => (pending.key.clone(), pending.request.kind()),
+            Answer::LiveModel { seq } => (journal.key(&self.id, *seq), EntryKind::Model),
+            _ => return,
+        };
         journal.queue(
-            pending.key.clone(),
+            key,
             || cut_off(kind),
             serde_json::json!({"interrupted": cut}),
         );
