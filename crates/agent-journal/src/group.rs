@@ -1,6 +1,7 @@
 //! Group commit: appends that arrive while a commit is under way are committed together by
 //! the next one, so concurrent branches share commits instead of queueing one per entry.
 
+#[cfg(feature = "postgres")]
 use std::sync::Mutex;
 
 use agent_op::journal::{Entry, JournalError};
@@ -29,6 +30,20 @@ impl Batch {
     pub(crate) fn is_empty(&self) -> bool {
         self.waiters.0.is_empty()
     }
+
+    /// Queues `entries`, with their `checksums`; the receiver answers once they are
+    /// committed (or failed).
+    pub(crate) fn push(
+        &mut self,
+        entries: Vec<Entry>,
+        checksums: impl IntoIterator<Item = u32>,
+    ) -> Answered {
+        let (tx, rx) = oneshot::channel();
+        self.checksums.extend(checksums);
+        self.appends.push(entries);
+        self.waiters.0.push(tx);
+        rx
+    }
 }
 
 /// Who waits for a batch's commit.
@@ -44,36 +59,23 @@ impl Waiters {
     }
 }
 
-/// Entries waiting for a commit, with who waits for them.
+/// Entries waiting for a commit, with who waits for them: the PostgreSQL journal's queue,
+/// which its appends take turns at committing. (The SQLite journal's thread keeps its own.)
+#[cfg(feature = "postgres")]
 #[derive(Default)]
 pub(crate) struct Pending {
     queue: Mutex<Batch>,
 }
 
+#[cfg(feature = "postgres")]
 impl Pending {
     /// Queues `entries`; the receiver answers once they are committed (or failed).
     pub(crate) fn push(&self, entries: Vec<Entry>) -> Answered {
-        let (tx, rx) = oneshot::channel();
         // Summed before the lock is taken: every branch of a wide fan-out queues here at
-        // once, and the committer takes the queue under the same lock. (An append holds one
-        // entry, almost always: the rest go into a vector only when there are any.)
-        let first = entries.first().map(Entry::checksum);
-        let rest: Vec<u32> = entries.iter().skip(1).map(Entry::checksum).collect();
+        // once, and the committer takes the queue under the same lock.
+        let checksums = checksums(&entries);
         let mut queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-        queue.checksums.extend(first);
-        queue.checksums.extend(rest);
-        queue.appends.push(entries);
-        queue.waiters.0.push(tx);
-        rx
-    }
-
-    /// Whether nothing is queued.
-    #[cfg_attr(not(feature = "sqlite"), allow(dead_code))]
-    pub(crate) fn is_empty(&self) -> bool {
-        self.queue
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        queue.push(entries, checksums)
     }
 
     /// Takes everything queued (call it holding the writer, so batches commit in order).
@@ -82,7 +84,16 @@ impl Pending {
     }
 }
 
+/// The checksums of `entries`, summed now. (An append holds one entry, almost always: the
+/// rest go into a vector only when there are any.)
+pub(crate) fn checksums(entries: &[Entry]) -> impl Iterator<Item = u32> + use<> {
+    let first = entries.first().map(Entry::checksum);
+    let rest: Vec<u32> = entries.iter().skip(1).map(Entry::checksum).collect();
+    first.into_iter().chain(rest)
+}
+
 /// What an append waits for once its entries are queued.
+#[cfg(feature = "postgres")]
 pub(crate) enum Turn<G> {
     /// A commit already took its entries and ended so.
     Answered(Result<(), JournalError>),
@@ -95,6 +106,7 @@ pub(crate) enum Turn<G> {
 /// commit took waits for that commit only, rather than for a turn at the writer it would
 /// find nothing left to do with (in a wide fan-out, thousands of such turns pass the writer
 /// on one after another).
+#[cfg(feature = "postgres")]
 pub(crate) async fn turn<G>(
     journal: &str,
     answered: &mut Answered,

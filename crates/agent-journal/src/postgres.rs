@@ -10,7 +10,7 @@ use sqlx::{ConnectOptions, Connection};
 use tokio::sync::Mutex;
 
 use crate::group::{Batch, Pending, Turn, turn, wait};
-use crate::row::{COLUMNS, entry_of};
+use crate::row::{COLUMNS, entry_of_sqlx};
 
 /// The advisory-lock class of journals (the first half of a two-key advisory lock).
 const LOCK_CLASS: i32 = 0x6a6f_7572; // "jour"
@@ -261,7 +261,7 @@ impl Journal for PostgresJournal {
             };
             rows.iter()
                 .enumerate()
-                .map(|(i, row)| entry_of(&self.describe, i, row))
+                .map(|(i, row)| entry_of_sqlx(&self.describe, i, row))
                 .collect()
         })
     }

@@ -302,7 +302,7 @@ impl Task {
                 continue;
             }
             // Polled once here, so the backend starts committing before the next batch is
-            // built (the SQLite journal hands its statement over at once).
+            // built (the SQLite journal queues it for its thread at once).
             let mut append = shared.sink.append(entries);
             match std::future::poll_fn(|cx| Poll::Ready(append.as_mut().poll(cx))).await {
                 Poll::Ready(result) => shared.answer(waiters, result),
