@@ -8,6 +8,7 @@
 //! what the entry is made of and waits; the committer builds the queued entries and appends
 //! them together, on another thread.
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, Weak};
 use std::task::Poll;
 
@@ -52,7 +53,7 @@ pub(crate) async fn settled(journal: &dyn Journal) {
             }
             // Answered once everything queued before it is appended (see `Task::run`).
             let (tx, rx) = oneshot::channel();
-            queue.waiters.push(tx);
+            queue.push(std::iter::empty(), tx);
             rx
         };
         let _ = answer.await;
@@ -153,12 +154,52 @@ type Waiter = oneshot::Sender<Result<(), JournalError>>;
 /// is running (it takes them before it ends).
 #[derive(Default)]
 struct Queue {
-    entries: Vec<Deferred>,
-    waiters: Vec<Waiter>,
+    entries: VecDeque<Deferred>,
+    /// Who waits, in the order they handed their entries over, and how many each did.
+    waiters: VecDeque<(Waiter, usize)>,
     running: bool,
     /// The first append that failed: every commit after it fails the same way, since
     /// appending what came after would leave a gap in the journal.
     failed: Option<JournalError>,
+}
+
+/// The most entries the committer task appends at once (more when one commit hands over
+/// more). A wide fan-out hands its entries over faster than they are built and appended, so
+/// unbounded batches grew to thousands: the backend started on the last one late, and its
+/// branches all waited for it. Batches of about a millisecond's work keep both sides busy
+/// (a durable fan-out of 10,000 calls: 7 % faster than unbounded, 4 % faster than 500, in
+/// alternating runs).
+const MAX_BATCH: usize = 1000;
+
+impl Queue {
+    /// Queues `entries`, for `waiter`.
+    fn push(&mut self, entries: impl IntoIterator<Item = Deferred>, waiter: Waiter) {
+        let before = self.entries.len();
+        self.entries.extend(entries);
+        self.waiters
+            .push_back((waiter, self.entries.len() - before));
+    }
+
+    /// Takes the next batch: the entries of the first waiters, up to [`MAX_BATCH`] (and at
+    /// least the first waiter's), and those waiters.
+    fn take_batch(&mut self) -> (Vec<Deferred>, Vec<Waiter>) {
+        let mut entries = 0;
+        let mut waiters = 0;
+        for &(_, count) in &self.waiters {
+            if waiters > 0 && entries + count > MAX_BATCH {
+                break;
+            }
+            entries += count;
+            waiters += 1;
+        }
+        (
+            self.entries.drain(..entries).collect(),
+            self.waiters
+                .drain(..waiters)
+                .map(|(waiter, _)| waiter)
+                .collect(),
+        )
+    }
 }
 
 impl Committer {
@@ -193,8 +234,7 @@ impl Committer {
         let (tx, rx) = oneshot::channel();
         let start = {
             let mut queue = self.shared.lock();
-            queue.entries.extend(entries);
-            queue.waiters.push(tx);
+            queue.push(entries, tx);
             !std::mem::replace(&mut queue.running, true)
         };
         if start {
@@ -271,10 +311,7 @@ impl Task {
                     shared.unregister();
                     return;
                 }
-                (
-                    std::mem::take(&mut queue.entries),
-                    std::mem::take(&mut queue.waiters),
-                )
+                queue.take_batch()
             };
             let built = build_all(entries, &*shared.sink, &shared.root);
             if let Some((append, earlier)) = in_flight.take() {
@@ -423,6 +460,87 @@ mod tests {
             .map(|e| e.key.seq)
             .collect();
         assert_eq!(seqs, [1, 2]);
+    }
+
+    /// A journal whose appends wait for `gate`, keeping the size of every append.
+    struct Gated {
+        gate: tokio::sync::Semaphore,
+        started: std::sync::atomic::AtomicBool,
+        sizes: Mutex<Vec<usize>>,
+        entries: Mutex<Vec<Entry>>,
+    }
+
+    impl Journal for Gated {
+        fn describe(&self) -> String {
+            "gated".to_owned()
+        }
+        fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, JournalError>> {
+            Box::pin(async { Ok(self.entries.lock().unwrap().clone()) })
+        }
+        fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
+            Box::pin(async move {
+                self.started.store(true, Ordering::SeqCst);
+                drop(self.gate.acquire().await.unwrap());
+                self.sizes.lock().unwrap().push(entries.len());
+                self.entries.lock().unwrap().extend(entries);
+                Ok(())
+            })
+        }
+    }
+
+    /// Entries handed over while an append is under way are appended in batches of at most
+    /// `MAX_BATCH`, in the order they were handed over; one commit of more is appended whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queued_entries_are_appended_in_bounded_batches_in_order() {
+        let gated = Arc::new(Gated {
+            gate: tokio::sync::Semaphore::new(0),
+            started: std::sync::atomic::AtomicBool::new(false),
+            sizes: Mutex::new(Vec::new()),
+            entries: Mutex::new(Vec::new()),
+        });
+        let committer = Arc::new(Committer::new(gated.clone(), Some(tokio_spawn()), root()));
+        // The first commit's append waits at the gate; everything after it queues.
+        let first = tokio::spawn({
+            let committer = committer.clone();
+            async move { committer.commit(vec![model(0)]).await }
+        });
+        while !gated.started.load(Ordering::SeqCst) {
+            tokio::task::yield_now().await;
+        }
+        // Handed over in this order: each commit queues its entries when first polled.
+        let mut commits: Vec<BoxFuture<'_, Result<(), JournalError>>> = (1..=2_500u64)
+            .map(|seq| Box::pin(committer.commit(vec![model(seq)])) as BoxFuture<'_, _>)
+            .collect();
+        commits.push(Box::pin(
+            committer.commit((2_501..4_001u64).map(model).collect::<Vec<_>>()),
+        ));
+        let open = async {
+            while committer.shared.lock().entries.len() < 4_000 {
+                tokio::task::yield_now().await;
+            }
+            gated.gate.add_permits(usize::MAX >> 4);
+        };
+        let (results, ()) = tokio::join!(futures_util::future::join_all(commits), open);
+        first.await.unwrap().unwrap();
+        for result in results {
+            result.unwrap();
+        }
+        let sizes = gated.sizes.lock().unwrap().clone();
+        assert_eq!(sizes.iter().sum::<usize>(), 4_001, "{sizes:?}");
+        assert_eq!(sizes.first(), Some(&1), "{sizes:?}");
+        assert_eq!(sizes.last(), Some(&1_500), "{sizes:?}");
+        assert!(
+            sizes[1..sizes.len() - 1].iter().all(|&n| n <= MAX_BATCH),
+            "{sizes:?}"
+        );
+        let seqs: Vec<u64> = gated
+            .entries
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|e| e.key.seq)
+            .collect();
+        assert_eq!(seqs, (0..4_001).collect::<Vec<_>>());
     }
 
     /// A journal whose appends fail, counting them.
