@@ -10,7 +10,8 @@
 //!   baseline: raw inserts of the same rows, one transaction each, with the same settings,
 //!   as an async program makes them with sqlx, in the same run;
 //! - `journal.overhead`: `par.fanout_10k` (10,000 branches, one 10 ms model call each)
-//!   with a durable SQLite journal, against the same run without one.
+//!   with a durable SQLite journal, against the same run without one: medians of 11
+//!   alternating runs.
 
 #[cfg(feature = "postgres")]
 #[path = "../../../xtask/src/pg.rs"]
@@ -404,7 +405,10 @@ fn overhead(rt: &tokio::runtime::Runtime) {
             took
         })
     };
-    let (with, without) = bench_kit::interleaved(5, durable, plain);
+    // Eleven pairs: a run takes a few tens of milliseconds, and on a shared 2-core machine
+    // a few of five could land in a slow moment (one full run's median was 2.02 where the
+    // same binary gave 1.60-1.66 alone, before and after).
+    let (with, without) = bench_kit::interleaved(11, durable, plain);
     let ms = |s: &[Duration]| {
         bench_kit::stats(&s.iter().map(|d| bench_kit::ms(*d)).collect::<Vec<_>>()).median
     };
