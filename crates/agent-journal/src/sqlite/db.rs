@@ -3,6 +3,7 @@
 //! connection.
 
 use std::path::Path;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use agent_op::Cause;
@@ -231,6 +232,11 @@ pub(super) fn database(name: &str, e: rusqlite::Error) -> JournalError {
 /// SQLite a statement's start and end each, which a large group commit feels.
 pub(super) const ROWS_PER_STATEMENT: usize = 50;
 
+/// The statements inserting [`ROWS_PER_STATEMENT`] rows and one row: written once, since
+/// their text is also what finds them in the connection's statement cache at every commit.
+static INSERT_MANY: LazyLock<String> = LazyLock::new(|| insert_sql(ROWS_PER_STATEMENT));
+static INSERT_ONE: LazyLock<String> = LazyLock::new(|| insert_sql(1));
+
 /// The statement inserting `rows` rows, in the columns' order.
 fn insert_sql(rows: usize) -> String {
     const INSERT: &str = "INSERT INTO journal_entries \
@@ -258,10 +264,8 @@ pub(super) fn insert<'e>(
     let db = |e: rusqlite::Error| database(name, e);
     let tx = conn.transaction().map_err(db)?;
     {
-        let mut many = tx
-            .prepare_cached(&insert_sql(ROWS_PER_STATEMENT))
-            .map_err(db)?;
-        let mut one = tx.prepare_cached(&insert_sql(1)).map_err(db)?;
+        let mut many = tx.prepare_cached(&INSERT_MANY).map_err(db)?;
+        let mut one = tx.prepare_cached(&INSERT_ONE).map_err(db)?;
         let mut rows = entries.zip(checksums.iter().copied());
         let mut left = checksums.len();
         while left > 0 {

@@ -55,12 +55,17 @@ impl Queue {
         self.executes.clear();
     }
 
-    fn has_work(&self) -> bool {
+    /// Whether nothing but (perhaps) the close is queued.
+    fn nothing_queued(&self) -> bool {
         #[cfg(test)]
         if !self.executes.is_empty() {
-            return true;
+            return false;
         }
-        !self.appends.is_empty() || !self.reads.is_empty() || self.closing
+        self.appends.is_empty() && self.reads.is_empty()
+    }
+
+    fn has_work(&self) -> bool {
+        self.closing || !self.nothing_queued()
     }
 }
 
@@ -199,7 +204,7 @@ fn run(name: &str, shared: &Shared, mut conn: Connection) {
         }
         if closing {
             let mut queue = shared.lock();
-            if !only_closing(&queue) {
+            if !queue.nothing_queued() {
                 continue;
             }
             let replies = std::mem::take(&mut queue.closed);
@@ -212,13 +217,4 @@ fn run(name: &str, shared: &Shared, mut conn: Connection) {
             return;
         }
     }
-}
-
-/// Whether closing is all that is left to do.
-fn only_closing(queue: &Queue) -> bool {
-    #[cfg(test)]
-    if !queue.executes.is_empty() {
-        return false;
-    }
-    queue.appends.is_empty() && queue.reads.is_empty()
 }
