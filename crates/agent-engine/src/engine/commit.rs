@@ -366,13 +366,41 @@ impl Drop for Task {
 mod tests {
     use super::*;
     use agent_op::journal::EntryKind;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    /// A journal that keeps what it is given, counting appends.
-    #[derive(Default)]
+    /// A journal that keeps what it is given and the size of every append. Its appends
+    /// wait for a permit of `gate` (open unless made [`Kept::gated`]).
     struct Kept {
+        gate: tokio::sync::Semaphore,
+        started: AtomicBool,
+        sizes: Mutex<Vec<usize>>,
         entries: Mutex<Vec<Entry>>,
-        appends: AtomicUsize,
+    }
+
+    impl Default for Kept {
+        fn default() -> Kept {
+            Kept::with_permits(tokio::sync::Semaphore::MAX_PERMITS)
+        }
+    }
+
+    impl Kept {
+        /// A journal whose appends wait until permits are added to its gate.
+        fn gated() -> Kept {
+            Kept::with_permits(0)
+        }
+
+        fn with_permits(permits: usize) -> Kept {
+            Kept {
+                gate: tokio::sync::Semaphore::new(permits),
+                started: AtomicBool::new(false),
+                sizes: Mutex::new(Vec::new()),
+                entries: Mutex::new(Vec::new()),
+            }
+        }
+
+        fn appends(&self) -> usize {
+            self.sizes.lock().unwrap().len()
+        }
     }
 
     impl Journal for Kept {
@@ -384,8 +412,10 @@ mod tests {
         }
         fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
             Box::pin(async move {
+                self.started.store(true, Ordering::SeqCst);
                 tokio::task::yield_now().await;
-                self.appends.fetch_add(1, Ordering::Relaxed);
+                drop(self.gate.acquire().await.unwrap());
+                self.sizes.lock().unwrap().push(entries.len());
                 self.entries.lock().unwrap().extend(entries);
                 Ok(())
             })
@@ -442,7 +472,7 @@ mod tests {
             assert_eq!(entry.kind, EntryKind::Model);
         }
         // Queued while a commit was under way, and taken together by the next.
-        assert!(kept.appends.load(Ordering::Relaxed) < 200);
+        assert!(kept.appends() < 200);
     }
 
     #[tokio::test]
@@ -451,7 +481,7 @@ mod tests {
         let committer = Committer::new(kept.clone(), None, root());
         committer.commit(vec![model(1), model(2)]).await.unwrap();
         committer.commit(Vec::new()).await.unwrap();
-        assert_eq!(kept.appends.load(Ordering::Relaxed), 1);
+        assert_eq!(kept.appends(), 1);
         let seqs: Vec<u64> = kept
             .entries
             .lock()
@@ -462,42 +492,11 @@ mod tests {
         assert_eq!(seqs, [1, 2]);
     }
 
-    /// A journal whose appends wait for `gate`, keeping the size of every append.
-    struct Gated {
-        gate: tokio::sync::Semaphore,
-        started: std::sync::atomic::AtomicBool,
-        sizes: Mutex<Vec<usize>>,
-        entries: Mutex<Vec<Entry>>,
-    }
-
-    impl Journal for Gated {
-        fn describe(&self) -> String {
-            "gated".to_owned()
-        }
-        fn entries(&self) -> BoxFuture<'_, Result<Vec<Entry>, JournalError>> {
-            Box::pin(async { Ok(self.entries.lock().unwrap().clone()) })
-        }
-        fn append(&self, entries: Vec<Entry>) -> BoxFuture<'_, Result<(), JournalError>> {
-            Box::pin(async move {
-                self.started.store(true, Ordering::SeqCst);
-                drop(self.gate.acquire().await.unwrap());
-                self.sizes.lock().unwrap().push(entries.len());
-                self.entries.lock().unwrap().extend(entries);
-                Ok(())
-            })
-        }
-    }
-
     /// Entries handed over while an append is under way are appended in batches of at most
     /// `MAX_BATCH`, in the order they were handed over; one commit of more is appended whole.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn queued_entries_are_appended_in_bounded_batches_in_order() {
-        let gated = Arc::new(Gated {
-            gate: tokio::sync::Semaphore::new(0),
-            started: std::sync::atomic::AtomicBool::new(false),
-            sizes: Mutex::new(Vec::new()),
-            entries: Mutex::new(Vec::new()),
-        });
+        let gated = Arc::new(Kept::gated());
         let committer = Arc::new(Committer::new(gated.clone(), Some(tokio_spawn()), root()));
         // The first commit's append waits at the gate; everything after it queues.
         let first = tokio::spawn({
