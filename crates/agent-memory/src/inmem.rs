@@ -143,6 +143,12 @@ impl<'a> Filter<'a> {
         }
     }
 
+    /// Whether the time bounds leave no instant: `created_after` at or past
+    /// `created_before` (an inverted or empty range admits nothing).
+    fn is_empty_range(&self) -> bool {
+        matches!((self.after, self.before), (Some(after), Some(before)) if after >= before)
+    }
+
     fn admits(&self, stored: &Stored) -> bool {
         self.after.is_none_or(|t| stored.created_at >= t)
             && self.before.is_none_or(|t| stored.created_at < t)
@@ -242,6 +248,9 @@ impl State {
                 .search_where(vector, k, &Restriction::all(), options.exact);
         }
         let filter = Filter::new(options);
+        if filter.is_empty_range() {
+            return Vec::new();
+        }
         let admit = |id: i64| self.entries.get(&id).is_some_and(|s| filter.admits(s));
         match self.admitted(&filter, &admit) {
             Admitted::Listed(ids) => self.index.search_where(

@@ -129,7 +129,10 @@ pub struct SearchOptions {
     /// Only entries created at or after this time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_after: Option<Timestamp>,
-    /// Only entries created strictly before this time.
+    /// Only entries created strictly before this time. With [`created_after`] at or past
+    /// it, the range is empty and a search returns no hits (never an error).
+    ///
+    /// [`created_after`]: SearchOptions::created_after
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub created_before: Option<Timestamp>,
     /// Compare the query with every candidate vector instead of walking an approximate

@@ -12,7 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_op::{
-    BoxFuture, EmbeddingError, EmbeddingProvider, MemoryError, MemoryId, SearchOptions,
+    BoxFuture, EmbeddingError, EmbeddingProvider, MemoryEntry, MemoryError, MemoryId,
+    SearchOptions, Tag,
 };
 
 use super::{Factory, fresh_with, memory, ok};
@@ -194,4 +195,160 @@ pub async fn search_is_complete_under_churn(factory: &impl Factory) {
         (stored - deleted) as u64,
         "every store landed and every delete took"
     );
+}
+
+/// Entries stored before the churn starts: with a bulk store, thousands per tag.
+const TAGGED_BULK: usize = 16_000;
+const TAGGED_FEW: usize = 800;
+/// Tags `t0`–`t7`, one per entry.
+const TAG_COUNT: usize = 8;
+/// How long stores and deletes run beside the searches.
+const CHURN_FOR: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Tag-filtered searches while entries are stored (in batches and one by one) and deleted:
+/// every `search_with` and `search_candidates_with` for a tag that thousands of live
+/// entries carry returns `k` distinct hits, each carrying the tag.
+///
+/// Half of the entries stored first are never deleted, so every tag keeps at least
+/// `TAGGED_FEW / 16` entries (a thousand with a bulk store); the deleter takes the other
+/// half and whatever the writers store, at random, as fast as it can.
+pub async fn filtered_search_is_complete_under_churn(factory: &impl Factory) {
+    let (f, _clock) = fresh_with(factory, Arc::new(BiasedEmbedder)).await;
+    let backend = f.backend().clone();
+    let tagged = |i: usize| {
+        let tag = format!("t{}", i % TAG_COUNT);
+        memory(&format!("entry {i} of {tag}"), &[tag.as_str()])
+    };
+    let first = if f.has_bulk_store() {
+        TAGGED_BULK
+    } else {
+        TAGGED_FEW
+    };
+    let mut deletable = Vec::new();
+    for chunk in (0..first).collect::<Vec<_>>().chunks(1_000) {
+        let memories: Vec<_> = chunk.iter().map(|i| tagged(*i)).collect();
+        let ids = ok(f.store_many(memories).await, "store");
+        // Every other entry stays: entry i and i + 1 differ in tag, so each tag keeps half.
+        deletable.extend(ids.into_iter().skip(1).step_by(2));
+    }
+    let live: Arc<Mutex<Vec<MemoryId>>> = Arc::new(Mutex::new(deletable));
+    let running = Arc::new(AtomicBool::new(true));
+    let failed = Arc::new(AtomicBool::new(false));
+    let mut tasks = Vec::new();
+    {
+        let (b, live, running) = (backend.clone(), live.clone(), running.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut i = first + 10_000_000;
+            while running.load(Ordering::Acquire) {
+                let id = b.store(tagged(i)).await?;
+                i += 1;
+                live.lock().unwrap_or_else(PoisonError::into_inner).push(id);
+                tokio::task::yield_now().await;
+            }
+            Ok::<(), MemoryError>(())
+        }));
+    }
+    {
+        let (b, live, running) = (backend.clone(), live.clone(), running.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rng = fastrand::Rng::with_seed(8);
+            while running.load(Ordering::Acquire) {
+                let next = {
+                    let mut live = live.lock().unwrap_or_else(PoisonError::into_inner);
+                    (!live.is_empty()).then(|| {
+                        let at = rng.usize(..live.len());
+                        live.swap_remove(at)
+                    })
+                };
+                if let Some(id) = next {
+                    b.delete(&id).await?;
+                }
+                tokio::task::yield_now().await;
+            }
+            Ok(())
+        }));
+    }
+    let searches = Arc::new(AtomicUsize::new(0));
+    for searcher in 0..3usize {
+        let (b, running, failed, searches) = (
+            backend.clone(),
+            running.clone(),
+            failed.clone(),
+            searches.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut q = 0usize;
+            while (running.load(Ordering::Acquire) || q < MIN_SEARCHES)
+                && !failed.load(Ordering::Acquire)
+            {
+                let tag = Tag::from(format!("t{}", q % TAG_COUNT));
+                let options = SearchOptions::new().tag(tag.clone());
+                let query = format!("query {searcher} {q}");
+                let (what, hits): (&str, Vec<MemoryEntry>) = if searcher == 2 {
+                    (
+                        "search_candidates_with",
+                        b.search_candidates_with(&query, K, &options)
+                            .await?
+                            .into_iter()
+                            .map(|c| c.hit.entry)
+                            .collect(),
+                    )
+                } else {
+                    (
+                        "search_with",
+                        b.search_with(&query, K, &options)
+                            .await?
+                            .into_iter()
+                            .map(|h| h.entry)
+                            .collect(),
+                    )
+                };
+                let distinct: HashSet<&MemoryId> = hits.iter().map(|e| &e.id).collect();
+                let carrying = hits.iter().filter(|e| e.tags.contains(&tag)).count();
+                if hits.len() != K || distinct.len() != K || carrying != K {
+                    failed.store(true, Ordering::Release);
+                    panic!(
+                        "{what}({query:?}, {K}, tag {tag}) #{q} returned {} hits ({} distinct, \
+                         {carrying} carrying the tag) though thousands of entries carry it",
+                        hits.len(),
+                        distinct.len()
+                    );
+                }
+                q += 1;
+                searches.fetch_add(1, Ordering::AcqRel);
+                tokio::task::yield_now().await;
+            }
+            Ok(())
+        }));
+    }
+    // This task stores batches of 100 until the time is up.
+    let until = tokio::time::Instant::now() + CHURN_FOR;
+    let mut next = first + 20_000_000;
+    let mut stored = Ok(());
+    while tokio::time::Instant::now() < until && !failed.load(Ordering::Acquire) {
+        let memories: Vec<_> = (next..next + 100).map(tagged).collect();
+        next += 100;
+        let ids = f.store_many(memories).await;
+        match ids {
+            Ok(ids) => live
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .extend(ids),
+            Err(e) => {
+                stored = Err(e);
+                break;
+            }
+        }
+        tokio::task::yield_now().await;
+    }
+    running.store(false, Ordering::Release);
+    for task in tasks {
+        match task.await {
+            Ok(result) => ok(result, "an operation beside the searches"),
+            Err(e) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+            Err(e) => panic!("a churn task failed: {e}"),
+        }
+    }
+    ok(stored, "storing a batch beside the searches");
+    assert!(searches.load(Ordering::Acquire) >= 3 * MIN_SEARCHES);
 }

@@ -49,10 +49,14 @@ use crate::embed::HashingEmbedder;
 
 pub mod cancellation;
 pub mod churn;
+pub mod options;
 pub mod recall;
 
 pub use cancellation::cancelled_operations_leave_the_store_usable;
-pub use churn::{BiasedEmbedder, search_is_complete_under_churn};
+pub use churn::{
+    BiasedEmbedder, filtered_search_is_complete_under_churn, search_is_complete_under_churn,
+};
+pub use options::{inverted_time_ranges_find_nothing, search_options_match_an_exact_oracle};
 pub use recall::{ClusteredEmbedder, filtered_search_keeps_its_recall};
 
 /// A backend under test, with anything that must live as long as it (a temporary
@@ -152,6 +156,19 @@ impl Fixture {
             Some(store) => Some(store(memories).await),
             None => None,
         }
+    }
+
+    /// Stores `memories` with the fixture's bulk store, or one at a time without one;
+    /// returns their ids in order.
+    pub async fn store_many(&self, memories: Vec<NewMemory>) -> Result<Vec<MemoryId>, MemoryError> {
+        if let Some(store) = &self.bulk {
+            return store(memories).await;
+        }
+        let mut ids = Vec::with_capacity(memories.len());
+        for memory in memories {
+            ids.push(self.backend.store(memory).await?);
+        }
+        Ok(ids)
     }
 
     /// Whether the fixture can store many memories at once.
@@ -1160,7 +1177,10 @@ pub async fn run_all(factory: &impl Factory) {
     concurrent_writers_all_land(factory).await;
     cancelled_operations_leave_the_store_usable(factory).await;
     search_is_complete_under_churn(factory).await;
+    filtered_search_is_complete_under_churn(factory).await;
     filtered_search_keeps_its_recall(factory).await;
+    search_options_match_an_exact_oracle(factory).await;
+    inverted_time_ranges_find_nothing(factory).await;
 }
 
 /// Generates one `#[tokio::test]` per conformance check for the backends `$factory` builds
@@ -1187,7 +1207,10 @@ macro_rules! memory_conformance_tests {
             concurrent_writers_all_land,
             cancelled_operations_leave_the_store_usable,
             search_is_complete_under_churn,
+            filtered_search_is_complete_under_churn,
             filtered_search_keeps_its_recall,
+            search_options_match_an_exact_oracle,
+            inverted_time_ranges_find_nothing,
         );
     };
     (@tests $factory:expr; $($check:ident),* $(,)?) => {
