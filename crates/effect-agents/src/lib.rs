@@ -172,7 +172,8 @@ pub use agent_provider::ScriptedProvider;
 /// schemas are `serde_json` values), re-exported so a crate can name them through this one.
 pub use {serde, serde_json};
 
-/// Compiles the code in the workspace README as doc tests, so it cannot drift from the API.
-#[doc = include_str!("../../../README.md")]
+/// Compiles the code in this crate's README (the crates.io page) as doc tests, so it cannot
+/// drift from the API.
+#[doc = include_str!("../README.md")]
 #[cfg(doctest)]
 pub struct ReadmeDoctests;

@@ -83,3 +83,10 @@ pub fn echo_model(latency: Duration) -> ScriptedProvider {
     })
     .with_latency(latency)
 }
+
+/// Compiles the code in the workspace README as doc tests, so the repository's front page
+/// cannot drift from the API. It lives here, in a crate that is never published, because
+/// each published crate ships only its own files (its own README).
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct WorkspaceReadmeDoctests;
