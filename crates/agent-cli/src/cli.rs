@@ -144,6 +144,12 @@ pub struct RunOutput {
     #[arg(long)]
     pub json: bool,
     /// Do not stream the model's text to stderr.
+    ///
+    /// Without it the model's text streams to stderr as it arrives and stdout gets the
+    /// answer alone, so `agent run SPEC > answer.json` keeps just the answer and
+    /// `2>/dev/null` shows just the answer. When both show on one terminal, the answer is
+    /// shown once: a text answer as it streams, a JSON answer on stdout (its text streams on
+    /// the progress line, which is cleared at the end).
     #[arg(long)]
     pub quiet: bool,
 }

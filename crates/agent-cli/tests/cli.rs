@@ -983,6 +983,25 @@ fn a_streamed_answer_is_shown_once_on_a_terminal_and_still_reaches_a_pipe() {
     );
     let answer = std::fs::read_to_string(dir.path().join("answer.txt")).unwrap();
     assert_eq!(answer, "The one and only answer.\n");
+
+    // A typed (JSON) answer: pretty-printed on stdout, and its streamed JSON not left on
+    // the screen beside it. The point is longer than the progress line shows of the text,
+    // so the only whole copy of it on the terminal is the answer's.
+    let research = examples().join("research.toml");
+    let typed = Command::new("script")
+        .args([
+            "-qec",
+            &format!("{bin} run {} --trace t.jsonl", research.display()),
+            "/dev/null",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&typed.stdout);
+    let point = "A program is a value: the same program and replies give the same result \
+                 and trace under either interpreter.";
+    assert_eq!(shown.matches(point).count(), 1, "{shown}");
+    assert!(shown.contains("\"title\": \"Deterministic, budgeted agents\""), "{shown}");
 }
 
 #[test]

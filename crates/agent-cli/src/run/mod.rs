@@ -7,8 +7,8 @@ mod telemetry;
 pub mod tools;
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
 use agent_agents::{Agent, Toolbox, agent};
@@ -248,7 +248,10 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
             source,
         },
     })?;
-    let progress = Arc::new(Progress::new(options.stream));
+    let progress = Arc::new(Progress::new(Stream::choose(
+        options.stream,
+        &spec.output.kind,
+    )));
     config = config
         .subscribe(streamed)
         .subscribe(ProgressSubscriber(progress.clone()));
@@ -634,18 +637,55 @@ fn budget(spec: &spec::BudgetSpec) -> Budget {
     budget
 }
 
+/// Where the model's text goes while a run streams it.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Stream {
+    /// Nowhere (`--quiet`).
+    Off,
+    /// Onto stderr, where it stays.
+    Full,
+    /// Onto the progress line, which is cleared at the end: a typed answer, printed on
+    /// stdout, would otherwise be on the screen twice (once as the streamed JSON) when
+    /// stdout and stderr are one terminal.
+    Transient,
+}
+
+impl Stream {
+    /// How a run streams: `wanted` unless `--quiet`; on the progress line when the answer
+    /// is typed JSON and stdout and stderr both show on a terminal.
+    fn choose(wanted: bool, output: &OutputKind) -> Stream {
+        use std::io::IsTerminal as _;
+        if !wanted {
+            Stream::Off
+        } else if *output == OutputKind::Json
+            && std::io::stdout().is_terminal()
+            && std::io::stderr().is_terminal()
+        {
+            Stream::Transient
+        } else {
+            Stream::Full
+        }
+    }
+}
+
+/// The most characters of streamed text the progress line shows.
+const LINE_TAIL: usize = 60;
+
 /// A progress line on stderr (drawn only on a terminal) and the model's text as it arrives.
 struct Progress {
     bar: ProgressBar,
-    stream: bool,
+    stream: Stream,
     calls: AtomicU64,
     tools: AtomicU64,
     branches: AtomicU64,
+    /// Whether text was streamed onto stderr to stay.
     streamed: std::sync::atomic::AtomicBool,
+    /// The end of the text streamed so far, for [`Stream::Transient`].
+    tail: std::sync::Mutex<String>,
 }
 
 impl Progress {
-    fn new(stream: bool) -> Progress {
+    fn new(stream: Stream) -> Progress {
         let bar = ProgressBar::new_spinner();
         bar.set_style(
             ProgressStyle::with_template("{spinner} {elapsed} {msg}")
@@ -659,17 +699,41 @@ impl Progress {
             tools: AtomicU64::new(0),
             branches: AtomicU64::new(0),
             streamed: std::sync::atomic::AtomicBool::new(false),
+            tail: std::sync::Mutex::default(),
         }
     }
 
     fn update(&self) {
         use crate::trace_cmd::counted;
+        let tail = self.tail.lock().unwrap_or_else(PoisonError::into_inner);
+        let text = if tail.is_empty() {
+            String::new()
+        } else {
+            format!(" · {tail}")
+        };
         self.bar.set_message(format!(
-            "{} · {} · {} running",
+            "{} · {} · {} running{text}",
             counted(self.calls.load(Ordering::Relaxed), "model call"),
             counted(self.tools.load(Ordering::Relaxed), "tool call"),
             counted(self.branches.load(Ordering::Relaxed), "branch"),
         ));
+    }
+
+    /// Keeps the last [`LINE_TAIL`] characters of the streamed text, on one line.
+    fn follow(&self, text: &str) {
+        {
+            let mut tail = self.tail.lock().unwrap_or_else(PoisonError::into_inner);
+            tail.extend(
+                text.chars()
+                    .map(|c| if c.is_whitespace() { ' ' } else { c }),
+            );
+            let extra = tail.chars().count().saturating_sub(LINE_TAIL);
+            if extra > 0 {
+                let cut = tail.char_indices().nth(extra).map_or(0, |(i, _)| i);
+                tail.drain(..cut);
+            }
+        }
+        self.update();
     }
 
     fn finish(&self) {
@@ -710,13 +774,20 @@ impl Subscriber for ProgressSubscriber {
     }
 
     fn wants_deltas(&self) -> bool {
-        self.0.stream
+        self.0.stream != Stream::Off
     }
 
     fn on_delta(&self, _trace_id: &TraceId, delta: &Delta) {
-        if let Delta::Text(text) = delta {
-            self.0.streamed.store(true, Ordering::Relaxed);
-            self.0.bar.suspend(|| eprint!("{text}"));
+        let Delta::Text(text) = delta else {
+            return;
+        };
+        match self.0.stream {
+            Stream::Off => {}
+            Stream::Full => {
+                self.0.streamed.store(true, Ordering::Relaxed);
+                self.0.bar.suspend(|| eprint!("{text}"));
+            }
+            Stream::Transient => self.0.follow(text),
         }
     }
 }
