@@ -435,7 +435,7 @@ fn apply(shared: &Shared, batch: Vec<Job>) -> Result<(), ()> {
             return Err(());
         }
         let graph = write(&shared.graph);
-        let ok = if threads > 1 {
+        let ok = if threads > 1 && independent(chunk) {
             let per = chunk.len().div_ceil(threads).max(1);
             let graph: &usearch::Index = &graph;
             std::thread::scope(|scope| {
@@ -464,6 +464,18 @@ fn apply(shared: &Shared, batch: Vec<Job>) -> Result<(), ()> {
             .fetch_add(chunk.len() as u64, Ordering::AcqRel);
     }
     Ok(())
+}
+
+/// Whether the jobs of `chunk` may be applied in any order, by several threads at once: adds
+/// of distinct keys only. A batch gathers whatever was queued, so a key stored and removed
+/// (or stored twice) shortly after can be in one chunk; applied out of order by two threads,
+/// its removal would be lost and the graph would keep it.
+fn independent(chunk: &[Job]) -> bool {
+    let mut keys = std::collections::HashSet::with_capacity(chunk.len());
+    chunk.iter().all(|job| match job {
+        Job::Add(id, _) => keys.insert(*id),
+        Job::Remove(_) => false,
+    })
 }
 
 /// Applies `part` to `graph`, which the caller holds exclusively (with other builders of
@@ -552,6 +564,31 @@ mod tests {
             .expansion_search(200)
             .expansion_search_1m(100);
         assert_eq!(flat.expansion_search_at(1_000_000), 200);
+    }
+
+    #[test]
+    fn a_large_batch_removes_what_it_adds_in_order() {
+        // Adds and removals of the same keys in one batch big enough for several builder
+        // threads: every removal lands after its add.
+        let config = AnnConfig::new().min_entries(1);
+        let config = AnnConfig {
+            build_threads: 4,
+            ..config
+        };
+        let ann = super::Ann::new(D, &config).expect("usearch");
+        let vectors = clustered_vectors(3, 6_000, D, 30, 0.05);
+        let mut batch: Vec<super::Job> = vectors
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| super::Job::Add(i as i64 + 1, v))
+            .collect();
+        batch.extend((1..=6_000).step_by(3).map(super::Job::Remove));
+        super::apply(&ann.shared, batch).expect("applied");
+        let graph = ann.shared.graph.read().expect("graph");
+        assert_eq!(graph.size(), 4_000);
+        for id in (1..=6_000u64).step_by(3) {
+            assert!(!graph.contains(id), "{id} was removed but is in the graph");
+        }
     }
 
     #[test]
