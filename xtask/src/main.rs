@@ -1,7 +1,8 @@
 //! Project automation for the effect-agents workspace, run as `cargo xtask <command>`.
 //!
-//! * `cargo xtask test-all` runs formatting, lint, test and doctest checks in order and
-//!   stops at the first failure. It is what `.ci/run` (and therefore CI) runs.
+//! * `cargo xtask test-all` runs formatting, lint, test, doctest, doc, packaging and
+//!   API-compatibility checks in order and stops at the first failure. It is what `.ci/run`
+//!   (and therefore CI) runs.
 //! * `cargo xtask bench [FILTER]` runs every bench target and forwards their JSON result
 //!   lines (see `bench-kit`'s `report`) to stdout; everything else goes to stderr.
 //! * `cargo xtask model fetch` fetches the sentence-embedding model all-MiniLM-L6-v2 (for
@@ -23,6 +24,7 @@ mod model;
 #[allow(dead_code)]
 mod pg;
 // Also meant for tests and benchmarks (`#[path]`), which use what xtask does not.
+mod release;
 #[allow(dead_code)]
 mod temporal;
 mod test_all;
@@ -37,7 +39,8 @@ const USAGE: &str = "\
 Usage: cargo xtask <command>
 
 Commands:
-  test-all        cargo fmt --check, clippy -D warnings, tests, doctests (what CI runs)
+  test-all        cargo fmt --check, clippy -D warnings, tests, doctests, docs, cargo package
+                  and cargo-semver-checks against the last release (what CI runs)
   bench [--large] [FILTER]
                   run all benchmarks (only those whose name contains FILTER);
                   JSON result lines go to stdout, everything else to stderr;

@@ -1,9 +1,10 @@
 //! `cargo xtask test-all`: every check CI runs, in order, stopping at the first failure.
 
 use std::path::Path;
-use std::process::ExitCode;
+use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+use crate::release::{self, SemverCheck};
 use crate::{cargo, display, format_duration, pg, temporal};
 
 /// One step of the run.
@@ -19,6 +20,12 @@ enum Step {
     /// run ends, however it ends. With `AGENT_TEMPORAL_ADDRESS` already set, that server is
     /// used instead.
     StartTemporal,
+    /// `cargo package` of every crate that may be published, each verified by a build from
+    /// its package alone (see [`release::package_args`]).
+    Package,
+    /// `cargo semver-checks` of every published crate against the last release (see
+    /// [`release::semver_checks`]).
+    SemverChecks,
 }
 
 /// The steps, in order: mostly `cargo` invocations.
@@ -103,6 +110,8 @@ const STEPS: &[Step] = &[
         "--config",
         "build.rustdocflags=[\"-D\", \"warnings\"]",
     ]),
+    Step::Package,
+    Step::SemverChecks,
 ];
 
 /// Runs every step from the workspace `root`. Returns failure after the first failed step.
@@ -117,6 +126,8 @@ pub fn run(root: &Path) -> Result<ExitCode, String> {
             Step::Cargo(args) => run_step(root, args, n, &servers.env)?,
             Step::StartPostgres => servers.start_postgres(root, n),
             Step::StartTemporal => servers.start_temporal(root, n),
+            Step::Package => package(root, n)?,
+            Step::SemverChecks => semver_checks(root, n)?,
         };
         if !ok {
             eprintln!(
@@ -142,6 +153,11 @@ impl Step {
             Step::Cargo(args) => display(args),
             Step::StartPostgres => "cargo xtask pg start".to_owned(),
             Step::StartTemporal => "cargo xtask temporal start".to_owned(),
+            Step::Package => "cargo package --workspace (the published crates)".to_owned(),
+            Step::SemverChecks => format!(
+                "cargo semver-checks --workspace --baseline-rev v{}",
+                release::BASELINE.version
+            ),
         }
     }
 }
@@ -260,23 +276,29 @@ impl Drop for Servers {
     }
 }
 
-/// Runs step number `n` with the variables `env` and reports it on stderr. Returns whether
-/// it succeeded.
+/// Runs step number `n`, `cargo` with `args` and the variables `env`, and reports it on
+/// stderr. Returns whether it succeeded.
 fn run_step(
     root: &Path,
     args: &[&str],
     n: usize,
     env: &[(&'static str, String)],
 ) -> Result<bool, String> {
-    let shown = display(args);
+    let mut command = cargo(root, args);
+    command.envs(env.iter().map(|(k, v)| (*k, v.as_str())));
+    run_command(&display(args), command, n)
+}
+
+/// Runs step number `n`, `command` (shown as `shown`), and reports it on stderr. Returns
+/// whether it succeeded.
+fn run_command(shown: &str, mut command: Command, n: usize) -> Result<bool, String> {
     eprintln!("==> [{n}/{}] {shown}", STEPS.len());
     let start = Instant::now();
     // Incremental caches are kept per crate and per feature set, beside the objects they
     // cache: for a fresh build of this workspace they came to more disk than the build
     // itself (CI ran out of disk linking step 6), and a one-off run never reuses them.
-    let status = cargo(root, args)
+    let status = command
         .env("CARGO_INCREMENTAL", "0")
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .status()
         .map_err(|e| format!("could not run `{shown}`: {e}"))?;
     let elapsed = format_duration(start.elapsed());
@@ -286,4 +308,32 @@ fn run_step(
         eprintln!("==> FAILED: {shown} ({status}, after {elapsed})");
     }
     Ok(status.success())
+}
+
+/// The packaging step (number `n`).
+fn package(root: &Path, n: usize) -> Result<bool, String> {
+    let args = release::package_args(root)?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut command = cargo(root, &args);
+    // Each package is verified as a workspace of its own, without this workspace's profiles:
+    // debug info would double the time and the disk of a build nothing runs.
+    command.env("CARGO_PROFILE_DEV_DEBUG", "false");
+    run_command(&display(&args), command, n)
+}
+
+/// The API-compatibility step (number `n`).
+fn semver_checks(root: &Path, n: usize) -> Result<bool, String> {
+    match release::semver_checks(root) {
+        SemverCheck::Run(command) => run_command(&STEPS[n - 1].display(), command, n),
+        SemverCheck::Skipped(why) => {
+            eprintln!("==> [{n}/{}] {}", STEPS.len(), STEPS[n - 1].display());
+            eprintln!("SKIPPED: cargo-semver-checks: {why}");
+            Ok(true)
+        }
+        SemverCheck::Failed(why) => {
+            eprintln!("==> [{n}/{}] {}", STEPS.len(), STEPS[n - 1].display());
+            eprintln!("==> FAILED: {why}");
+            Ok(false)
+        }
+    }
 }

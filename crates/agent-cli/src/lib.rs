@@ -1,5 +1,7 @@
 //! The `agent` command line of effect-agents, as a library so its commands can be tested
-//! and reused:
+//! and reused. The command line (its commands, flags, output and exit codes) is what this
+//! crate's version promises; this library is its implementation and may change in any
+//! release (it is left out of the workspace's `cargo-semver-checks`):
 //!
 //! - [`cli`]: the command line (clap);
 //! - [`run`]: `agent run SPEC`, an agent described in TOML ([`run::spec`]) with built-in

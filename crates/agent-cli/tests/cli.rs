@@ -1001,7 +1001,10 @@ fn a_streamed_answer_is_shown_once_on_a_terminal_and_still_reaches_a_pipe() {
     let point = "A program is a value: the same program and replies give the same result \
                  and trace under either interpreter.";
     assert_eq!(shown.matches(point).count(), 1, "{shown}");
-    assert!(shown.contains("\"title\": \"Deterministic, budgeted agents\""), "{shown}");
+    assert!(
+        shown.contains("\"title\": \"Deterministic, budgeted agents\""),
+        "{shown}"
+    );
 }
 
 #[test]
