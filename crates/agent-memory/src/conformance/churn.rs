@@ -12,8 +12,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use agent_op::{
-    BoxFuture, EmbeddingError, EmbeddingProvider, MemoryEntry, MemoryError, MemoryId,
-    SearchOptions, Tag,
+    BoxFuture, EmbeddingError, EmbeddingProvider, MemoryBackend, MemoryEntry, MemoryError,
+    MemoryId, SearchOptions, Tag,
 };
 
 use super::{Factory, fresh_with, memory, ok};
@@ -249,23 +249,9 @@ pub async fn filtered_search_is_complete_under_churn(factory: &impl Factory) {
         }));
     }
     {
-        let (b, live, running) = (backend.clone(), live.clone(), running.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut rng = fastrand::Rng::with_seed(8);
-            while running.load(Ordering::Acquire) {
-                let next = {
-                    let mut live = live.lock().unwrap_or_else(PoisonError::into_inner);
-                    (!live.is_empty()).then(|| {
-                        let at = rng.usize(..live.len());
-                        live.swap_remove(at)
-                    })
-                };
-                if let Some(id) = next {
-                    b.delete(&id).await?;
-                }
-                tokio::task::yield_now().await;
-            }
-            Ok(())
+        let running = running.clone();
+        tasks.push(deleter(backend.clone(), live.clone(), 8, move || {
+            running.load(Ordering::Acquire)
         }));
     }
     let searches = Arc::new(AtomicUsize::new(0));
@@ -351,4 +337,31 @@ pub async fn filtered_search_is_complete_under_churn(factory: &impl Factory) {
     }
     ok(stored, "storing a batch beside the searches");
     assert!(searches.load(Ordering::Acquire) >= 3 * MIN_SEARCHES);
+}
+
+/// A task deleting entries of `live`, picked at random (from `seed`), as fast as it can
+/// while `going` says so.
+pub(super) fn deleter(
+    b: Arc<dyn MemoryBackend>,
+    live: Arc<Mutex<Vec<MemoryId>>>,
+    seed: u64,
+    going: impl Fn() -> bool + Send + 'static,
+) -> tokio::task::JoinHandle<Result<(), MemoryError>> {
+    tokio::spawn(async move {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        while going() {
+            let next = {
+                let mut live = live.lock().unwrap_or_else(PoisonError::into_inner);
+                (!live.is_empty()).then(|| {
+                    let at = rng.usize(..live.len());
+                    live.swap_remove(at)
+                })
+            };
+            if let Some(id) = next {
+                b.delete(&id).await?;
+            }
+            tokio::task::yield_now().await;
+        }
+        Ok(())
+    })
 }

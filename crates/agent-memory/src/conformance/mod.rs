@@ -316,6 +316,16 @@ fn memory(content: &str, tags: &[&str]) -> NewMemory {
     }
 }
 
+/// Waits for the fixture's background indexing, at most two minutes.
+async fn settled(f: &Fixture) {
+    ok(
+        tokio::time::timeout(Duration::from_secs(120), f.settle())
+            .await
+            .unwrap_or_else(|_| panic!("the backend's indexing did not settle in 120 s")),
+        "waiting for the index",
+    );
+}
+
 fn ok<T>(result: Result<T, MemoryError>, what: &str) -> T {
     result.unwrap_or_else(|e| panic!("{what} failed: {e}"))
 }

@@ -23,8 +23,8 @@ use std::time::Duration;
 use agent_op::{MemoryEntry, MemoryError, MemoryId, SearchOptions, Tag, Timestamp};
 use chrono::{DateTime, TimeDelta, Utc};
 
-use super::churn::BiasedEmbedder;
-use super::{Factory, Fixture, T0, fresh_with, memory, ok};
+use super::churn::{BiasedEmbedder, deleter};
+use super::{Factory, Fixture, T0, fresh_with, memory, ok, settled};
 use crate::clock::{Clock, ManualClock};
 
 /// Entries stored with a bulk store (in batches of [`PER_STEP`], one creation time each),
@@ -176,6 +176,20 @@ fn generate(
     (options, k)
 }
 
+/// A fresh backend holding `bulk` known entries ([`FEW_ENTRIES`] without a bulk store), its
+/// background indexing done.
+async fn known_store(factory: &impl Factory, bulk: usize) -> (Fixture, ManualClock, Vec<Known>) {
+    let (f, clock) = fresh_with(factory, Arc::new(BiasedEmbedder)).await;
+    let entries = if f.has_bulk_store() {
+        bulk
+    } else {
+        FEW_ENTRIES
+    };
+    let known = store_known(&f, &clock, entries).await;
+    settled(&f).await;
+    (f, clock, known)
+}
+
 /// Stores the entries the checks search: returns them as the oracle knows them.
 async fn store_known(f: &Fixture, clock: &ManualClock, entries: usize) -> Vec<Known> {
     let mut known = Vec::with_capacity(entries);
@@ -225,19 +239,8 @@ fn check_hits(hits: &[MemoryEntry], k: usize, options: &SearchOptions, what: &st
 /// Generated [`SearchOptions`] against an exact oracle, on a quiet store and beside stores
 /// and deletes (see the [module](self) docs).
 pub async fn search_options_match_an_exact_oracle(factory: &impl Factory) {
-    let (f, clock) = fresh_with(factory, Arc::new(BiasedEmbedder)).await;
-    let entries = if f.has_bulk_store() {
-        BULK_ENTRIES
-    } else {
-        FEW_ENTRIES
-    };
-    let known = store_known(&f, &clock, entries).await;
-    ok(
-        tokio::time::timeout(Duration::from_secs(120), f.settle())
-            .await
-            .unwrap_or_else(|_| panic!("the backend's indexing did not settle in 120 s")),
-        "waiting for the index",
-    );
+    let (f, clock, known) = known_store(factory, BULK_ENTRIES).await;
+    let entries = known.len();
     let first = DateTime::from_timestamp(T0, 0).unwrap_or_default();
     let last = known.last().map_or(first, |e| e.created_at);
     let points = time_points(first, last);
@@ -345,25 +348,9 @@ async fn searches_beside_churn(
         }));
     }
     {
-        let (b, stop, fresh) = (b.clone(), stop.clone(), fresh.clone());
-        tasks.push(tokio::spawn(async move {
-            let mut rng = fastrand::Rng::with_seed(45);
-            while !stop.load(Ordering::Acquire) {
-                let next = {
-                    let mut fresh = fresh
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner);
-                    (!fresh.is_empty()).then(|| {
-                        let at = rng.usize(..fresh.len());
-                        fresh.swap_remove(at)
-                    })
-                };
-                if let Some(id) = next {
-                    b.delete(&id).await?;
-                }
-                tokio::task::yield_now().await;
-            }
-            Ok(())
+        let stop = stop.clone();
+        tasks.push(deleter(b.clone(), fresh.clone(), 45, move || {
+            !stop.load(Ordering::Acquire)
         }));
     }
     let mut rng = fastrand::Rng::with_seed(46);
@@ -422,19 +409,7 @@ async fn searches_beside_churn(
 /// alone or with a tag, over a store large enough to be indexed: never a panic, never an
 /// error.
 pub async fn inverted_time_ranges_find_nothing(factory: &impl Factory) {
-    let (f, clock) = fresh_with(factory, Arc::new(BiasedEmbedder)).await;
-    let entries = if f.has_bulk_store() {
-        22_000
-    } else {
-        FEW_ENTRIES
-    };
-    let known = store_known(&f, &clock, entries).await;
-    ok(
-        tokio::time::timeout(Duration::from_secs(120), f.settle())
-            .await
-            .unwrap_or_else(|_| panic!("the backend's indexing did not settle in 120 s")),
-        "waiting for the index",
-    );
+    let (f, _clock, known) = known_store(factory, 22_000).await;
     let b = f.backend().as_ref();
     let t10 = known[known.len() / 10].created_at;
     let t20 = known[known.len() / 5].created_at;

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use agent_op::{BoxFuture, EmbeddingError, EmbeddingProvider, MemoryId, SearchOptions, Tag};
 
-use super::{Factory, fresh_with, memory, ok};
+use super::{Factory, fresh_with, memory, ok, settled};
 use crate::clock::Clock;
 
 /// An embedder whose vectors form clusters: a text whose first word is a letter and a
@@ -165,12 +165,7 @@ pub async fn filtered_search_keeps_its_recall(factory: &impl Factory) {
         FEW_ENTRIES
     };
     let middle = start + chrono::Duration::seconds((entries / 2) as i64);
-    ok(
-        tokio::time::timeout(Duration::from_secs(120), f.settle())
-            .await
-            .unwrap_or_else(|_| panic!("the backend's indexing did not settle in 120 s")),
-        "waiting for the index",
-    );
+    settled(&f).await;
 
     let filters: [(&str, MakeFilter); 5] = [
         ("one tag", |q, _| {
