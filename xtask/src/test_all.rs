@@ -291,8 +291,14 @@ fn run_step(
 
 /// Runs step number `n`, `command` (shown as `shown`), and reports it on stderr. Returns
 /// whether it succeeded.
-fn run_command(shown: &str, mut command: Command, n: usize) -> Result<bool, String> {
+fn run_command(shown: &str, command: Command, n: usize) -> Result<bool, String> {
     eprintln!("==> [{n}/{}] {shown}", STEPS.len());
+    execute(shown, command)
+}
+
+/// Runs `command` (shown as `shown`) for the step announced last, and reports how it ended
+/// on stderr. Returns whether it succeeded.
+fn execute(shown: &str, mut command: Command) -> Result<bool, String> {
     let start = Instant::now();
     // Incremental caches are kept per crate and per feature set, beside the objects they
     // cache: for a fresh build of this workspace they came to more disk than the build
@@ -321,17 +327,18 @@ fn package(root: &Path, n: usize) -> Result<bool, String> {
     run_command(&display(&args), command, n)
 }
 
-/// The API-compatibility step (number `n`).
+/// The API-compatibility step (number `n`); installing the tool, when it must, is part of
+/// it.
 fn semver_checks(root: &Path, n: usize) -> Result<bool, String> {
+    let shown = STEPS[n - 1].display();
+    eprintln!("==> [{n}/{}] {shown}", STEPS.len());
     match release::semver_checks(root) {
-        SemverCheck::Run(command) => run_command(&STEPS[n - 1].display(), command, n),
+        SemverCheck::Run(command) => execute(&shown, command),
         SemverCheck::Skipped(why) => {
-            eprintln!("==> [{n}/{}] {}", STEPS.len(), STEPS[n - 1].display());
             eprintln!("SKIPPED: cargo-semver-checks: {why}");
             Ok(true)
         }
         SemverCheck::Failed(why) => {
-            eprintln!("==> [{n}/{}] {}", STEPS.len(), STEPS[n - 1].display());
             eprintln!("==> FAILED: {why}");
             Ok(false)
         }
