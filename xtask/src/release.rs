@@ -6,7 +6,8 @@
 //!   the files it ships.
 //! - [`semver_checks`] runs `cargo-semver-checks` (installed under `target/tools/` on first
 //!   use) against the last release, [`BASELINE`]: a breaking change to a crate's public API
-//!   fails unless the workspace version was bumped as the change requires.
+//!   fails unless the workspace version was bumped as the change requires. A crate added
+//!   since has no API to keep and is left out, with a note.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -55,6 +56,26 @@ pub fn package_args(root: &Path) -> Result<Vec<String>, String> {
 
 /// The workspace members with `publish = false`.
 fn unpublished_members(root: &Path) -> Result<Vec<String>, String> {
+    Ok(members(root)?
+        .into_iter()
+        .filter(|m| !m.published)
+        .map(|m| m.name)
+        .collect())
+}
+
+/// A workspace member, as `cargo metadata` lists it.
+struct Member {
+    /// The package's name.
+    name: String,
+    /// Its manifest, relative to the workspace root, with `/` between components (as git
+    /// names it).
+    manifest: String,
+    /// Whether it may be published (it lacks `publish = false`).
+    published: bool,
+}
+
+/// The workspace's members.
+fn members(root: &Path) -> Result<Vec<Member>, String> {
     let output = cargo(root, &["metadata", "--no-deps", "--format-version", "1"])
         .output()
         .map_err(|e| format!("could not run `cargo metadata`: {e}"))?;
@@ -69,12 +90,67 @@ fn unpublished_members(root: &Path) -> Result<Vec<String>, String> {
     let packages = metadata["packages"]
         .as_array()
         .ok_or("`cargo metadata` listed no packages")?;
-    // `publish = false` is an empty list of registries; `null` means any registry.
+    let workspace_root = Path::new(metadata["workspace_root"].as_str().unwrap_or_default());
     Ok(packages
         .iter()
-        .filter(|p| p["publish"].as_array().is_some_and(Vec::is_empty))
-        .filter_map(|p| p["name"].as_str().map(str::to_owned))
+        .filter_map(|p| {
+            let manifest = Path::new(p["manifest_path"].as_str()?);
+            let relative = manifest.strip_prefix(workspace_root).unwrap_or(manifest);
+            Some(Member {
+                name: p["name"].as_str()?.to_owned(),
+                manifest: relative
+                    .components()
+                    .map(|c| c.as_os_str().to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join("/"),
+                // `publish = false` is an empty list of registries; `null` means any registry.
+                published: !p["publish"].as_array().is_some_and(Vec::is_empty),
+            })
+        })
         .collect())
+}
+
+/// The published members that were not in the release `commit` (no manifest at their path
+/// there, or one naming another package): new crates, with no API to compare.
+fn new_since(root: &Path, commit: &str) -> Result<Vec<String>, String> {
+    Ok(members(root)?
+        .into_iter()
+        .filter(|m| m.published)
+        .filter(|m| {
+            let manifest = Command::new("git")
+                .args(["show", &format!("{commit}:{}", m.manifest)])
+                .current_dir(root)
+                .stderr(std::process::Stdio::null())
+                .output();
+            let name = match manifest {
+                Ok(output) if output.status.success() => {
+                    package_name(&String::from_utf8_lossy(&output.stdout))
+                }
+                _ => None,
+            };
+            name.as_deref() != Some(m.name.as_str())
+        })
+        .map(|m| m.name)
+        .collect())
+}
+
+/// The `name` of a manifest's `[package]` table (a plain `name = "…"` line, as every manifest
+/// here writes it).
+fn package_name(manifest: &str) -> Option<String> {
+    let mut in_package = false;
+    for line in manifest.lines().map(str::trim) {
+        if line.starts_with('[') {
+            in_package = line == "[package]";
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if in_package && key.trim() == "name" {
+            return Some(value.trim().trim_matches('"').to_owned());
+        }
+    }
+    None
 }
 
 /// What the semver step runs, or why it cannot.
@@ -88,13 +164,24 @@ pub enum SemverCheck {
 }
 
 /// The `cargo semver-checks` command comparing every published crate with [`BASELINE`],
-/// installing the tool first if needed.
+/// installing the tool first if needed. Crates added since the baseline are left out (the
+/// tool would fail to find them there), each with a note on stderr.
 pub fn semver_checks(root: &Path) -> SemverCheck {
     if !has_commit(root, BASELINE.commit) {
         return SemverCheck::Skipped(format!(
             "the baseline commit {} (v{}) is not in this clone's history (a shallow clone?)",
             BASELINE.commit, BASELINE.version
         ));
+    }
+    let new = match new_since(root, BASELINE.commit) {
+        Ok(new) => new,
+        Err(why) => return SemverCheck::Failed(why),
+    };
+    for name in &new {
+        eprintln!(
+            "note: {name} is new since v{} (not in {}): no released API to check, left out",
+            BASELINE.version, BASELINE.commit
+        );
     }
     let tool = match install(root) {
         Ok(tool) => tool,
@@ -110,6 +197,7 @@ pub fn semver_checks(root: &Path) -> SemverCheck {
             BASELINE.commit,
         ])
         .args(NOT_API.iter().flat_map(|name| ["--exclude", name]))
+        .args(new.iter().flat_map(|name| ["--exclude", name]))
         .current_dir(root)
         // One target directory for every crate's rustdoc JSON, current and baseline: by
         // default each crate gets its own and builds every dependency again (11 min against
@@ -195,4 +283,31 @@ enum InstallError {
     Unavailable(String),
     /// Anything else.
     Failed(String),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifests_package_name_is_read_from_its_package_table() {
+        let manifest = "[workspace]\nmembers = []\n\n[package]\nname = \"agent-spec\"\nversion.workspace = true\n\n[dependencies]\nname = \"x\"\n";
+        assert_eq!(package_name(manifest).as_deref(), Some("agent-spec"));
+        assert_eq!(package_name("[dependencies]\nname = \"x\"\n"), None);
+        assert_eq!(package_name("[workspace]\nmembers = []\n"), None);
+    }
+
+    #[test]
+    fn crates_missing_at_the_baseline_are_new() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        if !has_commit(&root, BASELINE.commit) {
+            return; // A shallow clone: nothing to compare with.
+        }
+        let new = new_since(&root, BASELINE.commit).unwrap();
+        // Crates of the release are checked; a crate added since (none, right after a
+        // release) is not.
+        for released in ["agent-op", "agent-cli", "effect-agents"] {
+            assert!(!new.iter().any(|n| n == released), "{released} in {new:?}");
+        }
+    }
 }

@@ -82,6 +82,37 @@ fn lenient_hint(error: &agent_op::trace::jsonl::JsonlError) -> &'static str {
     }
 }
 
+/// A spec's failure as the command's: each kind keeps its exit code and message.
+impl From<agent_spec::SpecError> for CliError {
+    fn from(error: agent_spec::SpecError) -> CliError {
+        use agent_spec::SpecError;
+        match error {
+            SpecError::Io {
+                path,
+                action,
+                source,
+            } => CliError::Io {
+                path,
+                action,
+                source,
+            },
+            SpecError::Invalid(message) => CliError::Invalid(message),
+            SpecError::Environment(message) => CliError::Environment(message),
+            SpecError::Memory {
+                path,
+                action,
+                source,
+            } => CliError::Memory {
+                path,
+                action,
+                source,
+            },
+            // A kind added later: a spec that cannot be used, as the others.
+            other => CliError::Invalid(other.to_string()),
+        }
+    }
+}
+
 impl CliError {
     /// The process exit code: 1 the run failed (also when its model server cannot be
     /// reached), 3 invalid input (a file, a spec, a flag value), 4 the environment (a missing

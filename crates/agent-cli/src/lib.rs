@@ -4,8 +4,8 @@
 //! release (it is left out of the workspace's `cargo-semver-checks`):
 //!
 //! - [`cli`]: the command line (clap);
-//! - [`run`]: `agent run SPEC`, an agent described in TOML ([`run::spec`]) with built-in
-//!   tools ([`run::tools`]);
+//! - [`run`]: `agent run SPEC`, an agent described in TOML (read and built by the
+//!   `agent-spec` crate);
 //! - [`tools_cmd`]: `agent tools SPEC`, the tools a spec offers with their schemas;
 //! - [`trace_cmd`]: `agent trace summary | tree | events | diff | view`;
 //! - [`memory_cmd`]: `agent memory add | search | list | forget | prune | stats`;
@@ -145,7 +145,7 @@ fn run_options(
     otlp: cli::OtlpArgs,
 ) -> run::RunOptions {
     let trace = output.trace.clone().unwrap_or_else(|| {
-        std::path::PathBuf::from(format!("{}.trace.jsonl", run::spec::file_name(spec)))
+        std::path::PathBuf::from(format!("{}.trace.jsonl", agent_spec::file_name(spec)))
     });
     run::RunOptions {
         mode,

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use agent_interp_temporal::{StartOptions, TemporalError, Worker, connect, start};
 use agent_op::op;
+use agent_spec::Spec;
 use serde_json::Value;
 
 use crate::error::CliError;
-use crate::run::{self, Answer, spec::Spec};
+use crate::run::{self, Answer};
 
 fn failed(error: TemporalError) -> CliError {
     CliError::Run(error.to_string())
@@ -21,7 +22,7 @@ fn failed(error: TemporalError) -> CliError {
 /// tool and memory calls of every program on `task_queue`, until Ctrl-C.
 pub async fn worker(spec_path: &Path, address: &str, task_queue: &str) -> Result<String, CliError> {
     let parts = run::parts(spec_path, None, Path::new("."), false).await?;
-    let name = parts.spec.agent_name(spec_path);
+    let name = parts.spec.name();
     // Built once here so a spec that cannot make a program fails now, not in a workflow.
     let _checked = run::agent_program(&parts.spec, &parts.toolbox)?;
     let client = connect(address).await.map_err(failed)?;
@@ -59,14 +60,9 @@ pub async fn run(
 ) -> Result<Answer, CliError> {
     let spec = Spec::read(spec_path)?;
     let client = connect(address).await.map_err(failed)?;
-    let handle = start(
-        &client,
-        &spec.agent_name(spec_path),
-        (),
-        StartOptions::new(task_queue),
-    )
-    .await
-    .map_err(failed)?;
+    let handle = start(&client, &spec.name(), (), StartOptions::new(task_queue))
+        .await
+        .map_err(failed)?;
     eprintln!(
         "started {} on task queue `{task_queue}`",
         handle.workflow_id()

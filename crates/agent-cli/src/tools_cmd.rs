@@ -4,10 +4,11 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
+use agent_spec::Spec;
 use serde_json::json;
 
 use crate::error::CliError;
-use crate::run::{self, spec::Spec};
+use crate::run;
 
 /// Lists the tools of the spec at `spec_path` (starting its MCP servers, whose stderr goes to
 /// logs in the current directory), as text or JSON lines.

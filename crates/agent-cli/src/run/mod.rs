@@ -2,26 +2,21 @@
 //! agent loop under the parallel interpreter, streams the model's text to the terminal, and
 //! writes the JSONL trace whatever happens (success, failure, Ctrl-C).
 
-pub mod spec;
 mod telemetry;
-pub mod tools;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, PoisonError};
 use std::time::Duration;
 
-use agent_agents::{Agent, Toolbox, agent};
+use agent_agents::Toolbox;
 use agent_interp_seq::{Config, JsonlSubscriber, Subscriber};
-use agent_op::op::{self, Op};
-use agent_op::{
-    Budget, Delta, Event, EventKind, MicroUsd, Provider, Response, Tag, ToolCall, TraceId,
-};
+use agent_op::{Delta, Event, EventKind, Provider, Response, TraceId};
+use agent_spec::{OutputKind, Spec, SpecTools};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::Value;
 
 use crate::error::CliError;
-use spec::{ModelSpec, OutputKind, Reply, Spec};
 
 /// How a run uses a journal.
 #[derive(Clone, Debug, Default)]
@@ -82,14 +77,6 @@ pub(crate) struct Parts {
     pub(crate) memory: Option<agent_memory::SqliteBackend>,
 }
 
-/// The tools of a spec, and where each comes from.
-pub(crate) struct SpecTools {
-    /// Every tool the spec offers.
-    pub(crate) toolbox: Toolbox,
-    /// Each tool's name and its source: `built-in`, or `mcp:<server>`.
-    pub(crate) sources: Vec<(String, String)>,
-}
-
 /// Waits for a signal that stops a command, and names it: Ctrl-C (SIGINT) and, on Unix,
 /// SIGTERM (what `kill`, `timeout` and service managers send) and SIGHUP (its terminal went
 /// away). Each stops a command as Ctrl-C does: the MCP servers started so far are killed (they
@@ -130,9 +117,9 @@ pub(crate) async fn started_toolbox(
     logs: &Path,
 ) -> Result<SpecTools, CliError> {
     let base = spec_path.parent().unwrap_or(Path::new("."));
-    let logs = logs.join(spec::file_name(spec_path));
+    let logs = logs.join(agent_spec::file_name(spec_path));
     tokio::select! {
-        tools = toolbox(spec, base, &logs) => tools,
+        tools = agent_spec::toolbox(spec, base, &logs) => Ok(tools?),
         // Dropping the unfinished toolbox future kills the servers it started.
         by = stop_signal() => Err(CliError::Interrupted(by)),
     }
@@ -154,13 +141,10 @@ pub(crate) async fn parts(
     let provider: Arc<dyn Provider> = if offline {
         Arc::new(agent_provider::ScriptedProvider::new(Vec::<Response>::new()))
     } else {
-        provider(&spec.model, base, record)?
+        agent_spec::provider(&spec.model, base, record)?
     };
     let toolbox = started_toolbox(&spec, spec_path, logs).await?.toolbox;
-    let memory = match &spec.memory {
-        Some(memory) => Some(crate::memory_cmd::open(&base.join(&memory.db), true).await?),
-        None => None,
-    };
+    let memory = agent_spec::memory(&spec, base).await?;
     Ok(Parts {
         spec: std::sync::Arc::new(spec),
         provider,
@@ -171,8 +155,11 @@ pub(crate) async fn parts(
 
 /// The agent program the spec describes.
 #[cfg(feature = "temporal")]
-pub(crate) fn agent_program(spec: &Spec, toolbox: &Toolbox) -> Result<Op<(), Value>, CliError> {
-    program(spec, toolbox)
+pub(crate) fn agent_program(
+    spec: &Spec,
+    toolbox: &Toolbox,
+) -> Result<agent_op::Op<(), Value>, CliError> {
+    Ok(agent_spec::program(spec, toolbox)?)
 }
 
 /// Runs the agent `spec_path` describes.
@@ -227,7 +214,7 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
     if let Some(name) = &spec.agent.name {
         config = config.name(name.clone());
     }
-    let telemetry = telemetry::start(&options.otlp, &spec.agent_name(spec_path))?;
+    let telemetry = telemetry::start(&options.otlp, &spec.name())?;
     config = config
         .goal(spec.agent.goal.clone())
         .export_content(options.otlp.otlp_content);
@@ -256,7 +243,7 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
         .subscribe(streamed)
         .subscribe(ProgressSubscriber(progress.clone()));
 
-    let program = program(&spec, &toolbox)?;
+    let program = agent_spec::program(&spec, &toolbox)?;
     let abort = config.abort_handle().clone();
     // Which signal stopped the run, if one did.
     let stopped = Arc::new(std::sync::OnceLock::<&'static str>::new());
@@ -326,315 +313,12 @@ pub async fn run(spec_path: &Path, options: &RunOptions) -> Result<Answer, CliEr
     }
 }
 
-/// The provider the spec names, wrapped in a recorder with `--record`.
-fn provider(
-    model: &ModelSpec,
-    base: &Path,
-    record: Option<&Path>,
-) -> Result<Arc<dyn Provider>, CliError> {
-    use agent_provider::cassette::ReplayProvider;
-    use agent_provider::{OllamaClient, OpenAiClient, ScriptedProvider};
-
-    let inner: Arc<dyn Provider> = match model {
-        ModelSpec::Openai {
-            base_url,
-            api_key_env,
-            ..
-        } => {
-            let mut builder = OpenAiClient::builder();
-            if let Some(url) = base_url
-                .clone()
-                .or_else(|| std::env::var("OPENAI_BASE_URL").ok())
-            {
-                builder = builder.base_url(url);
-            }
-            builder = match api_key_env.as_deref() {
-                Some("") => builder.no_api_key(),
-                Some(var) => builder.api_key_from_env(var),
-                None => builder.api_key_from_env("OPENAI_API_KEY"),
-            };
-            Arc::new(builder.build().map_err(config_error)?)
-        }
-        ModelSpec::Ollama { host, .. } => {
-            let mut builder = OllamaClient::builder();
-            if let Some(host) = host.clone().or_else(|| std::env::var("OLLAMA_HOST").ok()) {
-                builder = builder.host(host);
-            }
-            Arc::new(builder.build().map_err(config_error)?)
-        }
-        ModelSpec::Cassette { cassette, .. } => {
-            let path = base.join(cassette);
-            Arc::new(ReplayProvider::open(&path).map_err(|e| {
-                CliError::Invalid(format!("{}: not a readable cassette: {e}", path.display()))
-            })?)
-        }
-        ModelSpec::Scripted { replies, .. } => {
-            let responses = replies
-                .iter()
-                .enumerate()
-                .map(|(i, reply)| scripted(i, reply))
-                .collect::<Vec<_>>();
-            Arc::new(ScriptedProvider::new(responses))
-        }
-    };
-    match record {
-        None => Ok(inner),
-        Some(path) => Ok(Arc::new(
-            agent_provider::cassette::RecordingProvider::create(inner, path).map_err(|e| {
-                CliError::Invalid(format!("{}: cannot record to it: {e}", path.display()))
-            })?,
-        )),
-    }
-}
-
-fn config_error(error: agent_provider::ConfigError) -> CliError {
-    match error {
-        agent_provider::ConfigError::MissingApiKey { var } => CliError::Environment(format!(
-            "the API key variable `{var}` is not set (set it, or `api_key_env = \"\"` for a server without keys)"
-        )),
-        other => CliError::Invalid(format!("the model's settings are wrong: {other}")),
-    }
-}
-
-fn scripted(i: usize, reply: &Reply) -> Response {
-    match reply {
-        Reply::Text(text) => Response::text(text.clone()),
-        Reply::Calls { calls } => {
-            let mut response = Response::text("");
-            response.tool_calls = calls
-                .iter()
-                .enumerate()
-                .map(|(j, call)| ToolCall {
-                    id: format!("call_{i}_{j}"),
-                    name: call.tool.clone(),
-                    arguments: serde_json::to_value(&call.args).unwrap_or(Value::Null),
-                })
-                .collect();
-            response
-        }
-    }
-}
-
 /// The directory a trace is written in (its MCP servers' logs go beside it).
 fn trace_dir(trace: &Path) -> &Path {
     match trace.parent() {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     }
-}
-
-/// The spec's tools as one toolbox. MCP servers' stderr goes to the spec's `stderr_log`, else
-/// to `<logs>.<server>.mcp.log`.
-async fn toolbox(spec: &Spec, base: &Path, logs: &Path) -> Result<SpecTools, CliError> {
-    let mut toolbox = Toolbox::new("spec");
-    let mut sources = Vec::new();
-    if let Some(read) = &spec.tools.read_file {
-        let root = base.join(&read.root);
-        let tool = tools::read_file(&root).map_err(|e| {
-            CliError::Invalid(format!(
-                "tools.read_file.root: {} is not a readable directory: {e}",
-                root.display()
-            ))
-        })?;
-        toolbox = toolbox.with(tool);
-        sources.push(("read_file".to_owned(), "built-in".to_owned()));
-    }
-    if let Some(http) = &spec.tools.http_get {
-        let tool = tools::http_get(&http.allow)
-            .map_err(|e| CliError::Environment(format!("no HTTP client: {e}")))?;
-        toolbox = toolbox.with(tool);
-        sources.push(("http_get".to_owned(), "built-in".to_owned()));
-    }
-    for mcp in &spec.tools.mcp {
-        let log = match &mcp.stderr_log {
-            Some(path) => base.join(path),
-            None => {
-                let mut name = logs.as_os_str().to_owned();
-                name.push(format!(".{}.mcp.log", mcp.name));
-                PathBuf::from(name)
-            }
-        };
-        let mut command = agent_agents::McpCommand::new(mcp.name.clone(), &mcp.command)
-            .args(&mcp.args)
-            .stderr_log(&log);
-        if let Some(secs) = mcp.handshake_timeout_secs {
-            command = command.handshake_timeout(Duration::from_secs_f64(secs));
-        }
-        if let Some(secs) = mcp.timeout_secs {
-            command = command.timeout(Duration::from_secs_f64(secs));
-        }
-        // MCP errors name their server already.
-        let server = command.spawn().await.map_err(|e| mcp_failed(e, &log))?;
-        let capabilities: Vec<&str> = mcp.capabilities.iter().map(String::as_str).collect();
-        let served = server
-            .toolbox(&capabilities)
-            .await
-            .map_err(|e| mcp_failed(e, &log))?;
-        let set = served.tool_set();
-        for name in served.names() {
-            // Two definitions of one name would be refused by the model's API, or worse,
-            // one would silently shadow the other.
-            if toolbox.names().any(|n| n == name) {
-                return Err(CliError::Invalid(format!(
-                    "two tools are named `{name}` (MCP server `{}` and another source)",
-                    mcp.name
-                )));
-            }
-            if let Some(tool) = set.get(name) {
-                toolbox = toolbox.with_tool(tool.clone(), &capabilities);
-                sources.push((name.to_owned(), format!("mcp:{}", mcp.name)));
-            }
-        }
-    }
-    Ok(SpecTools { toolbox, sources })
-}
-
-/// An MCP server that would not start or list its tools, with the end of its stderr log
-/// (where servers say why).
-fn mcp_failed(error: agent_agents::McpError, log: &Path) -> CliError {
-    let said = std::fs::read(log)
-        .map(|bytes| {
-            let text = String::from_utf8_lossy(&bytes);
-            let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
-            lines[lines.len().saturating_sub(5)..].join("\n    ")
-        })
-        .unwrap_or_default();
-    match error {
-        error @ (agent_agents::McpError::Spawn { .. } | agent_agents::McpError::Log { .. }) => {
-            CliError::Environment(error.to_string())
-        }
-        error if said.is_empty() => CliError::Environment(format!(
-            "{error} (its stderr, empty, is in {})",
-            log.display()
-        )),
-        error => CliError::Environment(format!(
-            "{error}; the end of its stderr ({}):\n    {said}",
-            log.display()
-        )),
-    }
-}
-
-/// Builds the agent's program from what was recalled from memory.
-type MakeAgent = Arc<dyn Fn(Vec<String>) -> Op<(), Value> + Send + Sync>;
-
-/// The agent loop the spec describes, answering a `T`.
-fn configured<T: agent_agents::LlmOutput>(spec: &Spec, toolbox: &Toolbox) -> Agent<(), T> {
-    let mut agent = agent::<(), T>(
-        spec.model.name().to_owned(),
-        toolbox,
-        spec.agent.goal.clone(),
-    )
-    .max_turns(spec.agent.max_turns.unwrap_or(8));
-    if !spec.agent.system.is_empty() {
-        agent = agent.instructions(spec.agent.system.clone());
-    }
-    for section in &spec.agent.context {
-        agent = agent.context(section.clone());
-    }
-    agent
-}
-
-/// The program: recall from memory (if any), the agent loop under the budget, remember the
-/// answer. A text answer is a JSON string; a JSON answer must satisfy the spec's schema
-/// (checked, and refusals given back to the model, up to three rounds).
-fn program(spec: &Spec, toolbox: &Toolbox) -> Result<Op<(), Value>, CliError> {
-    let goal = spec.agent.goal.clone();
-    let make: MakeAgent = match (&spec.output.kind, &spec.output.schema) {
-        (OutputKind::Json, Some(schema)) => {
-            let schema = serde_json::to_value(schema).unwrap_or(Value::Null);
-            let validator = Arc::new(jsonschema::validator_for(&schema).map_err(|e| {
-                CliError::Invalid(format!("output.schema is not a valid JSON schema: {e}"))
-            })?);
-            let base = configured::<Value>(spec, toolbox).context(format!(
-                "Answer with JSON that satisfies this JSON schema: {schema}"
-            ));
-            Arc::new(move |memories| {
-                let validator = validator.clone();
-                let mut agent = base.clone();
-                for memory in memories {
-                    agent = agent.context(format!("From memory: {memory}"));
-                }
-                agent
-                    .verified(3, move |answer: &Value| {
-                        let errors: Vec<String> = validator
-                            .iter_errors(answer)
-                            .map(|e| format!("{e} at {}", e.instance_path()))
-                            .collect();
-                        op::pure(if errors.is_empty() {
-                            Ok(())
-                        } else {
-                            Err(format!(
-                                "the answer does not satisfy the schema: {}",
-                                errors.join("; ")
-                            ))
-                        })
-                    })
-                    .run()
-                    .and_then(|answer| answered(answer.map_err(|e| e.to_string())))
-            })
-        }
-        _ => {
-            let base = configured::<String>(spec, toolbox);
-            Arc::new(move |memories| {
-                let mut agent = base.clone();
-                for memory in memories {
-                    agent = agent.context(format!("From memory: {memory}"));
-                }
-                agent.run().and_then(|answer| {
-                    answered(answer.map(Value::String).map_err(|e| e.to_string()))
-                })
-            })
-        }
-    };
-    let budget = budget(&spec.budget);
-    let memory = spec.memory.is_some();
-    let recalled: Op<(), Vec<String>> = if memory {
-        op::recall(goal.clone(), 5).map(|entries| entries.into_iter().map(|e| e.content).collect())
-    } else {
-        op::pure(Vec::new())
-    };
-    Ok(recalled.and_then(move |memories| {
-        let run = op::limit(budget, make(memories)).and_then(|limited| match limited {
-            Ok(answer) => op::pure(answer),
-            Err(spent) => op::fail(format!("the budget ran out: {spent}")),
-        });
-        run.and_then(move |answer| {
-            if !memory {
-                return op::pure(answer);
-            }
-            let content = match &answer {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            };
-            op::remember(content, goal, vec![Tag("answer".into())]).map(move |_| answer)
-        })
-    }))
-}
-
-/// The agent's answer, or its failure as the run's error (so the trace's `run_end`, the
-/// summary and the exit code all say the run failed).
-fn answered(answer: Result<Value, String>) -> Op<(), Value> {
-    match answer {
-        Ok(value) => op::pure(value),
-        Err(failure) => op::fail(failure),
-    }
-}
-
-fn budget(spec: &spec::BudgetSpec) -> Budget {
-    let mut budget = Budget::new();
-    if let Some(calls) = spec.calls {
-        budget = budget.calls(calls);
-    }
-    if let Some(tokens) = spec.tokens {
-        budget = budget.tokens(tokens);
-    }
-    if let Some(usd) = spec.cost_usd.filter(|c| c.is_finite() && *c >= 0.0) {
-        budget = budget.cost(MicroUsd((usd * 1e6) as u64));
-    }
-    if let Some(secs) = spec.seconds.filter(|s| s.is_finite() && *s > 0.0) {
-        budget = budget.time(Duration::from_secs_f64(secs.min(1e9)));
-    }
-    budget
 }
 
 /// Where the model's text goes while a run streams it.

@@ -1,15 +1,17 @@
-//! The TOML spec `agent run` reads. Every table refuses keys it does not know, naming the
-//! key and the ones it allows. `docs/SPEC.md` is its reference, checked against these types
-//! (through their JSON schema) by a test.
+//! The TOML spec: its tables as types, and [`Spec::read`], which parses and checks a file.
+//! Every table refuses keys it does not know, naming the key and the ones it allows. The
+//! repository's `docs/SPEC.md` is its reference, checked against these types (through their
+//! JSON schema) by a test.
 
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+use serde_json::{Value, json};
 
-use crate::error::CliError;
+use crate::error::SpecError;
 
 /// An agent described in a file.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Spec {
     /// The model and where it is served.
@@ -27,10 +29,14 @@ pub struct Spec {
     /// What the answer must be.
     #[serde(default)]
     pub output: OutputSpec,
+    /// The file the spec was read from ([`Spec::read`], [`Spec::parse`]); not a key of the
+    /// file.
+    #[serde(skip)]
+    path: Option<PathBuf>,
 }
 
 /// Where the model is served.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, rename_all = "snake_case", tag = "provider")]
 pub enum ModelSpec {
     /// An OpenAI-compatible server.
@@ -79,7 +85,7 @@ impl ModelSpec {
 }
 
 /// One scripted reply: text, or tool calls.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum Reply {
     /// A text reply.
@@ -92,7 +98,7 @@ pub enum Reply {
 }
 
 /// One scripted tool call.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ScriptedCall {
     /// The tool.
@@ -104,7 +110,7 @@ pub struct ScriptedCall {
 }
 
 /// What the agent is asked and told.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AgentSpec {
     /// Its name (the run's `invoke_agent` span).
@@ -122,7 +128,7 @@ pub struct AgentSpec {
 }
 
 /// The tools an agent may use.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ToolsSpec {
     /// `read_file` under a root directory.
@@ -135,7 +141,7 @@ pub struct ToolsSpec {
 }
 
 /// `read_file`'s root.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadFileSpec {
     /// The directory files are read under, relative to the spec.
@@ -143,7 +149,7 @@ pub struct ReadFileSpec {
 }
 
 /// `http_get`'s allowed hosts.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HttpGetSpec {
     /// Host names it may fetch from.
@@ -151,7 +157,7 @@ pub struct HttpGetSpec {
 }
 
 /// An MCP server started on stdio.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct McpSpec {
     /// Its name.
@@ -174,7 +180,7 @@ pub struct McpSpec {
 }
 
 /// Limits on the run.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BudgetSpec {
     /// Model calls.
@@ -188,7 +194,7 @@ pub struct BudgetSpec {
 }
 
 /// The memory database.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MemorySpec {
     /// The SQLite file, relative to the spec (created if missing).
@@ -196,7 +202,7 @@ pub struct MemorySpec {
 }
 
 /// What the answer must be.
-#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[derive(Clone, Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutputSpec {
     /// `text` (default) or `json`.
@@ -208,7 +214,7 @@ pub struct OutputSpec {
 }
 
 /// The kinds of answer.
-#[derive(Debug, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
+#[derive(Clone, Copy, Debug, Default, Deserialize, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum OutputKind {
     /// Free text.
@@ -219,7 +225,8 @@ pub enum OutputKind {
 }
 
 /// The name the spec at `path` goes by: its file name without the extension (`research` for
-/// `research.toml`), or `agent`. Traces, MCP logs and unnamed agents are named after it.
+/// `research.toml`), or `agent`. `agent run` names traces and MCP logs after it, and
+/// [`Spec::name`] unnamed agents.
 pub fn file_name(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())
@@ -227,14 +234,10 @@ pub fn file_name(path: &Path) -> String {
 }
 
 impl Spec {
-    /// The agent's name: `agent.name`, else the spec file's ([`file_name`] of `path`).
-    pub fn agent_name(&self, path: &Path) -> String {
-        self.agent.name.clone().unwrap_or_else(|| file_name(path))
-    }
-
-    /// Reads and checks the spec at `path`.
-    pub fn read(path: &Path) -> Result<Spec, CliError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CliError::Io {
+    /// Reads and checks the spec at `path`, which it records (see [`Spec::dir`] and
+    /// [`Spec::name`]).
+    pub fn read(path: &Path) -> Result<Spec, SpecError> {
+        let text = std::fs::read_to_string(path).map_err(|source| SpecError::Io {
             path: path.to_owned(),
             action: "reading",
             source,
@@ -242,10 +245,12 @@ impl Spec {
         Spec::parse(&text, path)
     }
 
-    /// Parses and checks a spec's text; `path` names it in errors.
-    pub fn parse(text: &str, path: &Path) -> Result<Spec, CliError> {
-        let spec: Spec = toml::from_str(text).map_err(|e| {
-            CliError::Invalid(format!("{}: {}", path.display(), e.to_string().trim()))
+    /// Parses and checks a spec's text read from `path`, which names it in errors and is
+    /// recorded as where it came from (its relative paths are relative to `path`'s
+    /// directory).
+    pub fn parse(text: &str, path: &Path) -> Result<Spec, SpecError> {
+        let mut spec: Spec = toml::from_str(text).map_err(|e| {
+            SpecError::Invalid(format!("{}: {}", path.display(), e.to_string().trim()))
         })?;
         for (i, mcp) in spec.tools.mcp.iter().enumerate() {
             for (key, secs) in [
@@ -253,7 +258,7 @@ impl Spec {
                 ("timeout_secs", mcp.timeout_secs),
             ] {
                 if secs.is_some_and(|s| !(s.is_finite() && s > 0.0 && s <= 1e6)) {
-                    return Err(CliError::Invalid(format!(
+                    return Err(SpecError::Invalid(format!(
                         "{}: `tools.mcp[{i}].{key}` must be a number of seconds above 0 (at most 1000000)",
                         path.display()
                     )));
@@ -261,11 +266,87 @@ impl Spec {
             }
         }
         if spec.output.kind == OutputKind::Json && spec.output.schema.is_none() {
-            return Err(CliError::Invalid(format!(
+            return Err(SpecError::Invalid(format!(
                 "{}: `output.type = \"json\"` needs `output.schema`",
                 path.display()
             )));
         }
+        spec.path = Some(path.to_owned());
         Ok(spec)
+    }
+
+    /// The file the spec was read from.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// The spec's directory, which the relative paths in it (`tools.read_file.root`,
+    /// `memory.db`, a cassette, MCP logs) are relative to: its file's parent, or `.` for a
+    /// file name alone or a spec without a file.
+    pub fn dir(&self) -> &Path {
+        match self.path.as_deref().and_then(Path::parent) {
+            Some(dir) if !dir.as_os_str().is_empty() => dir,
+            _ => Path::new("."),
+        }
+    }
+
+    /// The agent's name: `agent.name`, else the spec file's ([`file_name`] of its path), else
+    /// `agent`.
+    pub fn name(&self) -> String {
+        match (&self.agent.name, &self.path) {
+            (Some(name), _) => name.clone(),
+            (None, Some(path)) => file_name(path),
+            (None, None) => "agent".to_owned(),
+        }
+    }
+
+    /// The JSON schema of the [`Input`](crate::Input) a served agent takes: an object with an
+    /// optional `message` (the agent's goal for this request; the spec's `agent.goal` when
+    /// absent) and an optional `history` of earlier turns, each a `role` (`user` or
+    /// `assistant`) and its `content`. Unknown keys are refused, as
+    /// [`Input`](crate::Input)'s deserializer refuses them.
+    pub fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "message": {
+                    "type": "string",
+                    "description": "What the agent is asked (default: the spec's goal)",
+                    "default": self.agent.goal,
+                },
+                "history": {
+                    "type": "array",
+                    "description": "The conversation so far, oldest first",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "role": { "type": "string", "enum": ["user", "assistant"] },
+                            "content": { "type": "string" },
+                        },
+                        "required": ["role", "content"],
+                        "additionalProperties": false,
+                    },
+                },
+            },
+            "additionalProperties": false,
+        })
+    }
+
+    /// The JSON schema of the agent's answer: `[output].schema` for a `json` answer, else
+    /// `{"type": "string"}`.
+    pub fn output_schema(&self) -> Value {
+        match (&self.output.kind, self.output.json_schema()) {
+            (OutputKind::Json, Some(schema)) => schema,
+            _ => json!({ "type": "string" }),
+        }
+    }
+}
+
+impl OutputSpec {
+    /// `schema` as JSON.
+    pub(crate) fn json_schema(&self) -> Option<Value> {
+        self.schema
+            .as_ref()
+            .map(|schema| serde_json::to_value(schema).unwrap_or(Value::Null))
     }
 }

@@ -1,6 +1,7 @@
-//! The built-in tools a spec can offer: `read_file` under one directory and `http_get` to
-//! allowed hosts. Both refuse anything outside what the spec grants, as tool errors the
-//! model is shown.
+//! The built-in tools a spec can offer (`[tools.read_file]`, `[tools.http_get]`):
+//! `read_file` under one directory and `http_get` to allowed hosts. Both refuse anything
+//! outside what the spec grants, as tool errors the model is shown. [`toolbox`](crate::toolbox)
+//! builds them from a spec; they are here for programs that want them alone.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use agent_cli::run::spec::Spec;
+use agent_spec::Spec;
 use serde_json::Value;
 
 fn page() -> String {
