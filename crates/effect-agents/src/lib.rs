@@ -65,6 +65,7 @@
 //! | `ollama` | yes | [`provider::ollama`], the Ollama client and embedder |
 //! | `openai` | no | [`provider::openai`], the OpenAI-compatible client and embedder |
 //! | `agents` | yes | [`agents`], typed output, typed tools and toolboxes (pulls in schemars and jsonschema) |
+//! | `serve` | no | `effect_agents::serve`: agents behind HTTP (the Agent Protocol, OpenAI's chat API, a durable store, keys) as an axum `Router` (pulls in axum) |
 //! | `otel` | no | `effect_agents::otel`: OTLP export of the runtime's `tracing` spans (HTTP/protobuf and gRPC; pulls in opentelemetry and tonic) |
 //! | `sqlite` | yes | [`memory::sqlite`], the SQLite memory backend (pulls in sqlx) |
 //! | `postgres` | no | `effect_agents::memory::postgres`, the PostgreSQL + pgvector memory backend (pulls in sqlx's Postgres driver and rustls) |
@@ -130,6 +131,14 @@ pub mod prompt {
 #[cfg_attr(docsrs, doc(cfg(feature = "agents")))]
 pub mod agents {
     pub use agent_agents::*;
+}
+
+/// Agents behind HTTP (`agent-serve`): a [`Server`](agent_serve::Server) of named agents
+/// whose [`router`](agent_serve::Server::router) a service mounts beside its own routes.
+#[cfg(feature = "serve")]
+#[cfg_attr(docsrs, doc(cfg(feature = "serve")))]
+pub mod serve {
+    pub use agent_serve::*;
 }
 
 /// OpenTelemetry export (`agent-otel`): [`init`](agent_otel::init) sends the runtime's

@@ -1,0 +1,5 @@
+//! One module per wire protocol. Each owns its wire types and a `router()`, and only
+//! translates between them and the run model: adding a protocol adds a module here.
+
+pub(crate) mod agent_protocol;
+pub mod openai;

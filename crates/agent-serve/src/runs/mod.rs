@@ -1,0 +1,692 @@
+//! The run model every protocol shares, with no HTTP in it: runs started on agents, on
+//! threads or alone, their events live and stored, their journals, cancellation, and the
+//! recovery of runs a killed server left unfinished.
+
+mod event;
+mod hub;
+mod journal;
+mod record;
+mod store;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use agent_engine::{CancellationToken, RunError, SteeringQueue, Subscriber};
+use agent_op::{Delta, Event, TraceId};
+use chrono::Utc;
+use serde_json::Value;
+use tokio::sync::watch;
+
+pub use event::{Numbered, RunEvent};
+pub use record::{
+    Failure, RunRecord, RunStatus, Spent, ThreadRecord, ThreadState, ThreadStatus, Turn,
+};
+pub use store::{Store, StoreError};
+
+use crate::agents::{Agents, InvalidInput, Request, ServedAgent, message_of};
+use hub::{Follower, Hub};
+use journal::RunJournal;
+use store::{InsertRun, RunEnd, ThreadEnd};
+
+/// Why a run could not be started or found.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunsError {
+    /// No agent has that name.
+    #[error("no agent is named `{0}`")]
+    UnknownAgent(String),
+    /// No thread has that id.
+    #[error("no thread has the id `{0}`")]
+    UnknownThread(String),
+    /// No run has that id.
+    #[error("no run has the id `{0}`")]
+    UnknownRun(String),
+    /// The thread has a run going (the `reject` multitask strategy).
+    #[error("thread `{0}` has a run going")]
+    ThreadBusy(String),
+    /// The agent refuses the input.
+    #[error("the input is refused: {0}")]
+    InvalidInput(#[from] InvalidInput),
+    /// The server is shutting down.
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A run to start.
+#[derive(Clone, Debug)]
+pub struct NewRun {
+    /// The agent.
+    pub agent: String,
+    /// The thread it continues, if any (it must exist).
+    pub thread_id: Option<String>,
+    /// Its input.
+    pub input: Value,
+    /// The caller's metadata.
+    pub metadata: Value,
+    /// The API key's name, if keys are configured.
+    pub key: Option<String>,
+}
+
+/// A run that is going or over: its record as it was when the handle was made, and its
+/// events.
+#[derive(Clone)]
+pub struct RunHandle {
+    /// The run as it started (or as the store had it).
+    pub record: RunRecord,
+    live: Option<Arc<Live>>,
+    runs: Runs,
+}
+
+impl std::fmt::Debug for RunHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunHandle")
+            .field("record", &self.record)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RunHandle {
+    /// The run's events after the `after`th (0 for all), live while it goes, then from the
+    /// store once it is over.
+    pub fn events(&self, after: u64) -> EventStream {
+        match &self.live {
+            Some(live) => EventStream {
+                source: Source::Live(live.hub.follow(after)),
+            },
+            None => EventStream {
+                source: Source::Stored {
+                    store: self.runs.inner.store.clone(),
+                    run_id: self.record.id.clone(),
+                    after,
+                    buffer: Vec::new().into_iter(),
+                    done: false,
+                },
+            },
+        }
+    }
+
+    /// Waits for the run to end; its final record.
+    pub async fn wait(&self) -> Result<RunRecord, RunsError> {
+        if let Some(live) = &self.live {
+            let mut done = live.done.clone();
+            loop {
+                if let Some(record) = done.borrow_and_update().clone() {
+                    return Ok(record);
+                }
+                if done.changed().await.is_err() {
+                    break;
+                }
+            }
+        }
+        self.runs
+            .inner
+            .store
+            .run(&self.record.id)
+            .await?
+            .ok_or_else(|| RunsError::UnknownRun(self.record.id.clone()))
+    }
+
+    /// Cancels the run (it ends `interrupted`); nothing if it is over.
+    pub fn cancel(&self) {
+        if let Some(live) = &self.live {
+            live.cancel.cancel();
+        }
+    }
+}
+
+/// A run's events, in order, each once.
+pub struct EventStream {
+    source: Source,
+}
+
+enum Source {
+    Live(Follower),
+    Stored {
+        store: Store,
+        run_id: String,
+        after: u64,
+        buffer: std::vec::IntoIter<Numbered>,
+        done: bool,
+    },
+}
+
+impl EventStream {
+    /// The next event; `None` after the last.
+    pub async fn next(&mut self) -> Option<Numbered> {
+        match &mut self.source {
+            Source::Live(follower) => follower.next().await,
+            Source::Stored {
+                store,
+                run_id,
+                after,
+                buffer,
+                done,
+            } => {
+                if let Some(event) = buffer.next() {
+                    return Some(event);
+                }
+                if *done {
+                    return None;
+                }
+                *done = true;
+                let events = store.events_after(run_id, *after).await.ok()?;
+                *buffer = events.into_iter();
+                buffer.next()
+            }
+        }
+    }
+}
+
+/// What the run model keeps about a run that is going.
+struct Live {
+    hub: Arc<Hub>,
+    cancel: CancellationToken,
+    done: watch::Receiver<Option<RunRecord>>,
+}
+
+/// The run model: starts runs on agents, keeps their events and records in a [`Store`].
+/// Clones share it.
+#[derive(Clone)]
+pub struct Runs {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    store: Store,
+    agents: Agents,
+    live: Mutex<HashMap<String, Arc<Live>>>,
+    /// Cancelled to stop every run at its next commit (shutdown).
+    stopping: CancellationToken,
+    tasks: tokio_util::task::TaskTracker,
+}
+
+impl Runs {
+    pub(crate) fn new(store: Store, agents: Agents) -> Runs {
+        Runs {
+            inner: Arc::new(Inner {
+                store,
+                agents,
+                live: Mutex::default(),
+                stopping: CancellationToken::new(),
+                tasks: tokio_util::task::TaskTracker::new(),
+            }),
+        }
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Store {
+        &self.inner.store
+    }
+
+    /// The served agent `name`.
+    pub(crate) fn agent(&self, name: &str) -> Option<&Arc<dyn ServedAgent>> {
+        self.inner.agents.get(name)
+    }
+
+    /// The served agents, by name.
+    pub(crate) fn agents(&self) -> impl Iterator<Item = (&String, &Arc<dyn ServedAgent>)> {
+        self.inner.agents.by_name.iter()
+    }
+
+    /// Starts a run; it goes on in the background. On a thread, the thread must be free
+    /// (one run at a time: [`RunsError::ThreadBusy`] otherwise).
+    pub async fn start(&self, new: NewRun) -> Result<RunHandle, RunsError> {
+        if self.inner.stopping.is_cancelled() {
+            return Err(RunsError::ShuttingDown);
+        }
+        let agent = self
+            .agent(&new.agent)
+            .ok_or_else(|| RunsError::UnknownAgent(new.agent.clone()))?
+            .clone();
+        let history = match &new.thread_id {
+            Some(id) => {
+                self.inner
+                    .store
+                    .thread(id)
+                    .await?
+                    .ok_or_else(|| RunsError::UnknownThread(id.clone()))?
+                    .turns
+            }
+            None => Vec::new(),
+        };
+        // Made before anything is written: a refused input leaves no run behind.
+        let program = agent.program(Request {
+            input: &new.input,
+            history: &history,
+        })?;
+        let now = Utc::now();
+        let record = RunRecord {
+            id: uuid::Uuid::new_v4().to_string(),
+            thread_id: new.thread_id.clone(),
+            agent: new.agent.clone(),
+            created_at: now,
+            updated_at: now,
+            status: RunStatus::Pending,
+            metadata: new.metadata,
+            input: new.input,
+            output: None,
+            failure: None,
+            spent: Spent::default(),
+            key: new.key,
+        };
+        match self.inner.store.insert_run(record.clone(), true).await? {
+            InsertRun::Inserted => {}
+            InsertRun::NoThread => {
+                return Err(RunsError::UnknownThread(new.thread_id.unwrap_or_default()));
+            }
+            InsertRun::Busy => {
+                return Err(RunsError::ThreadBusy(new.thread_id.unwrap_or_default()));
+            }
+        }
+        Ok(self.launch(record, agent, program, history, None))
+    }
+
+    /// Runs the program of `record` in the background, from its journal if `resume`.
+    fn launch(
+        &self,
+        record: RunRecord,
+        agent: Arc<dyn ServedAgent>,
+        program: agent_op::Op<(), Value>,
+        history: Vec<Turn>,
+        resumed: Option<Resumed>,
+    ) -> RunHandle {
+        let after = resumed.as_ref().map_or(0, |r| r.after);
+        let hub = Hub::new(&record.id, after, self.inner.store.clone());
+        let cancel = self.inner.stopping.child_token();
+        let (done_tx, done) = watch::channel(None);
+        let live = Arc::new(Live {
+            hub: hub.clone(),
+            cancel: cancel.clone(),
+            done,
+        });
+        self.inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(record.id.clone(), live.clone());
+        let runs = self.clone();
+        let started = record.clone();
+        self.inner.tasks.spawn(async move {
+            let end = runs
+                .execute(&started, agent, program, &hub, cancel, resumed)
+                .await;
+            let finished = runs.finish(started, history, end, &hub).await;
+            hub.close();
+            runs.inner
+                .live
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(&finished.id);
+            let _ = done_tx.send(Some(finished));
+        });
+        RunHandle {
+            record,
+            live: Some(live),
+            runs: self.clone(),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    async fn execute(
+        &self,
+        record: &RunRecord,
+        agent: Arc<dyn ServedAgent>,
+        program: agent_op::Op<(), Value>,
+        hub: &Arc<Hub>,
+        cancel: CancellationToken,
+        resumed: Option<Resumed>,
+    ) -> Result<agent_engine::Outcome<(), Value>, Ended> {
+        if let Err(error) = self.inner.store.set_running(&record.id).await {
+            return Err(Ended::Store(error));
+        }
+        hub.push(RunEvent::Started {
+            run_id: record.id.clone(),
+            thread_id: record.thread_id.clone(),
+            agent: record.agent.clone(),
+        });
+        let config = agent
+            .config()
+            .cancel_token(cancel)
+            .steering(SteeringQueue::new())
+            .trace_id(TraceId::from(record.id.as_str()))
+            .name(record.agent.clone())
+            .subscribe(HubSubscriber {
+                hub: hub.clone(),
+                skip: std::sync::atomic::AtomicU64::new(
+                    resumed.as_ref().map_or(0, |r| r.trace_events),
+                ),
+            });
+        let journal = Arc::new(RunJournal {
+            store: self.inner.store.clone(),
+            run_id: record.id.clone(),
+        });
+        let outcome = if resumed.is_some() {
+            agent_interp_par::resume(&config, journal, (), program).await
+        } else {
+            agent_interp_par::run_durable(&config, journal, (), program).await
+        };
+        outcome.map_err(|e| Ended::Run(Box::new(e)))
+    }
+
+    /// Records how the run ended and tells its followers; the final record.
+    async fn finish(
+        &self,
+        record: RunRecord,
+        mut turns: Vec<Turn>,
+        end: Result<agent_engine::Outcome<(), Value>, Ended>,
+        hub: &Hub,
+    ) -> RunRecord {
+        let (status, output, failure, trace) = match end {
+            Ok(outcome) => (
+                RunStatus::Success,
+                Some(outcome.value),
+                None,
+                Some(outcome.trace),
+            ),
+            Err(Ended::Run(error)) => {
+                let status = if matches!(error.kind, agent_engine::ErrorKind::Aborted) {
+                    RunStatus::Interrupted
+                } else {
+                    RunStatus::Error
+                };
+                let failure = Failure {
+                    kind: error.kind.kind_name().to_owned(),
+                    message: error.kind.to_string(),
+                };
+                (status, None, Some(failure), Some(error.trace))
+            }
+            Err(Ended::Store(error)) => (
+                RunStatus::Error,
+                None,
+                Some(Failure {
+                    kind: "store".into(),
+                    message: error.to_string(),
+                }),
+                None,
+            ),
+        };
+        let spent = trace.as_ref().map(Spent::of).unwrap_or_default();
+        match (&output, &failure) {
+            (Some(value), _) => hub.push(RunEvent::Output {
+                value: value.clone(),
+                spent,
+            }),
+            (None, Some(failure)) => hub.push(RunEvent::Failed {
+                failure: failure.clone(),
+                spent,
+            }),
+            (None, None) => {}
+        }
+        hub.push(RunEvent::Ended { status });
+        let trace_bytes = trace.as_ref().and_then(|trace| {
+            let mut bytes = Vec::new();
+            agent_op::trace::jsonl::write_jsonl(trace, &mut bytes)
+                .ok()
+                .map(|()| bytes)
+        });
+        let thread = record.thread_id.as_ref().map(|id| {
+            if let Some(output) = &output {
+                let user = match message_of(&record.input) {
+                    Some((message, _)) => message,
+                    None => record.input.to_string(),
+                };
+                turns.push(Turn {
+                    role: "user".into(),
+                    content: user,
+                });
+                turns.push(Turn {
+                    role: "assistant".into(),
+                    content: match output {
+                        Value::String(text) => text.clone(),
+                        other => other.to_string(),
+                    },
+                });
+            }
+            ThreadEnd {
+                id: id.clone(),
+                status: match status {
+                    RunStatus::Success => ThreadStatus::Idle,
+                    RunStatus::Interrupted => ThreadStatus::Interrupted,
+                    _ => ThreadStatus::Error,
+                },
+                turns,
+            }
+        });
+        let end = RunEnd {
+            run_id: record.id.clone(),
+            status,
+            output: output.clone(),
+            failure: failure.clone(),
+            spent,
+            trace: trace_bytes,
+            thread,
+        };
+        if let Err(error) = self.inner.store.finish_run(end).await {
+            tracing::error!(run = %record.id, %error, "agent-serve: the end of a run was not stored");
+        }
+        RunRecord {
+            status,
+            output,
+            failure,
+            spent,
+            updated_at: Utc::now(),
+            ..record
+        }
+    }
+
+    /// The run `id`: live if it is going, else as stored.
+    pub async fn get(&self, id: &str) -> Result<RunHandle, RunsError> {
+        let live = self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned();
+        let record = self
+            .inner
+            .store
+            .run(id)
+            .await?
+            .ok_or_else(|| RunsError::UnknownRun(id.to_owned()))?;
+        // A run that ended between the two reads is taken from the store.
+        let live = live.filter(|_| !record.status.is_final());
+        Ok(RunHandle {
+            record,
+            live,
+            runs: self.clone(),
+        })
+    }
+
+    /// Creates a thread (with the caller's id, if given); `Ok(None)` if that id is taken.
+    pub async fn create_thread(
+        &self,
+        id: Option<String>,
+        metadata: Value,
+    ) -> Result<Option<ThreadRecord>, RunsError> {
+        let now = Utc::now();
+        Ok(self
+            .inner
+            .store
+            .insert_thread(ThreadRecord {
+                id: id.unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                created_at: now,
+                updated_at: now,
+                metadata,
+                status: ThreadStatus::Idle,
+                turns: Vec::new(),
+                last_output: None,
+            })
+            .await?)
+    }
+
+    /// The thread `id`.
+    pub async fn thread(&self, id: &str) -> Result<ThreadRecord, RunsError> {
+        self.inner
+            .store
+            .thread(id)
+            .await?
+            .ok_or_else(|| RunsError::UnknownThread(id.to_owned()))
+    }
+
+    /// The thread's states, newest first.
+    pub async fn thread_history(
+        &self,
+        id: &str,
+        limit: usize,
+    ) -> Result<Vec<ThreadState>, RunsError> {
+        self.thread(id).await?;
+        Ok(self.inner.store.thread_history(id, limit).await?)
+    }
+
+    /// Runs, newest first.
+    pub async fn list(
+        &self,
+        thread: Option<&str>,
+        status: Option<RunStatus>,
+        limit: usize,
+        offset: usize,
+    ) -> Result<Vec<RunRecord>, RunsError> {
+        Ok(self
+            .inner
+            .store
+            .runs(thread.map(str::to_owned), status, limit, offset)
+            .await?)
+    }
+
+    /// The JSONL trace of a finished run (`None` while it goes).
+    pub async fn trace(&self, id: &str) -> Result<Option<Vec<u8>>, RunsError> {
+        self.get(id).await?;
+        Ok(self.inner.store.trace(id).await?)
+    }
+
+    /// Continues the runs a stopped server left pending or running, from their journals:
+    /// no committed model or tool call is made again. Returns how many.
+    pub async fn recover(&self) -> Result<usize, RunsError> {
+        let unfinished = self.inner.store.unfinished_runs().await?;
+        let mut count = 0;
+        for record in unfinished {
+            let Some(agent) = self.agent(&record.agent).cloned() else {
+                tracing::warn!(run = %record.id, agent = %record.agent, "agent-serve: cannot resume a run of an agent no longer served");
+                continue;
+            };
+            let history = match &record.thread_id {
+                Some(id) => self
+                    .inner
+                    .store
+                    .thread(id)
+                    .await?
+                    .map(|t| t.turns)
+                    .unwrap_or_default(),
+                None => Vec::new(),
+            };
+            let program = match agent.program(Request {
+                input: &record.input,
+                history: &history,
+            }) {
+                Ok(program) => program,
+                Err(error) => {
+                    tracing::warn!(run = %record.id, %error, "agent-serve: cannot resume a run");
+                    continue;
+                }
+            };
+            let stored = self.inner.store.events_after(&record.id, 0).await?;
+            let resumed = Resumed {
+                after: stored.last().map_or(0, |e| e.seq),
+                trace_events: stored
+                    .iter()
+                    .filter(|e| matches!(e.event, RunEvent::Trace { .. }))
+                    .count() as u64,
+            };
+            self.launch(record, agent, program, history, Some(resumed));
+            count += 1;
+        }
+        Ok(count)
+    }
+
+    /// Stops accepting runs and waits (at most `grace`) for the running ones to end;
+    /// those still going then are cancelled at their next commit (their journals keep what
+    /// they did, and a restarted server resumes them).
+    pub async fn shutdown(&self, grace: std::time::Duration) {
+        self.inner.tasks.close();
+        if tokio::time::timeout(grace, self.inner.tasks.wait())
+            .await
+            .is_err()
+        {
+            self.inner.stopping.cancel();
+            let _ = tokio::time::timeout(grace, self.inner.tasks.wait()).await;
+        }
+        let _ = self.inner.store.flush().await;
+    }
+}
+
+/// Where a resumed run's events stand.
+struct Resumed {
+    /// The last event stored.
+    after: u64,
+    /// How many of the stored events are trace events.
+    trace_events: u64,
+}
+
+/// How a run stopped, when it did not answer.
+enum Ended {
+    Run(Box<RunError>),
+    Store(StoreError),
+}
+
+/// Passes a run's trace events and reply deltas to its hub.
+struct HubSubscriber {
+    hub: Arc<Hub>,
+    /// Trace events still to drop: a resumed run replays its committed prefix, whose
+    /// events its streams already had.
+    skip: std::sync::atomic::AtomicU64,
+}
+
+impl Subscriber for HubSubscriber {
+    fn on_event(&self, trace_id: &TraceId, event: &Event) {
+        use std::sync::atomic::Ordering;
+        let skipped = self
+            .skip
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+        if skipped.is_ok() {
+            return;
+        }
+        let Ok(event) = serde_json::to_value(event) else {
+            return;
+        };
+        self.hub.push(RunEvent::Trace {
+            trace_id: trace_id.to_string(),
+            event,
+        });
+    }
+
+    fn wants_deltas(&self) -> bool {
+        true
+    }
+
+    fn on_delta(&self, _trace_id: &TraceId, delta: &Delta) {
+        if let Delta::Text(text) = delta {
+            self.hub.push(RunEvent::Token { text: text.clone() });
+        }
+    }
+}
+
+/// Every public future of the run model can be `tokio::spawn`ed.
+#[allow(dead_code)]
+fn futures_are_send(runs: &Runs, handle: &RunHandle) {
+    fn send<T: Send>(_: T) {}
+    send(runs.start(NewRun {
+        agent: String::new(),
+        thread_id: None,
+        input: Value::Null,
+        metadata: Value::Null,
+        key: None,
+    }));
+    send(handle.wait());
+    send(handle.events(0).next());
+    send(runs.recover());
+    send(runs.shutdown(std::time::Duration::ZERO));
+}

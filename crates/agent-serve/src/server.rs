@@ -1,0 +1,243 @@
+//! [`Server`]: agents registered by name, a store, keys — and the [`axum::Router`] that
+//! serves them, to mount in a service's own app or to run alone.
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::agents::{Agents, ServedAgent};
+use crate::auth::{Keys, authenticate};
+use crate::error::ApiError;
+use crate::protocol::{agent_protocol, openai};
+use crate::runs::{Runs, Store, StoreError};
+
+/// The default limit on a request body: 1 MiB.
+pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+
+/// Why a server could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// An agent's name cannot be served (names are path segments and model ids).
+    #[error("`{0}` cannot name an agent: use 1 to 64 letters, digits, `-`, `_` or `.`")]
+    AgentName(String),
+    /// Two agents have one name.
+    #[error("two agents are named `{0}`")]
+    DuplicateAgent(String),
+    /// The store could not be opened or read.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Builds a [`Server`].
+pub struct ServerBuilder {
+    agents: Agents,
+    keys: Keys,
+    store: PathBuf,
+    body_limit: usize,
+    error: Option<ServeError>,
+}
+
+impl ServerBuilder {
+    /// Serves `agent` under `name`.
+    pub fn agent(self, name: impl Into<String>, agent: impl ServedAgent) -> ServerBuilder {
+        self.shared_agent(name, Arc::new(agent))
+    }
+
+    /// Serves a shared `agent` under `name`.
+    pub fn shared_agent(
+        mut self,
+        name: impl Into<String>,
+        agent: Arc<dyn ServedAgent>,
+    ) -> ServerBuilder {
+        let name = name.into();
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if self.error.is_none() {
+            if !valid {
+                self.error = Some(ServeError::AgentName(name));
+            } else {
+                match self.agents.by_name.entry(name) {
+                    std::collections::btree_map::Entry::Occupied(taken) => {
+                        self.error = Some(ServeError::DuplicateAgent(taken.key().clone()));
+                    }
+                    std::collections::btree_map::Entry::Vacant(free) => {
+                        free.insert(agent);
+                    }
+                }
+            }
+        }
+        self
+    }
+
+    /// Accepts only these API keys (default: none configured, every route open).
+    pub fn keys(mut self, keys: Keys) -> ServerBuilder {
+        self.keys = keys;
+        self
+    }
+
+    /// The SQLite database runs, threads and events are kept in (default
+    /// `agent-serve.db` in the working directory).
+    pub fn store(mut self, path: impl Into<PathBuf>) -> ServerBuilder {
+        self.store = path.into();
+        self
+    }
+
+    /// The largest request body accepted, in bytes (default [`DEFAULT_BODY_LIMIT`]).
+    pub fn body_limit(mut self, bytes: usize) -> ServerBuilder {
+        self.body_limit = bytes;
+        self
+    }
+
+    /// Opens the store and resumes the runs a stopped server left unfinished (from their
+    /// journals: no committed call is made again).
+    pub async fn build(self) -> Result<Server, ServeError> {
+        if let Some(error) = self.error {
+            return Err(error);
+        }
+        let store = Store::open(&self.store).await?;
+        let runs = Runs::new(store, self.agents);
+        let resumed = runs.recover().await.map_err(|e| match e {
+            crate::runs::RunsError::Store(e) => ServeError::Store(e),
+            other => ServeError::Store(StoreError::Malformed {
+                what: "unfinished run",
+                detail: other.to_string(),
+            }),
+        })?;
+        if resumed > 0 {
+            tracing::info!(resumed, "agent-serve: resumed unfinished runs");
+        }
+        Ok(Server {
+            runs,
+            keys: self.keys,
+            body_limit: self.body_limit,
+            resumed,
+        })
+    }
+}
+
+/// Agents served over HTTP.
+///
+/// ```no_run
+/// use agent_serve::{FnAgent, Server, message_of, InvalidInput};
+/// use agent_engine::Config;
+/// use agent_op::op;
+///
+/// # async fn example() -> Result<(), Box<dyn std::error::Error>> {
+/// let echo = FnAgent::new(Config::new(), |request| {
+///     let (message, _) = message_of(request.input)
+///         .ok_or_else(|| InvalidInput("a message is needed".into()))?;
+///     Ok(op::pure(serde_json::Value::String(message)))
+/// });
+/// let server = Server::builder().agent("echo", echo).store("runs.db").build().await?;
+/// // Mount it beside a service's own routes…
+/// let app = axum::Router::new()
+///     .route("/hello", axum::routing::get(|| async { "hi" }))
+///     .merge(server.router());
+/// let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+/// axum::serve(listener, app).await?;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct Server {
+    runs: Runs,
+    keys: Keys,
+    body_limit: usize,
+    resumed: usize,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("store", self.runs.store())
+            .field("keys", &self.keys)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Server {
+    /// A builder with no agents.
+    pub fn builder() -> ServerBuilder {
+        ServerBuilder {
+            agents: Agents::default(),
+            keys: Keys::default(),
+            store: PathBuf::from("agent-serve.db"),
+            body_limit: DEFAULT_BODY_LIMIT,
+            error: None,
+        }
+    }
+
+    /// The run model (to start runs from Rust, beside the HTTP routes).
+    pub fn runs(&self) -> &Runs {
+        &self.runs
+    }
+
+    /// How many unfinished runs were resumed when it was built.
+    pub fn resumed(&self) -> usize {
+        self.resumed
+    }
+
+    /// Every route: the Agent Protocol's, OpenAI's chat, the health checks; authenticated
+    /// when keys are configured; bodies bounded.
+    pub fn router(&self) -> Router {
+        Router::new()
+            .merge(agent_protocol::router())
+            .merge(openai::router())
+            .route("/healthz", get(healthz))
+            .route("/readyz", get(readyz))
+            .fallback(not_found)
+            .with_state(self.runs.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                self.keys.clone(),
+                authenticate,
+            ))
+            .layer(DefaultBodyLimit::max(self.body_limit))
+    }
+
+    /// Serves [`router`](Server::router) on `listener` until `shutdown` completes, then
+    /// stops accepting, lets running runs go on for up to `grace` and stops the rest at
+    /// their next commit (a restarted server resumes them).
+    pub async fn serve(
+        self,
+        listener: tokio::net::TcpListener,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+        grace: Duration,
+    ) -> std::io::Result<()> {
+        let runs = self.runs.clone();
+        axum::serve(listener, self.router())
+            .with_graceful_shutdown(shutdown)
+            .await?;
+        runs.shutdown(grace).await;
+        Ok(())
+    }
+}
+
+async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+async fn readyz(State(runs): State<Runs>) -> impl IntoResponse {
+    match tokio::time::timeout(Duration::from_secs(2), runs.store().flush()).await {
+        Ok(Ok(())) => (StatusCode::OK, Json(json!({"status": "ready"}))),
+        _ => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            Json(json!({"status": "store unavailable"})),
+        ),
+    }
+}
+
+async fn not_found(uri: axum::http::Uri) -> ApiError {
+    ApiError::not_found(format!("no route is `{}`", uri.path()))
+}

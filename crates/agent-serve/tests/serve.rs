@@ -1,0 +1,507 @@
+//! The server over real HTTP on 127.0.0.1: the Agent Protocol's runs, threads and streams,
+//! OpenAI's chat, keys, and bad input.
+
+use std::time::Duration;
+
+use agent_engine::Config;
+use agent_op::{Message, Prompt, Response, op};
+use agent_provider::ScriptedProvider;
+use agent_serve::{FnAgent, InvalidInput, Keys, Server, message_of};
+use serde_json::{Value, json};
+
+/// An agent whose model answers `echo: <message> (<n> messages)`: the count shows the
+/// history the run was given.
+fn echo() -> FnAgent {
+    let provider = ScriptedProvider::from_fn(|_, prompt: &Prompt| {
+        let messages: Vec<&Message> = prompt.messages.iter().collect();
+        let last = messages
+            .last()
+            .map(|m| m.content().to_owned())
+            .unwrap_or_default();
+        Ok(Response::text(format!(
+            "echo: {last} ({} messages)",
+            messages.len()
+        )))
+    });
+    FnAgent::new(Config::new().provider(provider), |request| {
+        let (message, earlier) =
+            message_of(request.input).ok_or_else(|| InvalidInput("a message is needed".into()))?;
+        let mut prompt = Prompt::new();
+        for turn in request.history.iter().chain(&earlier) {
+            prompt = match turn.role.as_str() {
+                "assistant" => prompt.message(Message::assistant(turn.content.clone())),
+                "system" => prompt.system(turn.content.clone()),
+                _ => prompt.user(turn.content.clone()),
+            };
+        }
+        let prompt = prompt.user(message);
+        Ok(op::infer_raw("echo-model", prompt).map(|r| Value::String(r.content)))
+    })
+    .description("Echoes what it is told")
+}
+
+struct Running {
+    base: String,
+    client: reqwest::Client,
+    _dir: tempfile::TempDir,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+async fn start(keys: Option<Keys>) -> Running {
+    let dir = tempfile::tempdir().unwrap();
+    let mut builder = Server::builder()
+        .agent("echo", echo())
+        .store(dir.path().join("serve.db"));
+    if let Some(keys) = keys {
+        builder = builder.keys(keys);
+    }
+    let server = builder.build().await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.serve(
+        listener,
+        async move {
+            let _ = stopped.await;
+        },
+        Duration::from_secs(1),
+    ));
+    Running {
+        base,
+        client: reqwest::Client::builder()
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap(),
+        _dir: dir,
+        stop: Some(stop),
+    }
+}
+
+impl Running {
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// The SSE events of a response body: (id, event, data).
+    async fn events(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> (
+        reqwest::header::HeaderMap,
+        Vec<(Option<String>, String, String)>,
+    ) {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        let headers = response.headers().clone();
+        let text = response.text().await.unwrap();
+        (headers, parse_sse(&text))
+    }
+}
+
+fn parse_sse(text: &str) -> Vec<(Option<String>, String, String)> {
+    let mut events = Vec::new();
+    for block in text.split("\n\n") {
+        let (mut id, mut event, mut data) = (None, "message".to_owned(), Vec::new());
+        let mut any = false;
+        for line in block.lines() {
+            if let Some(v) = line.strip_prefix("id:") {
+                id = Some(v.trim().to_owned());
+                any = true;
+            } else if let Some(v) = line.strip_prefix("event:") {
+                event = v.trim().to_owned();
+                any = true;
+            } else if let Some(v) = line.strip_prefix("data:") {
+                data.push(v.strip_prefix(' ').unwrap_or(v).to_owned());
+                any = true;
+            }
+        }
+        if any {
+            events.push((id, event, data.join("\n")));
+        }
+    }
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stateless_run_waits_for_its_answer_and_is_stored_with_its_spend_and_trace() {
+    let server = start(None).await;
+    let (status, values) = server
+        .post(
+            "/runs/wait",
+            json!({"assistant_id": "echo", "input": {"message": "hi"}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{values}");
+    assert_eq!(values["output"], "echo: hi (1 messages)");
+    assert_eq!(values["messages"][0]["type"], "human");
+    assert_eq!(values["messages"][1]["type"], "ai");
+
+    // The run is listed nowhere but found by id, finished, with what it spent.
+    let response = server
+        .client
+        .post(format!("{}/runs/wait", server.base))
+        .json(&json!({"assistant_id": "echo", "input": "again"}))
+        .send()
+        .await
+        .unwrap();
+    let location = response.headers()["content-location"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let (_, run) = server.get(&location).await;
+    assert_eq!(run["status"], "success");
+    assert_eq!(run["spent"]["calls"], 1);
+    let trace = server
+        .client
+        .get(format!("{}{location}/trace", server.base))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(trace.lines().count() > 2, "{trace}");
+    assert!(trace.contains("infer_end"), "{trace}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thread_remembers_its_turns_and_takes_one_run_at_a_time() {
+    let server = start(None).await;
+    let (status, thread) = server.post("/threads", json!({})).await;
+    assert_eq!(status, 200);
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let path = format!("/threads/{tid}/runs/wait");
+    let (_, first) = server
+        .post(
+            &path,
+            json!({"assistant_id": "echo", "input": {"message": "one"}}),
+        )
+        .await;
+    assert_eq!(first["output"], "echo: one (1 messages)");
+    let (_, second) = server
+        .post(
+            &path,
+            json!({"assistant_id": "echo", "input": {"message": "two"}}),
+        )
+        .await;
+    // The second run saw the first turn's question and answer.
+    assert_eq!(second["output"], "echo: two (3 messages)");
+    assert_eq!(second["messages"].as_array().unwrap().len(), 4);
+
+    let (_, state) = server.get(&format!("/threads/{tid}/state")).await;
+    assert_eq!(state["values"]["output"], "echo: two (3 messages)");
+    let (_, history) = server
+        .post(&format!("/threads/{tid}/history"), json!({"limit": 5}))
+        .await;
+    assert_eq!(history.as_array().unwrap().len(), 2);
+    let (_, runs) = server.get(&format!("/threads/{tid}/runs")).await;
+    assert_eq!(runs.as_array().unwrap().len(), 2);
+    assert!(
+        runs.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["status"] == "success")
+    );
+
+    let (status, error) = server
+        .post(
+            "/threads/nope/runs/wait",
+            json!({"assistant_id": "echo", "input": "x"}),
+        )
+        .await;
+    assert_eq!(status, 404, "{error}");
+    let (status, _) = server
+        .post(&path, json!({"assistant_id": "nobody", "input": "x"}))
+        .await;
+    assert_eq!(status, 404);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_has_ids_and_its_modes_and_a_reconnect_gets_each_later_event_once() {
+    let server = start(None).await;
+    let request = server
+        .client
+        .post(format!("{}/runs/stream", server.base))
+        .json(&json!({
+            "assistant_id": "echo",
+            "input": {"message": "hello"},
+            "stream_mode": ["values", "events", "messages-tuple"],
+        }));
+    let (headers, events) = server.events(request).await;
+    assert_eq!(headers["x-accel-buffering"], "no");
+    assert!(
+        headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream")
+    );
+    assert_eq!(events[0].1, "metadata");
+    let ids: Vec<u64> = events
+        .iter()
+        .filter_map(|(id, _, _)| id.as_ref().map(|i| i.parse().unwrap()))
+        .collect();
+    assert!(ids.windows(2).all(|w| w[0] <= w[1]), "{ids:?}");
+    let names: Vec<&str> = events.iter().map(|(_, e, _)| e.as_str()).collect();
+    assert!(names.contains(&"events"), "{names:?}");
+    let values = events.iter().find(|(_, e, _)| e == "values").unwrap();
+    let values: Value = serde_json::from_str(&values.2).unwrap();
+    assert_eq!(values["output"], "echo: hello (1 messages)");
+
+    // Joining the finished run's stream after the third event replays the rest, once.
+    let location = headers["content-location"].to_str().unwrap().to_owned();
+    let third = ids[2];
+    let rejoin = server
+        .client
+        .get(format!(
+            "{}{location}/stream?stream_mode=values&stream_mode=events",
+            server.base
+        ))
+        .header("last-event-id", third.to_string());
+    let (_, again) = server.events(rejoin).await;
+    let again_ids: Vec<u64> = again
+        .iter()
+        .filter_map(|(id, _, _)| id.as_ref().map(|i| i.parse().unwrap()))
+        .collect();
+    assert!(!again_ids.is_empty());
+    assert!(again_ids.iter().all(|id| *id > third), "{again_ids:?}");
+    let before: Vec<u64> = ids.iter().copied().filter(|id| *id > third).collect();
+    let mut dedup = before.clone();
+    dedup.dedup();
+    let mut again_dedup = again_ids.clone();
+    again_dedup.dedup();
+    assert_eq!(dedup, again_dedup);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openai_clients_get_chat_completions_streamed_or_whole() {
+    let server = start(None).await;
+    let (status, models) = server.get("/v1/models").await;
+    assert_eq!(status, 200);
+    assert_eq!(models["data"][0]["id"], "echo");
+
+    let (status, completion) = server
+        .post(
+            "/v1/chat/completions",
+            json!({"model": "echo", "messages": [
+                {"role": "system", "content": "be brief"},
+                {"role": "user", "content": "hi"}
+            ]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{completion}");
+    assert_eq!(completion["object"], "chat.completion");
+    assert_eq!(
+        completion["choices"][0]["message"]["content"],
+        "echo: hi (2 messages)"
+    );
+    assert_eq!(completion["choices"][0]["finish_reason"], "stop");
+
+    let request = server
+        .client
+        .post(format!("{}/v1/chat/completions", server.base))
+        .json(&json!({"model": "echo", "stream": true,
+            "stream_options": {"include_usage": true},
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "yo"}]}]}));
+    let (_, events) = server.events(request).await;
+    assert_eq!(events.last().unwrap().2, "[DONE]");
+    let chunks: Vec<Value> = events[..events.len() - 1]
+        .iter()
+        .map(|(_, _, data)| serde_json::from_str(data).unwrap())
+        .collect();
+    let id = &chunks[0]["id"];
+    assert!(
+        chunks
+            .iter()
+            .all(|c| &c["id"] == id && c["object"] == "chat.completion.chunk")
+    );
+    assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
+    let roles = chunks
+        .iter()
+        .filter(|c| !c["choices"][0]["delta"]["role"].is_null())
+        .count();
+    assert_eq!(roles, 1);
+    let text: String = chunks
+        .iter()
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(text, "echo: yo (1 messages)");
+    let finishes: Vec<&Value> = chunks
+        .iter()
+        .filter(|c| !c["choices"][0]["finish_reason"].is_null())
+        .collect();
+    assert_eq!(finishes.len(), 1);
+    let usage = chunks.last().unwrap();
+    assert_eq!(usage["choices"], json!([]));
+    assert!(usage["usage"]["total_tokens"].is_u64());
+
+    let (status, error) = server
+        .post(
+            "/v1/chat/completions",
+            json!({"model": "nobody", "messages": [{"role": "user", "content": "x"}]}),
+        )
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(error["error"]["type"], "not_found_error");
+    let (status, error) = server
+        .post(
+            "/v1/chat/completions",
+            json!({"model": "echo", "messages": "no"}),
+        )
+        .await;
+    assert_eq!(status, 422);
+    assert!(error["error"]["message"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_keys_every_route_but_health_needs_one() {
+    let (key, line) = Keys::generate("ci");
+    let server = start(Some(Keys::parse(&line).unwrap())).await;
+    let routes: &[(&str, &str)] = &[
+        ("POST", "/assistants/search"),
+        ("GET", "/assistants/echo"),
+        ("GET", "/assistants/echo/schemas"),
+        ("POST", "/threads"),
+        ("GET", "/threads/x"),
+        ("GET", "/threads/x/state"),
+        ("POST", "/threads/x/history"),
+        ("POST", "/runs"),
+        ("POST", "/runs/wait"),
+        ("POST", "/runs/stream"),
+        ("GET", "/runs/x"),
+        ("GET", "/runs/x/join"),
+        ("GET", "/runs/x/stream"),
+        ("POST", "/runs/x/cancel"),
+        ("GET", "/runs/x/trace"),
+        ("POST", "/threads/x/runs"),
+        ("GET", "/threads/x/runs"),
+        ("POST", "/threads/x/runs/wait"),
+        ("POST", "/threads/x/runs/stream"),
+        ("GET", "/threads/x/runs/y"),
+        ("GET", "/threads/x/runs/y/join"),
+        ("GET", "/threads/x/runs/y/stream"),
+        ("POST", "/threads/x/runs/y/cancel"),
+        ("GET", "/v1/models"),
+        ("POST", "/v1/chat/completions"),
+        ("GET", "/no/such/route"),
+    ];
+    for (method, path) in routes {
+        let url = format!("{}{path}", server.base);
+        let request = match *method {
+            "GET" => server.client.get(&url),
+            _ => server.client.post(&url).json(&json!({})),
+        };
+        let response = request.try_clone().unwrap().send().await.unwrap();
+        assert_eq!(response.status(), 401, "{method} {path}");
+        let body: Value = response.json().await.unwrap();
+        assert!(!body.to_string().contains(&key));
+        let wrong = request
+            .try_clone()
+            .unwrap()
+            .bearer_auth("ak_wrong")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), 401, "{method} {path} with a wrong key");
+        let right = request.header("x-api-key", &key).send().await.unwrap();
+        assert_ne!(right.status(), 401, "{method} {path} with the key");
+    }
+    for path in ["/healthz", "/readyz"] {
+        let (status, _) = server.get(path).await;
+        assert_eq!(status, 200, "{path}");
+    }
+    let response = server
+        .client
+        .post(format!("{}/runs/wait", server.base))
+        .bearer_auth(&key)
+        .json(&json!({"assistant_id": "echo", "input": "hi"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_bodies_get_a_4xx_naming_what_is_wrong() {
+    let server = start(None).await;
+    let url = format!("{}/runs/wait", server.base);
+    let cases: Vec<(Vec<u8>, u16)> = vec![
+        (b"{".to_vec(), 400),
+        (b"not json".to_vec(), 400),
+        (vec![0xff, 0xfe, 0x7b], 400),
+        (b"{\"assistant_id\": 3}".to_vec(), 422),
+        (b"{\"assistant_id\": \"echo\"}".to_vec(), 422),
+        (b"{\"assistant_id\": \"echo\", \"input\": 5}".to_vec(), 422),
+        (
+            format!(
+                "{{\"assistant_id\": \"echo\", \"input\": {}{}}}",
+                "[".repeat(10_000),
+                "]".repeat(10_000)
+            )
+            .into_bytes(),
+            400,
+        ),
+        (vec![b' '; 2 << 20], 413),
+        (
+            b"{\"assistant_id\": \"echo\", \"input\": \"x\"} {}".to_vec(),
+            400,
+        ),
+    ];
+    for (body, want) in cases {
+        let response = server
+            .client
+            .post(&url)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        assert_eq!(
+            status,
+            want,
+            "{}: {text}",
+            String::from_utf8_lossy(&body[..body.len().min(40)])
+        );
+        let error: Value = serde_json::from_str(&text).unwrap();
+        assert!(
+            error["message"].as_str().is_some_and(|m| !m.is_empty()),
+            "{text}"
+        );
+    }
+    // The server still serves.
+    let (status, _) = server
+        .post(
+            "/runs/wait",
+            json!({"assistant_id": "echo", "input": "still here"}),
+        )
+        .await;
+    assert_eq!(status, 200);
+}
