@@ -97,6 +97,36 @@ pub enum Command {
         #[arg(long, default_value = "agents")]
         task_queue: String,
     },
+    /// Serve specs' agents over HTTP until Ctrl-C or SIGTERM: the Agent Protocol's runs,
+    /// threads and event streams (what LangGraph's SDK calls), OpenAI's chat API
+    /// (`/v1/chat/completions`, `/v1/models`: `model` names an agent), each run's trace.
+    /// Runs are durable: started again on the same store, the server resumes the runs it
+    /// left unfinished. See docs/SERVE.md.
+    Serve {
+        /// The specs; each agent is served under its `[agent] name` (else the file's name).
+        #[arg(required = true)]
+        specs: Vec<PathBuf>,
+        /// The address to listen on. Any address but a loopback one needs --keys.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+        listen: std::net::SocketAddr,
+        /// The SQLite store of runs, threads, their events and journals.
+        #[arg(long, value_name = "FILE", default_value = "agent-serve.db")]
+        store: PathBuf,
+        /// Accept only the API keys of this file (`agent keys new` makes them); every route
+        /// but /healthz and /readyz then needs `Authorization: Bearer KEY` or `X-Api-Key`.
+        #[arg(long, value_name = "FILE")]
+        keys: Option<PathBuf>,
+        /// Seconds running runs may go on after SIGTERM before they are stopped at their
+        /// next commit (and resumed by the next server).
+        #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+        grace: f64,
+    },
+    /// API keys for `agent serve --keys`.
+    Keys {
+        /// What to do.
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
     /// List every tool a spec offers (built-in and from its MCP servers, which are started
     /// for it): capabilities, description, and the JSON schema of the arguments.
     Tools {
@@ -339,5 +369,19 @@ pub enum MemoryCommand {
         /// Print JSON.
         #[arg(long)]
         json: bool,
+    },
+}
+
+/// `agent keys …`.
+#[derive(Debug, Subcommand)]
+pub enum KeysCommand {
+    /// Make a key: its hash is appended to the file, the key printed once (keep it: only
+    /// its hash is stored).
+    New {
+        /// The key's name (shown in logs and per-key limits).
+        name: String,
+        /// The keys file (created if missing).
+        #[arg(long, value_name = "FILE")]
+        file: PathBuf,
     },
 }

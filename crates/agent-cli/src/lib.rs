@@ -18,6 +18,7 @@ pub mod error;
 pub mod journal_cmd;
 pub mod memory_cmd;
 pub mod run;
+pub mod serve_cmd;
 #[cfg(feature = "temporal")]
 pub mod temporal_cmd;
 pub mod tools_cmd;
@@ -26,7 +27,7 @@ pub mod viewer;
 
 use std::io::Write as _;
 
-use cli::{Command, JournalCommand, MemoryCommand, TraceCommand};
+use cli::{Command, JournalCommand, KeysCommand, MemoryCommand, TraceCommand};
 use error::CliError;
 
 /// Runs one parsed command, printing its output on stdout.
@@ -96,6 +97,30 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
             task_queue,
         } => temporal_cmd::worker(&spec, &temporal, &task_queue).await?,
         Command::Tools { spec, json } => tools_cmd::list(&spec, json).await?,
+        Command::Serve {
+            specs,
+            listen,
+            store,
+            keys,
+            grace,
+        } => {
+            if !(grace.is_finite() && (0.0..=3600.0).contains(&grace)) {
+                return Err(CliError::Invalid(
+                    "--grace is a number of seconds from 0 to 3600".into(),
+                ));
+            }
+            serve_cmd::serve(serve_cmd::ServeOptions {
+                specs,
+                listen,
+                store,
+                keys,
+                grace: std::time::Duration::from_secs_f64(grace),
+            })
+            .await?
+        }
+        Command::Keys {
+            command: KeysCommand::New { name, file },
+        } => serve_cmd::new_key(&name, &file)?,
         Command::Trace { command } => return trace(command),
         Command::Memory { db, command } => match command {
             MemoryCommand::Add {

@@ -208,7 +208,9 @@ impl Server {
 
     /// Serves [`router`](Server::router) on `listener` until `shutdown` completes, then
     /// stops accepting, lets running runs go on for up to `grace` and stops the rest at
-    /// their next commit (a restarted server resumes them).
+    /// their next commit: they stay `running` in the store, and a server started again on
+    /// it resumes them. Returns within about twice `grace` (plus the time a model or tool
+    /// call in flight takes to notice its cancellation).
     pub async fn serve(
         self,
         listener: tokio::net::TcpListener,
@@ -216,9 +218,24 @@ impl Server {
         grace: Duration,
     ) -> std::io::Result<()> {
         let runs = self.runs.clone();
+        let (stopping, stop) = tokio::sync::oneshot::channel::<()>();
+        // Open streams keep their connections until their runs end: the runs must be
+        // wound down while the listener drains, not after.
+        let winding = {
+            let runs = runs.clone();
+            tokio::spawn(async move {
+                if stop.await.is_ok() {
+                    runs.shutdown(grace).await;
+                }
+            })
+        };
         axum::serve(listener, self.router())
-            .with_graceful_shutdown(shutdown)
+            .with_graceful_shutdown(async move {
+                shutdown.await;
+                let _ = stopping.send(());
+            })
             .await?;
+        let _ = winding.await;
         runs.shutdown(grace).await;
         Ok(())
     }

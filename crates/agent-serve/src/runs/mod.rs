@@ -234,7 +234,7 @@ impl Runs {
     /// Starts a run; it goes on in the background. On a thread, the thread must be free
     /// (one run at a time: [`RunsError::ThreadBusy`] otherwise).
     pub async fn start(&self, new: NewRun) -> Result<RunHandle, RunsError> {
-        if self.inner.stopping.is_cancelled() {
+        if self.inner.tasks.is_closed() {
             return Err(RunsError::ShuttingDown);
         }
         let agent = self
@@ -313,7 +313,16 @@ impl Runs {
             let end = runs
                 .execute(&started, agent, program, &hub, cancel, resumed)
                 .await;
-            let finished = runs.finish(started, history, end, &hub).await;
+            let stopped = matches!(&end, Err(Ended::Run(e)) if matches!(e.kind, agent_engine::ErrorKind::Aborted))
+                && runs.inner.stopping.is_cancelled();
+            let finished = if stopped {
+                // Stopped by the server's shutdown, not by its caller: left running in the
+                // store, with its journal, for the next server to resume.
+                let _ = runs.inner.store.flush().await;
+                started
+            } else {
+                runs.finish(started, history, end, &hub).await
+            };
             hub.close();
             runs.inner
                 .live
