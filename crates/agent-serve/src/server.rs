@@ -204,6 +204,10 @@ impl Server {
                 authenticate,
             ))
             .layer(DefaultBodyLimit::max(self.body_limit))
+            .layer(axum::middleware::from_fn_with_state(
+                self.body_limit,
+                refuse_declared_too_large,
+            ))
     }
 
     /// Serves [`router`](Server::router) on `listener` until `shutdown` completes, then
@@ -239,6 +243,33 @@ impl Server {
         runs.shutdown(grace).await;
         Ok(())
     }
+}
+
+/// A body whose declared length is over the limit is refused before it is read (bodies
+/// without a length are cut at the limit as they are read).
+async fn refuse_declared_too_large(
+    State(limit): State<usize>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let declared = request
+        .headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        let error = ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the request body is too large (at most {limit} bytes)"),
+        );
+        return if request.uri().path().starts_with("/v1/") {
+            openai::OpenAiError(error).into_response()
+        } else {
+            error.into_response()
+        };
+    }
+    next.run(request).await
 }
 
 async fn healthz() -> Json<serde_json::Value> {
