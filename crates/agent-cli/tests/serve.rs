@@ -1,0 +1,374 @@
+//! `agent serve` as a process: killed (SIGKILL) while a run's model call is in flight and
+//! started again on its store, the run continues from its journal with no committed call
+//! made again, and a stream reconnected with `Last-Event-ID` sees every event once; stopped
+//! with SIGTERM, it exits within its grace and the next server finishes the run.
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+/// An OpenAI-compatible model server that counts its calls: the first answer breaks the
+/// spec's schema (so the program asks again, saying why), the second satisfies it. While `hold` is set,
+/// second calls never answer.
+struct Model {
+    first: AtomicU64,
+    second: AtomicU64,
+    hold: AtomicBool,
+}
+
+impl Model {
+    async fn start() -> (Arc<Model>, String) {
+        let model = Arc::new(Model {
+            first: AtomicU64::new(0),
+            second: AtomicU64::new(0),
+            hold: AtomicBool::new(true),
+        });
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1", listener.local_addr().unwrap());
+        let serving = model.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                tokio::spawn(serving.clone().serve(stream));
+            }
+        });
+        (model, url)
+    }
+
+    async fn serve(self: Arc<Self>, mut stream: TcpStream) {
+        let Some(body) = read_request(&mut stream).await else {
+            return;
+        };
+        // The spec's program gives the refused answer back with the reason.
+        let again = body["messages"].to_string().contains("does not satisfy");
+        let content = if again {
+            self.second.fetch_add(1, Ordering::SeqCst);
+            while self.hold.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            r#"{"title": "resumed"}"#
+        } else {
+            self.first.fetch_add(1, Ordering::SeqCst);
+            r#"{"nope": 1}"#
+        };
+        let reply = if body["stream"] == true {
+            let chunk = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                "choices": [{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": null}]});
+            let last = json!({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}});
+            let body = format!("data: {chunk}\n\ndata: {last}\n\ndata: [DONE]\n\n");
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        } else {
+            let body = json!({"id": "c", "object": "chat.completion", "created": 1, "model": "m",
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+            .to_string();
+            format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            )
+        };
+        let _ = stream.write_all(reply.as_bytes()).await;
+    }
+}
+
+async fn read_request(stream: &mut TcpStream) -> Option<Value> {
+    let mut buffer = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = stream.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buffer.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&buffer);
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buffer.len() >= end + 4 + length {
+                return serde_json::from_slice(&buffer[end + 4..end + 4 + length]).ok();
+            }
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn start_server(spec: &std::path::Path, store: &std::path::Path, port: u16) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_agent"))
+        .arg("serve")
+        .arg(spec)
+        .arg("--store")
+        .arg(store)
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--grace")
+        .arg("1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+async fn ready(client: &reqwest::Client, base: &str) {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(30) {
+        if let Ok(r) = client.get(format!("{base}/healthz")).send().await {
+            if r.status() == 200 {
+                return;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("agent serve did not start");
+}
+
+/// Reads SSE events (id, data) from `response` into `into` until it ends.
+async fn read_events(
+    mut response: reqwest::Response,
+    into: Arc<std::sync::Mutex<Vec<(u64, Value)>>>,
+) {
+    let mut pending = String::new();
+    while let Ok(Some(chunk)) = response.chunk().await {
+        pending.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = pending.find("\n\n") {
+            let block: String = pending.drain(..end + 2).collect();
+            let mut id = None;
+            let mut data = String::new();
+            for line in block.lines() {
+                if let Some(v) = line.strip_prefix("id:") {
+                    id = v.trim().parse().ok();
+                } else if let Some(v) = line.strip_prefix("data:") {
+                    data.push_str(v.trim());
+                }
+            }
+            if let (Some(id), Ok(data)) = (id, serde_json::from_str(&data)) {
+                into.lock().unwrap().push((id, data));
+            }
+        }
+    }
+}
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_server_resumes_its_run_with_no_committed_call_made_again() {
+    let (model, url) = Model::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("typed.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            r#"[model]
+provider = "openai"
+name = "m"
+base_url = "{url}"
+api_key_env = ""
+
+[agent]
+name = "typed"
+goal = "Give a title."
+
+[output]
+type = "json"
+schema = {{ type = "object", required = ["title"], properties = {{ title = {{ type = "string" }} }} }}
+"#
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("serve.db");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+
+    let mut first = Killed(start_server(&spec, &store, port));
+    ready(&client, &base).await;
+    let run: Value = client
+        .post(format!("{base}/runs"))
+        .json(&json!({"assistant_id": "typed", "input": {"message": "A title, please."}}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stream = client
+        .get(format!("{base}/runs/{run_id}/stream?stream_mode=events"))
+        .send()
+        .await
+        .unwrap();
+    let reader = tokio::spawn(read_events(stream, events.clone()));
+
+    // The second model call is in flight (the first answer is committed): kill.
+    let start = Instant::now();
+    while model.second.load(Ordering::SeqCst) == 0 {
+        if start.elapsed() > Duration::from_secs(30) {
+            let run: Value = client
+                .get(format!("{base}/runs/{run_id}"))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            panic!(
+                "no second call ({} first calls); the run: {run}",
+                model.first.load(Ordering::SeqCst)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    first.0.kill().unwrap();
+    first.0.wait().unwrap();
+    let _ = tokio::time::timeout(Duration::from_secs(10), reader).await;
+    let before = events.lock().unwrap().clone();
+    assert!(!before.is_empty(), "events were streamed before the kill");
+    let last = before.last().unwrap().0;
+
+    model.hold.store(false, Ordering::SeqCst);
+    let _second = Killed(start_server(&spec, &store, port));
+    ready(&client, &base).await;
+    let after = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let stream = client
+        .get(format!("{base}/runs/{run_id}/stream?stream_mode=events"))
+        .header("last-event-id", last.to_string())
+        .send()
+        .await
+        .unwrap();
+    tokio::time::timeout(Duration::from_secs(30), read_events(stream, after.clone()))
+        .await
+        .unwrap();
+    let after = after.lock().unwrap().clone();
+
+    let done: Value = client
+        .get(format!("{base}/runs/{run_id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(done["status"], "success", "{done}");
+    let joined: Value = client
+        .get(format!("{base}/runs/{run_id}/join"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(joined["output"]["title"], "resumed", "{joined}");
+
+    // The committed first call was not made again; the one in flight was.
+    assert_eq!(model.first.load(Ordering::SeqCst), 1);
+    assert_eq!(model.second.load(Ordering::SeqCst), 2);
+
+    // Every event once, in order, across the two connections.
+    let all: Vec<(u64, Value)> = before.into_iter().chain(after).collect();
+    let ids: Vec<u64> = all.iter().map(|(id, _)| *id).collect();
+    assert!(ids.windows(2).all(|w| w[0] < w[1]), "{ids:?}");
+    let kinds: Vec<String> = all
+        .iter()
+        .filter_map(|(_, e)| e["event"].as_str().map(str::to_owned))
+        .collect();
+    let count = |kind: &str| kinds.iter().filter(|k| *k == kind).count();
+    assert_eq!(count("infer_end"), 2, "{kinds:?}");
+    assert_eq!(count("run_end"), 1, "{kinds:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_within_the_grace_and_the_next_server_finishes_the_run() {
+    let (model, url) = Model::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("typed.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "[model]\nprovider = \"openai\"\nname = \"m\"\nbase_url = \"{url}\"\napi_key_env = \"\"\n\n[agent]\nname = \"typed\"\ngoal = \"Give a title.\"\n\n[output]\ntype = \"json\"\nschema = {{ type = \"object\", required = [\"title\"], properties = {{ title = {{ type = \"string\" }} }} }}\n"
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("serve.db");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let mut first = Killed(start_server(&spec, &store, port));
+    ready(&client, &base).await;
+    let run: Value = client
+        .post(format!("{base}/runs"))
+        .json(&json!({"assistant_id": "typed", "input": "A title, please."}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let run_id = run["run_id"].as_str().unwrap().to_owned();
+    while model.second.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let stopping = Instant::now();
+    let status = Command::new("kill")
+        .args(["-TERM", &first.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    loop {
+        if first.0.try_wait().unwrap().is_some() {
+            break;
+        }
+        // --grace 1: a second to finish, then the run is stopped at its next commit.
+        assert!(
+            stopping.elapsed() < Duration::from_secs(10),
+            "agent serve did not exit after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    model.hold.store(false, Ordering::SeqCst);
+    let _second = Killed(start_server(&spec, &store, port));
+    ready(&client, &base).await;
+    let joined: Value = client
+        .get(format!("{base}/runs/{run_id}/join"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(joined["output"]["title"], "resumed", "{joined}");
+    assert_eq!(model.first.load(Ordering::SeqCst), 1);
+}
