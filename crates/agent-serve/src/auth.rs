@@ -1,9 +1,11 @@
 //! Bearer API keys: a file of hashed keys, checked in constant time on every route but the
 //! health checks.
 //!
-//! The file holds one key per line, `NAME SHA256-HEX` (blank lines and `#` comments
-//! allowed); [`Keys::generate`] makes a key and the line to add. Only hashes are stored, so
-//! the file is no secret, and no key ever appears in a response or a log.
+//! The file holds one key per line, `NAME SHA256-HEX [LIMIT…]` (blank lines and `#`
+//! comments allowed), the limits being any of `concurrent=N`, `per_minute=N`,
+//! `tokens_per_day=N` and `cost_per_day=USD` ([`Limits`]); [`Keys::generate`] makes a key
+//! and the line to add. Only hashes are stored, so the file is no secret, and no key ever
+//! appears in a response or a log.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,6 +19,7 @@ use subtle::ConstantTimeEq;
 
 use crate::error::ApiError;
 use crate::protocol::openai;
+use crate::runs::Limits;
 
 /// Why a keys file could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -31,25 +34,27 @@ pub enum KeysError {
         #[source]
         source: std::io::Error,
     },
-    /// A line is not `NAME SHA256-HEX`.
-    #[error("{path}:{line}: expected `NAME SHA256-HEX` (64 hex digits)")]
+    /// A line is not `NAME SHA256-HEX [LIMIT…]`.
+    #[error("{path}:{line}: {problem}")]
     Malformed {
         /// The file.
         path: PathBuf,
         /// The line's number.
         line: usize,
+        /// What is wrong with it.
+        problem: String,
     },
 }
 
 /// The API keys a server accepts, by name (hashes only).
 #[derive(Clone, Default)]
 pub struct Keys {
-    keys: Arc<Vec<(String, [u8; 32])>>,
+    keys: Arc<Vec<(String, [u8; 32], Limits)>>,
 }
 
 impl std::fmt::Debug for Keys {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.keys.iter().map(|(n, _)| n.as_str()).collect();
+        let names: Vec<&str> = self.keys.iter().map(|(n, _, _)| n.as_str()).collect();
         f.debug_struct("Keys").field("names", &names).finish()
     }
 }
@@ -62,14 +67,15 @@ impl Keys {
             path: path.to_owned(),
             source,
         })?;
-        Keys::parse(&text).map_err(|line| KeysError::Malformed {
+        Keys::parse(&text).map_err(|(line, problem)| KeysError::Malformed {
             path: path.to_owned(),
             line,
+            problem,
         })
     }
 
-    /// Parses a keys file's text; `Err(line)` names the first malformed line.
-    pub fn parse(text: &str) -> Result<Keys, usize> {
+    /// Parses a keys file's text; `Err` names the first malformed line and what is wrong.
+    pub fn parse(text: &str) -> Result<Keys, (usize, String)> {
         let mut keys = Vec::new();
         for (i, line) in text.lines().enumerate() {
             let line = line.trim();
@@ -77,21 +83,25 @@ impl Keys {
                 continue;
             }
             let mut parts = line.split_whitespace();
-            let (Some(name), Some(hex), None) = (parts.next(), parts.next(), parts.next()) else {
-                return Err(i + 1);
+            let (Some(name), Some(hex)) = (parts.next(), parts.next()) else {
+                return Err((i + 1, "expected `NAME SHA256-HEX [LIMIT…]`".into()));
             };
-            let hash = decode_hex(hex).ok_or(i + 1)?;
-            keys.push((name.to_owned(), hash));
+            let hash = decode_hex(hex)
+                .ok_or_else(|| (i + 1, "the hash is not 64 hex digits".to_owned()))?;
+            let limits =
+                Limits::parse(parts).map_err(|word| (i + 1, format!("unknown limit {word}")))?;
+            keys.push((name.to_owned(), hash, limits));
         }
         Ok(Keys {
             keys: Arc::new(keys),
         })
     }
 
-    /// Accepts `key` under `name` (for servers built in code; the key is hashed at once).
-    pub fn with_key(self, name: impl Into<String>, key: &str) -> Keys {
+    /// Accepts `key` under `name` with `limits` (for servers built in code; the key is
+    /// hashed at once).
+    pub fn with_key(self, name: impl Into<String>, key: &str, limits: Limits) -> Keys {
         let mut keys = (*self.keys).clone();
-        keys.push((name.into(), hash(key)));
+        keys.push((name.into(), hash(key), limits));
         Keys {
             keys: Arc::new(keys),
         }
@@ -108,6 +118,14 @@ impl Keys {
         (key, line)
     }
 
+    /// Each key's limits, by name.
+    pub fn limits(&self) -> std::collections::HashMap<String, Limits> {
+        self.keys
+            .iter()
+            .map(|(name, _, limits)| (name.clone(), *limits))
+            .collect()
+    }
+
     /// Whether no key is configured (every route is then open).
     pub fn is_empty(&self) -> bool {
         self.keys.is_empty()
@@ -118,7 +136,7 @@ impl Keys {
     pub fn check(&self, presented: &str) -> Option<&str> {
         let presented = hash(presented);
         let mut found = None;
-        for (name, stored) in self.keys.iter() {
+        for (name, stored, _) in self.keys.iter() {
             if bool::from(stored.ct_eq(&presented)) {
                 found = Some(name.as_str());
             }
@@ -204,13 +222,20 @@ mod tests {
     }
 
     #[test]
-    fn malformed_lines_are_named() {
-        assert_eq!(Keys::parse("ok 00\n").err(), Some(1));
-        assert_eq!(Keys::parse("\nname\n").err(), Some(2));
-        assert_eq!(
-            Keys::parse(&format!("a {} extra", "0".repeat(64))).err(),
-            Some(1)
-        );
+    fn malformed_lines_are_named_and_limits_read() {
+        let line = |text: &str| Keys::parse(text).err().map(|(line, _)| line);
+        assert_eq!(line("ok 00\n"), Some(1));
+        assert_eq!(line("\nname\n"), Some(2));
+        let (_, problem) = Keys::parse(&format!("a {} extra", "0".repeat(64))).unwrap_err();
+        assert!(problem.contains("extra"), "{problem}");
         assert!(Keys::parse(&format!("a {}", "é".repeat(32))).is_err());
+        let keys = Keys::parse(&format!(
+            "a {} concurrent=2 tokens_per_day=9",
+            "0".repeat(64)
+        ))
+        .unwrap();
+        let limits = keys.limits()["a"];
+        assert_eq!(limits.concurrent_runs, Some(2));
+        assert_eq!(limits.tokens_per_day, Some(9));
     }
 }

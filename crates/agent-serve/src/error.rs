@@ -77,6 +77,14 @@ impl From<RunsError> for ApiError {
                 "shutting_down",
                 error.to_string(),
             ),
+            RunsError::Limited { retry_after, .. } => ApiError {
+                retry_after: Some(*retry_after),
+                ..ApiError::new(
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "rate_limited",
+                    error.to_string(),
+                )
+            },
             RunsError::Store(_) => {
                 // The store's own message may name files: logged, not answered.
                 tracing::error!(%error, "agent-serve: the store failed");

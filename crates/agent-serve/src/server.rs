@@ -107,14 +107,16 @@ impl ServerBuilder {
             return Err(error);
         }
         let store = Store::open(&self.store).await?;
-        let runs = Runs::new(store, self.agents);
-        let resumed = runs.recover().await.map_err(|e| match e {
+        let runs = Runs::new(store, self.agents, self.keys.limits());
+        let store_error = |e| match e {
             crate::runs::RunsError::Store(e) => ServeError::Store(e),
             other => ServeError::Store(StoreError::Malformed {
                 what: "unfinished run",
                 detail: other.to_string(),
             }),
-        })?;
+        };
+        runs.seed_limits().await.map_err(store_error)?;
+        let resumed = runs.recover().await.map_err(store_error)?;
         if resumed > 0 {
             tracing::info!(resumed, "agent-serve: resumed unfinished runs");
         }

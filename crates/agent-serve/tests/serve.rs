@@ -6,7 +6,7 @@ use std::time::Duration;
 use agent_engine::Config;
 use agent_op::{Message, Prompt, Response, op};
 use agent_provider::ScriptedProvider;
-use agent_serve::{FnAgent, InvalidInput, Keys, Server, message_of};
+use agent_serve::{FnAgent, InvalidInput, Keys, Limits, Server, message_of};
 use serde_json::{Value, json};
 
 /// An agent whose model answers `echo: <message> (<n> messages)`: the count shows the
@@ -18,10 +18,7 @@ fn echo() -> FnAgent {
             .last()
             .map(|m| m.content().to_owned())
             .unwrap_or_default();
-        Ok(Response::text(format!(
-            "echo: {last} ({} messages)",
-            messages.len()
-        )))
+        Ok(Response::text(format!("echo: {last} ({} messages)", messages.len())).with_usage(12, 3))
     });
     FnAgent::new(Config::new().provider(provider), |request| {
         let (message, earlier) =
@@ -524,4 +521,46 @@ async fn bad_bodies_get_a_4xx_naming_what_is_wrong() {
         )
         .await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_over_its_limits_gets_429_with_retry_after_and_its_day_of_tokens_is_a_budget() {
+    let keys = Keys::default()
+        .with_key("rate", "ak_rate", Limits::none().runs_per_minute(2))
+        .with_key("tokens", "ak_tokens", Limits::none().tokens_per_day(20));
+    let server = start(Some(keys)).await;
+    let run = |key: &'static str| {
+        server
+            .client
+            .post(format!("{}/runs/wait", server.base))
+            .bearer_auth(key)
+            .json(&json!({"assistant_id": "echo", "input": "hi"}))
+            .send()
+    };
+    assert_eq!(run("ak_rate").await.unwrap().status(), 200);
+    assert_eq!(run("ak_rate").await.unwrap().status(), 200);
+    let refused = run("ak_rate").await.unwrap();
+    assert_eq!(refused.status(), 429);
+    let wait: u64 = refused.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&wait), "{wait}");
+    let body: Value = refused.json().await.unwrap();
+    assert!(
+        body["message"].as_str().unwrap().contains("per minute"),
+        "{body}"
+    );
+
+    // 15 tokens a call and 20 a day: the first run fits; the second starts with 5 tokens
+    // left, and the runtime's budget stops it; the third is refused before it starts.
+    let first: Value = run("ak_tokens").await.unwrap().json().await.unwrap();
+    assert_eq!(first["output"], "echo: hi (1 messages)");
+    let second: Value = run("ak_tokens").await.unwrap().json().await.unwrap();
+    let failure = second["__error__"]["message"].as_str().unwrap_or_default();
+    assert!(failure.contains("allowance"), "{second}");
+    let third = run("ak_tokens").await.unwrap();
+    assert_eq!(third.status(), 429);
+    assert!(third.headers().contains_key("retry-after"));
 }

@@ -5,6 +5,7 @@
 mod event;
 mod hub;
 mod journal;
+mod limits;
 mod record;
 mod store;
 
@@ -18,6 +19,7 @@ use serde_json::Value;
 use tokio::sync::watch;
 
 pub use event::{Numbered, RunEvent};
+pub use limits::Limits;
 pub use record::{
     Failure, RunRecord, RunStatus, Spent, ThreadRecord, ThreadState, ThreadStatus, Turn,
 };
@@ -26,6 +28,7 @@ pub use store::{Store, StoreError};
 use crate::agents::{Agents, InvalidInput, Request, ServedAgent, message_of};
 use hub::{Follower, Hub};
 use journal::RunJournal;
+use limits::{Claim, Limiter};
 use store::{InsertRun, RunEnd, ThreadEnd};
 
 /// Why a run could not be started or found.
@@ -50,6 +53,14 @@ pub enum RunsError {
     /// The server is shutting down.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// The API key's limits refuse the run.
+    #[error("over this key's limits: {what}")]
+    Limited {
+        /// Which limit.
+        what: String,
+        /// Seconds until a run may be accepted.
+        retry_after: u64,
+    },
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -197,6 +208,7 @@ pub struct Runs {
 struct Inner {
     store: Store,
     agents: Agents,
+    limiter: Limiter,
     live: Mutex<HashMap<String, Arc<Live>>>,
     /// Cancelled to stop every run at its next commit (shutdown).
     stopping: CancellationToken,
@@ -204,11 +216,16 @@ struct Inner {
 }
 
 impl Runs {
-    pub(crate) fn new(store: Store, agents: Agents) -> Runs {
+    pub(crate) fn new(
+        store: Store,
+        agents: Agents,
+        limits: HashMap<String, limits::Limits>,
+    ) -> Runs {
         Runs {
             inner: Arc::new(Inner {
                 store,
                 agents,
+                limiter: Limiter::new(limits),
                 live: Mutex::default(),
                 stopping: CancellationToken::new(),
                 tasks: tokio_util::task::TaskTracker::new(),
@@ -257,6 +274,28 @@ impl Runs {
             input: &new.input,
             history: &history,
         })?;
+        let claim = match &new.key {
+            Some(key) => self
+                .inner
+                .limiter
+                .claim(key)
+                .map_err(|refused| RunsError::Limited {
+                    what: refused.what,
+                    retry_after: refused.retry_after,
+                })?,
+            None => None,
+        };
+        let program = match claim.as_ref().and_then(|c| c.budget.clone()) {
+            Some(budget) => {
+                agent_op::op::limit(budget, program).and_then(|limited| match limited {
+                    Ok(answer) => agent_op::op::pure(answer),
+                    Err(spent) => agent_op::op::fail(format!(
+                        "the API key's daily allowance ran out: {spent}"
+                    )),
+                })
+            }
+            None => program,
+        };
         let now = Utc::now();
         let record = RunRecord {
             id: uuid::Uuid::new_v4().to_string(),
@@ -272,16 +311,22 @@ impl Runs {
             spent: Spent::default(),
             key: new.key,
         };
-        match self.inner.store.insert_run(record.clone(), true).await? {
-            InsertRun::Inserted => {}
-            InsertRun::NoThread => {
-                return Err(RunsError::UnknownThread(new.thread_id.unwrap_or_default()));
+        let inserted = self.inner.store.insert_run(record.clone(), true).await;
+        let refused = match inserted {
+            Ok(InsertRun::Inserted) => None,
+            Ok(InsertRun::NoThread) => {
+                Some(RunsError::UnknownThread(new.thread_id.unwrap_or_default()))
             }
-            InsertRun::Busy => {
-                return Err(RunsError::ThreadBusy(new.thread_id.unwrap_or_default()));
+            Ok(InsertRun::Busy) => Some(RunsError::ThreadBusy(new.thread_id.unwrap_or_default())),
+            Err(error) => Some(error.into()),
+        };
+        if let Some(error) = refused {
+            if let Some(claim) = &claim {
+                self.inner.limiter.release(claim, Spent::default());
             }
+            return Err(error);
         }
-        Ok(self.launch(record, agent, program, history, None))
+        Ok(self.launch(record, agent, program, history, None, claim))
     }
 
     /// Runs the program of `record` in the background, from its journal if `resume`.
@@ -292,6 +337,7 @@ impl Runs {
         program: agent_op::Op<(), Value>,
         history: Vec<Turn>,
         resumed: Option<Resumed>,
+        claim: Option<Claim>,
     ) -> RunHandle {
         let after = resumed.as_ref().map_or(0, |r| r.after);
         let hub = Hub::new(&record.id, after, self.inner.store.clone());
@@ -324,6 +370,9 @@ impl Runs {
                 runs.finish(started, history, end, &hub).await
             };
             hub.close();
+            if let Some(claim) = &claim {
+                runs.inner.limiter.release(claim, finished.spent);
+            }
             runs.inner
                 .live
                 .lock()
@@ -572,6 +621,15 @@ impl Runs {
         Ok(self.inner.store.trace(id).await?)
     }
 
+    /// Counts today's spend of each key's stored runs toward its daily limits (a restart
+    /// does not reset the day).
+    pub(crate) async fn seed_limits(&self) -> Result<(), RunsError> {
+        for (key, spent, at) in self.inner.store.spent_since(start_of_day()).await? {
+            self.inner.limiter.seed(&key, spent, at);
+        }
+        Ok(())
+    }
+
     /// Continues the runs a stopped server left pending or running, from their journals:
     /// no committed model or tool call is made again. Returns how many.
     pub async fn recover(&self) -> Result<usize, RunsError> {
@@ -610,7 +668,9 @@ impl Runs {
                     .filter(|e| matches!(e.event, RunEvent::Trace { .. }))
                     .count() as u64,
             };
-            self.launch(record, agent, program, history, Some(resumed));
+            // A resumed run is not counted against its key's limits again (its program
+            // must be the one journaled, which ran under the key's budget of that day).
+            self.launch(record, agent, program, history, Some(resumed), None);
             count += 1;
         }
         Ok(count)
@@ -630,6 +690,13 @@ impl Runs {
         }
         let _ = self.inner.store.flush().await;
     }
+}
+
+fn start_of_day() -> chrono::DateTime<Utc> {
+    Utc::now()
+        .date_naive()
+        .and_hms_opt(0, 0, 0)
+        .map_or_else(Utc::now, |t| t.and_utc())
 }
 
 /// Where a resumed run's events stand.

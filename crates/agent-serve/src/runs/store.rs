@@ -440,6 +440,37 @@ impl Store {
         .await
     }
 
+    /// The spend of every run started with an API key since `since`: (key, spent, when).
+    pub(crate) async fn spent_since(
+        &self,
+        since: DateTime<Utc>,
+    ) -> Result<Vec<(String, Spent, DateTime<Utc>)>, StoreError> {
+        self.call("reading spend", move |conn| {
+            let mut select = conn
+                .prepare(
+                    "SELECT key_name, spent, created_at FROM runs \
+                     WHERE key_name IS NOT NULL AND created_at >= ?1",
+                )
+                .map_err(db("reading spend"))?;
+            let rows = select
+                .query_map([time(&since)], |row| {
+                    Ok((
+                        row.get::<_, String>(0)?,
+                        row.get::<_, String>(1)?,
+                        row.get::<_, String>(2)?,
+                    ))
+                })
+                .map_err(db("reading spend"))?;
+            let mut spent = Vec::new();
+            for row in rows {
+                let (key, json, at) = row.map_err(db("reading spend"))?;
+                spent.push((key, parse("run spend", &json)?, parse_time(&at)?));
+            }
+            Ok(spent)
+        })
+        .await
+    }
+
     /// The JSONL trace of the finished run `id`.
     pub(crate) async fn trace(&self, id: &str) -> Result<Option<Vec<u8>>, StoreError> {
         let id = id.to_owned();
