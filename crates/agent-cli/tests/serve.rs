@@ -19,6 +19,8 @@ struct Model {
     first: AtomicU64,
     second: AtomicU64,
     hold: AtomicBool,
+    /// The `Authorization` header of the last request.
+    authorization: std::sync::Mutex<String>,
 }
 
 impl Model {
@@ -27,6 +29,7 @@ impl Model {
             first: AtomicU64::new(0),
             second: AtomicU64::new(0),
             hold: AtomicBool::new(true),
+            authorization: std::sync::Mutex::default(),
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
@@ -40,9 +43,16 @@ impl Model {
     }
 
     async fn serve(self: Arc<Self>, mut stream: TcpStream) {
-        let Some(body) = read_request(&mut stream).await else {
+        let Some((headers, body)) = read_request(&mut stream).await else {
             return;
         };
+        if let Some(value) = headers.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("authorization")
+                .then(|| v.trim().to_owned())
+        }) {
+            *self.authorization.lock().unwrap() = value;
+        }
         // The spec's program gives the refused answer back with the reason.
         let again = body["messages"].to_string().contains("does not satisfy");
         let content = if again {
@@ -80,7 +90,7 @@ impl Model {
     }
 }
 
-async fn read_request(stream: &mut TcpStream) -> Option<Value> {
+async fn read_request(stream: &mut TcpStream) -> Option<(String, Value)> {
     let mut buffer = Vec::new();
     let mut chunk = [0u8; 8192];
     loop {
@@ -100,7 +110,9 @@ async fn read_request(stream: &mut TcpStream) -> Option<Value> {
                 })
                 .unwrap_or(0);
             if buffer.len() >= end + 4 + length {
-                return serde_json::from_slice(&buffer[end + 4..end + 4 + length]).ok();
+                let headers = text[..end].to_owned();
+                let body = serde_json::from_slice(&buffer[end + 4..end + 4 + length]).ok()?;
+                return Some((headers, body));
             }
         }
     }
@@ -115,7 +127,18 @@ fn free_port() -> u16 {
 }
 
 fn start_server(spec: &std::path::Path, store: &std::path::Path, port: u16) -> Child {
+    start_server_with(spec, store, port, Stdio::null(), &[])
+}
+
+fn start_server_with(
+    spec: &std::path::Path,
+    store: &std::path::Path,
+    port: u16,
+    stderr: Stdio,
+    env: &[(&str, &str)],
+) -> Child {
     Command::new(env!("CARGO_BIN_EXE_agent"))
+        .envs(env.iter().copied())
         .arg("serve")
         .arg(spec)
         .arg("--store")
@@ -125,7 +148,7 @@ fn start_server(spec: &std::path::Path, store: &std::path::Path, port: u16) -> C
         .arg("--grace")
         .arg("1")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .unwrap()
 }
@@ -371,4 +394,97 @@ async fn sigterm_stops_within_the_grace_and_the_next_server_finishes_the_run() {
         .unwrap();
     assert_eq!(joined["output"]["title"], "resumed", "{joined}");
     assert_eq!(model.first.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_planted_provider_key_appears_in_no_response_event_trace_store_or_log() {
+    const PLANTED: &str = "sk-planted-7f3a9c1e5b2d4f6a8c0e";
+    let (model, url) = Model::start().await;
+    model.hold.store(false, Ordering::SeqCst);
+    let dir = tempfile::tempdir().unwrap();
+    let spec = dir.path().join("typed.toml");
+    std::fs::write(
+        &spec,
+        format!(
+            "[model]\nprovider = \"openai\"\nname = \"m\"\nbase_url = \"{url}\"\napi_key_env = \"PLANTED_PROVIDER_KEY\"\n\n[agent]\nname = \"typed\"\ngoal = \"Give a title.\"\n\n[output]\ntype = \"json\"\nschema = {{ type = \"object\", required = [\"title\"], properties = {{ title = {{ type = \"string\" }} }} }}\n"
+        ),
+    )
+    .unwrap();
+    let store = dir.path().join("serve.db");
+    let log = dir.path().join("serve.log");
+    let port = free_port();
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    let mut server = Killed(start_server_with(
+        &spec,
+        &store,
+        port,
+        Stdio::from(std::fs::File::create(&log).unwrap()),
+        &[("PLANTED_PROVIDER_KEY", PLANTED), ("RUST_LOG", "trace")],
+    ));
+    ready(&client, &base).await;
+    let mut seen = String::new();
+    let response = client
+        .post(format!("{base}/runs/stream"))
+        .json(&json!({"assistant_id": "typed", "input": "A title.",
+            "stream_mode": ["values", "updates", "messages-tuple", "events", "custom", "debug"]}))
+        .send()
+        .await
+        .unwrap();
+    let location = response.headers()["content-location"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    seen.push_str(&format!("{:?}", response.headers()));
+    seen.push_str(&response.text().await.unwrap());
+    for path in [
+        location.clone(),
+        format!("{location}/join"),
+        format!("{location}/trace"),
+        "/assistants/typed".into(),
+        "/assistants/typed/schemas".into(),
+        "/v1/models".into(),
+    ] {
+        let response = client.get(format!("{base}{path}")).send().await.unwrap();
+        seen.push_str(&format!("{:?}", response.headers()));
+        seen.push_str(&response.text().await.unwrap());
+    }
+    let chat = client
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"model": "typed", "messages": [{"role": "user", "content": "A title."}], "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    seen.push_str(&chat.text().await.unwrap());
+    assert!(seen.contains("resumed"), "the runs answered: {seen:.2000}");
+    // The key was in use: the model server received it.
+    assert!(model.authorization.lock().unwrap().contains(PLANTED));
+
+    server.0.kill().unwrap();
+    server.0.wait().unwrap();
+    let log = std::fs::read(&log).unwrap();
+    let mut stored = Vec::new();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let path = entry.unwrap().path();
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("serve.db")
+        {
+            stored.extend(std::fs::read(path).unwrap());
+        }
+    }
+    for (what, bytes) in [
+        ("responses", seen.as_bytes()),
+        ("the log", &log[..]),
+        ("the store", &stored[..]),
+    ] {
+        assert!(
+            !bytes
+                .windows(PLANTED.len())
+                .any(|w| w == PLANTED.as_bytes()),
+            "the provider key is in {what}"
+        );
+    }
 }

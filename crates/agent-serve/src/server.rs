@@ -210,6 +210,7 @@ impl Server {
                 self.body_limit,
                 refuse_declared_too_large,
             ))
+            .layer(axum::middleware::from_fn(json_errors))
     }
 
     /// Serves [`router`](Server::router) on `listener` until `shutdown` completes, then
@@ -245,6 +246,51 @@ impl Server {
         runs.shutdown(grace).await;
         Ok(())
     }
+}
+
+/// Refusals made before a handler runs (a path or query that does not parse, a method a
+/// route does not have) are plain text in axum; every 4xx here is JSON in its protocol's
+/// shape.
+async fn json_errors(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let openai = request.uri().path().starts_with("/v1/");
+    let response = next.run(request).await;
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"));
+    if !status.is_client_error() || is_json {
+        return response;
+    }
+    let allow = response.headers().get("allow").cloned();
+    let text = axum::body::to_bytes(response.into_body(), 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let code = match status.as_u16() {
+        405 => "method_not_allowed",
+        413 => "too_large",
+        415 => "unsupported_media_type",
+        _ => "bad_request",
+    };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("bad request").to_lowercase()
+    } else {
+        text
+    };
+    let error = ApiError::new(status, code, message);
+    let mut response = if openai {
+        openai::OpenAiError(error).into_response()
+    } else {
+        error.into_response()
+    };
+    if let Some(allow) = allow {
+        response.headers_mut().insert("allow", allow);
+    }
+    response
 }
 
 /// A body whose declared length is over the limit is refused before it is read (bodies
