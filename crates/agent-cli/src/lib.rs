@@ -23,7 +23,10 @@ pub mod serve_cmd;
 pub mod temporal_cmd;
 pub mod tools_cmd;
 pub mod trace_cmd;
-pub mod viewer;
+/// The HTML trace viewer (the `agent-viewer` crate, which `agent serve` shares).
+pub mod viewer {
+    pub use agent_viewer::*;
+}
 
 use std::io::Write as _;
 

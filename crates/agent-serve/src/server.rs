@@ -197,6 +197,7 @@ impl Server {
         Router::new()
             .merge(agent_protocol::router())
             .merge(openai::router())
+            .route("/", get(chat_page))
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
             .fallback(not_found)
@@ -277,7 +278,10 @@ async fn json_errors(
         _ => "bad_request",
     };
     let message = if text.is_empty() {
-        status.canonical_reason().unwrap_or("bad request").to_lowercase()
+        status
+            .canonical_reason()
+            .unwrap_or("bad request")
+            .to_lowercase()
     } else {
         text
     };
@@ -318,6 +322,23 @@ async fn refuse_declared_too_large(
         };
     }
     next.run(request).await
+}
+
+/// The chat page: one self-contained HTML file (no network but this server's API).
+const CHAT_PAGE: &str = include_str!("chat.html");
+
+async fn chat_page() -> impl IntoResponse {
+    (
+        [
+            ("content-type", "text/html; charset=utf-8"),
+            (
+                "content-security-policy",
+                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; frame-ancestors 'none'",
+            ),
+            ("x-content-type-options", "nosniff"),
+        ],
+        CHAT_PAGE,
+    )
 }
 
 async fn healthz() -> Json<serde_json::Value> {

@@ -49,6 +49,23 @@ async fn a_stateless_run_waits_for_its_answer_and_is_stored_with_its_spend_and_t
         .unwrap();
     assert!(trace.lines().count() > 2, "{trace}");
     assert!(trace.contains("infer_end"), "{trace}");
+    // The same trace in the viewer.
+    let view = server
+        .client
+        .get(format!("{}{location}/view", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(view.status(), 200);
+    assert!(
+        view.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/html")
+    );
+    let page = view.text().await.unwrap();
+    assert!(page.starts_with("<!DOCTYPE html>"), "{page:.200}");
+    assert!(page.contains("trace-data"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -259,6 +276,7 @@ async fn with_keys_every_route_but_health_needs_one() {
         ("GET", "/runs/x/stream"),
         ("POST", "/runs/x/cancel"),
         ("GET", "/runs/x/trace"),
+        ("GET", "/runs/x/view"),
         ("POST", "/threads/x/runs"),
         ("GET", "/threads/x/runs"),
         ("POST", "/threads/x/runs/wait"),
@@ -296,6 +314,21 @@ async fn with_keys_every_route_but_health_needs_one() {
         let (status, _) = server.get(path).await;
         assert_eq!(status, 200, "{path}");
     }
+    // The chat page is a static file with no data; it sends the key with each API call.
+    let page = server
+        .client
+        .get(format!("{}/", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(
+        page.headers()["content-security-policy"]
+            .to_str()
+            .unwrap()
+            .contains("connect-src 'self'")
+    );
+    assert!(page.text().await.unwrap().contains("x-api-key"));
     let response = server
         .client
         .post(format!("{}/runs/wait", server.base))

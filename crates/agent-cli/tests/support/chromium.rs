@@ -270,6 +270,17 @@ impl Chromium {
     /// Runs the DevTools driver `script` (a Node module: see `drive.mjs`) on `page` and
     /// returns what it prints; `Ok(None)` when Node cannot be run.
     pub fn drive(&self, script: &Path, page: &Path) -> Result<Option<String>, String> {
+        self.drive_url(script, &file_url(page, "")?, &[])
+    }
+
+    /// [`drive`](Chromium::drive) on the page at `url`, passing `extra` arguments to the
+    /// driver after the profile folder.
+    pub fn drive_url(
+        &self,
+        script: &Path,
+        url: &str,
+        extra: &[&str],
+    ) -> Result<Option<String>, String> {
         let _turn = one_at_a_time();
         let profile = tempfile::tempdir().map_err(|e| format!("no temp dir: {e}"))?;
         let mut cmd = Command::new("node");
@@ -277,8 +288,9 @@ impl Chromium {
         cmd.arg("--experimental-websocket")
             .arg(script)
             .arg(&self.path)
-            .arg(file_url(page, "")?)
-            .arg(profile.path());
+            .arg(url)
+            .arg(profile.path())
+            .args(extra);
         let run = match run_limited(cmd, PAGE_LIMIT) {
             Ok(run) => run,
             Err(e) if e.contains("No such file") || e.contains("not found") => return Ok(None),

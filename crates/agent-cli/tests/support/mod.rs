@@ -7,6 +7,7 @@ pub mod traces;
 use std::path::PathBuf;
 
 /// Where the viewer's tests leave pages and screenshots: `target/test-output/viewer/`.
+#[allow(dead_code)] // the chat page test does not keep pages
 pub fn output_dir() -> PathBuf {
     let workspace = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     // A relative CARGO_TARGET_DIR is relative to where cargo ran: the workspace, here.

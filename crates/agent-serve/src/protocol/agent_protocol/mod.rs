@@ -41,6 +41,7 @@ pub(crate) fn router() -> Router<Runs> {
         .route("/runs/{rid}/stream", get(join_stream_stateless))
         .route("/runs/{rid}/cancel", post(cancel_stateless))
         .route("/runs/{rid}/trace", get(trace))
+        .route("/runs/{rid}/view", get(view))
         .route(
             "/threads/{tid}/runs",
             post(create_on_thread).get(list_thread_runs),
@@ -647,4 +648,32 @@ async fn trace(State(runs): State<Runs>, Path(rid): Path<String>) -> Result<Resp
             format!("run `{rid}` has no trace yet: it is still going"),
         )),
     }
+}
+
+/// The run's trace in the HTML viewer (the page `agent trace view` writes).
+async fn view(State(runs): State<Runs>, Path(rid): Path<String>) -> Result<Response, ApiError> {
+    let Some(bytes) = runs.trace(&rid).await? else {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "run_going",
+            format!("run `{rid}` has no trace yet: it is still going"),
+        ));
+    };
+    let read = agent_op::trace::jsonl::read_jsonl(&bytes[..]).map_err(|e| {
+        tracing::error!(run = %rid, error = %e, "agent-serve: a stored trace does not read");
+        ApiError::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "trace_unreadable",
+            format!("run `{rid}`'s stored trace does not read as a trace"),
+        )
+    })?;
+    let page = agent_viewer::render(&read.trace, &format!("run {rid}"));
+    Ok((
+        [
+            ("content-type", "text/html; charset=utf-8"),
+            ("content-security-policy", "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; img-src data:"),
+        ],
+        page,
+    )
+        .into_response())
 }

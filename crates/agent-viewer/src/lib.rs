@@ -35,7 +35,7 @@ const SCRIPT: &str = include_str!("viewer.js");
 ///
 /// ```
 /// use agent_op::{Trace, TraceId};
-/// let page = agent_cli::viewer::render(&Trace::new(TraceId::from("calm-owl-0001")), "a run");
+/// let page = agent_viewer::render(&Trace::new(TraceId::from("calm-owl-0001")), "a run");
 /// assert!(page.starts_with("<!DOCTYPE html>"));
 /// assert!(page.contains(r#"<script type="application/json" id="trace-data" data-events="0">"#));
 /// ```
