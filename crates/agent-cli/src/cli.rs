@@ -121,6 +121,17 @@ pub enum Command {
         #[arg(long, value_name = "SECS", default_value_t = 10.0)]
         grace: f64,
     },
+    /// Chat with a spec's agent in the terminal (in-process, over the same run model as
+    /// `agent serve`): each line a turn, the reply streamed, the conversation remembered.
+    /// `/reset` starts over, `/trace` writes the last turn's trace, `/cost` shows the spend;
+    /// Ctrl-C stops a turn, Ctrl-D or `/exit` ends the chat.
+    Chat {
+        /// The spec.
+        spec: PathBuf,
+        /// Where `/trace` writes (default `<agent>.chat.trace.jsonl`).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+    },
     /// API keys for `agent serve --keys`.
     Keys {
         /// What to do.

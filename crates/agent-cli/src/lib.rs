@@ -13,6 +13,7 @@
 //! - [`viewer`]: a trace as one self-contained HTML page;
 //! - [`error`]: failures and their exit codes.
 
+pub mod chat_cmd;
 pub mod cli;
 pub mod error;
 pub mod journal_cmd;
@@ -121,6 +122,7 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
             })
             .await?
         }
+        Command::Chat { spec, trace } => chat_cmd::chat(&spec, trace).await?,
         Command::Keys {
             command: KeysCommand::New { name, file },
         } => serve_cmd::new_key(&name, &file)?,

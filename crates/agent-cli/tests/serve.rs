@@ -21,6 +21,9 @@ struct Model {
     hold: AtomicBool,
     /// The `Authorization` header of the last request.
     authorization: std::sync::Mutex<String>,
+    /// Calls of the chat test's agent (whose goal says CHAT), held while `hold_chat`.
+    chat: AtomicU64,
+    hold_chat: AtomicBool,
 }
 
 impl Model {
@@ -30,6 +33,8 @@ impl Model {
             second: AtomicU64::new(0),
             hold: AtomicBool::new(true),
             authorization: std::sync::Mutex::default(),
+            chat: AtomicU64::new(0),
+            hold_chat: AtomicBool::new(false),
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/v1", listener.local_addr().unwrap());
@@ -54,8 +59,22 @@ impl Model {
             *self.authorization.lock().unwrap() = value;
         }
         // The spec's program gives the refused answer back with the reason.
-        let again = body["messages"].to_string().contains("does not satisfy");
-        let content = if again {
+        let prompt = body["messages"].to_string();
+        let again = prompt.contains("does not satisfy");
+        let chat_reply;
+        let content = if prompt.contains("CHAT") {
+            let n = self.chat.fetch_add(1, Ordering::SeqCst) + 1;
+            while self.hold_chat.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let memory = if prompt.contains("Earlier in this conversation") {
+                "remembers"
+            } else {
+                "fresh"
+            };
+            chat_reply = format!("turn {n} {memory}");
+            chat_reply.as_str()
+        } else if again {
             self.second.fetch_add(1, Ordering::SeqCst);
             while self.hold.load(Ordering::SeqCst) {
                 tokio::time::sleep(Duration::from_millis(20)).await;
@@ -487,4 +506,128 @@ async fn a_planted_provider_key_appears_in_no_response_event_trace_store_or_log(
             "the provider key is in {what}"
         );
     }
+}
+
+/// A tmux session on a server of its own (a pseudo-terminal the test types into), killed at
+/// the end.
+struct Tmux {
+    socket: String,
+}
+
+impl Tmux {
+    fn run(&self, args: &[&str]) -> String {
+        let out = Command::new("tmux")
+            .args(["-L", &self.socket])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p", "-S", "-200", "-t", "chat"])
+    }
+
+    async fn wait_for(&self, text: &str) -> String {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen();
+            if screen.contains(text) {
+                return screen;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "`{text}` never showed; the screen:\n{screen}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut args = vec!["send-keys", "-t", "chat"];
+        args.extend_from_slice(keys);
+        self.run(&args);
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .args(["-L", &self.socket, "kill-server"])
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_chat_streams_turns_remembers_them_and_ctrl_c_stops_a_turn_not_the_chat() {
+    if Command::new("tmux").arg("-V").output().is_err() {
+        eprintln!("SKIPPED: the chat test needs tmux for a pseudo-terminal");
+        return;
+    }
+    let (model, url) = Model::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("chat.toml"),
+        format!(
+            "[model]\nprovider = \"openai\"\nname = \"m\"\nbase_url = \"{url}\"\napi_key_env = \"\"\n\n[agent]\nname = \"helper\"\ngoal = \"CHAT with the user.\"\n"
+        ),
+    )
+    .unwrap();
+    let tmux = Tmux {
+        socket: format!("agent-chat-test-{}", std::process::id()),
+    };
+    let command = format!(
+        "cd {} && {} chat chat.toml --trace turn.jsonl; echo CHAT-ENDED; sleep 30",
+        dir.path().display(),
+        env!("CARGO_BIN_EXE_agent")
+    );
+    tmux.run(&[
+        "new-session",
+        "-d",
+        "-s",
+        "chat",
+        "-x",
+        "200",
+        "-y",
+        "50",
+        &command,
+    ]);
+    tmux.wait_for("Chatting with helper").await;
+
+    tmux.keys(&["hello", "Enter"]);
+    tmux.wait_for("turn 1 fresh").await;
+    tmux.keys(&["again", "Enter"]);
+    tmux.wait_for("turn 2 remembers").await;
+    tmux.keys(&["/cost", "Enter"]);
+    tmux.wait_for("this session: 2 model calls").await;
+
+    // A turn that hangs: Ctrl-C stops it, and the chat goes on.
+    model.hold_chat.store(true, Ordering::SeqCst);
+    tmux.keys(&["slow", "Enter"]);
+    let start = Instant::now();
+    while model.chat.load(Ordering::SeqCst) < 3 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the third turn never called"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tmux.keys(&["C-c"]);
+    tmux.wait_for("(stopped)").await;
+    model.hold_chat.store(false, Ordering::SeqCst);
+
+    tmux.keys(&["/reset", "Enter"]);
+    tmux.wait_for("(a new conversation)").await;
+    tmux.keys(&["after", "Enter"]);
+    tmux.wait_for("turn 4 fresh").await;
+    tmux.keys(&["/trace", "Enter"]);
+    tmux.wait_for("turn.jsonl").await;
+    let trace = std::fs::read_to_string(dir.path().join("turn.jsonl")).unwrap();
+    assert!(trace.contains("infer_end"), "{trace}");
+
+    tmux.keys(&["C-d"]);
+    let screen = tmux.wait_for("CHAT-ENDED").await;
+    assert!(screen.contains("this session: 4 model calls"), "{screen}");
+    // Each answer once on the screen (streamed, not printed again).
+    assert_eq!(screen.matches("turn 1 fresh").count(), 1, "{screen}");
 }
