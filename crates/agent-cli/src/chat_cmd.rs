@@ -132,9 +132,9 @@ pub async fn chat(spec: &Path, trace: Option<PathBuf>) -> Result<String, CliErro
             let Some(event) = event else {
                 break;
             };
-            match event.event {
+            match &event.event {
                 RunEvent::Token { text } => {
-                    streamed.push_str(&text);
+                    streamed.push_str(text);
                     let _ = write!(stdout, "{text}");
                     let _ = stdout.flush();
                 }
@@ -153,7 +153,7 @@ pub async fn chat(spec: &Path, trace: Option<PathBuf>) -> Result<String, CliErro
                     );
                 }
                 RunEvent::Output { value, spent } => {
-                    let answer = match &value {
+                    let answer = match value {
                         Value::String(text) => text.clone(),
                         other => serde_json::to_string_pretty(other).unwrap_or_default(),
                     };
@@ -164,11 +164,11 @@ pub async fn chat(spec: &Path, trace: Option<PathBuf>) -> Result<String, CliErro
                         let _ = write!(stdout, "{answer}");
                     }
                     let _ = writeln!(stdout);
-                    add(&mut session, &spent);
+                    add(&mut session, spent);
                 }
                 RunEvent::Failed { failure, spent } => {
                     eprintln!("\n(the turn failed: {}: {})", failure.kind, failure.message);
-                    add(&mut session, &spent);
+                    add(&mut session, spent);
                 }
                 _ => {}
             }

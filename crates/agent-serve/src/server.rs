@@ -237,6 +237,11 @@ impl Server {
                 }
             })
         };
+        use axum::serve::ListenerExt as _;
+        // Small SSE events and JSON answers go out at once, not after a delayed ACK.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, self.router())
             .with_graceful_shutdown(async move {
                 shutdown.await;

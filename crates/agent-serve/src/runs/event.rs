@@ -55,10 +55,41 @@ pub enum RunEvent {
 }
 
 /// A run's event with its sequence number.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub struct Numbered {
     /// Its place in the run's events, from 1.
     pub seq: u64,
     /// The event.
     pub event: RunEvent,
+    /// A trace event's JSON text, made once for every stream that sends it.
+    json: std::sync::OnceLock<std::sync::Arc<str>>,
+}
+
+impl PartialEq for Numbered {
+    fn eq(&self, other: &Numbered) -> bool {
+        self.seq == other.seq && self.event == other.event
+    }
+}
+
+impl Numbered {
+    /// Event `seq` of its run.
+    pub fn new(seq: u64, event: RunEvent) -> Numbered {
+        Numbered {
+            seq,
+            event,
+            json: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The JSON text of a trace event's `event` (of any other event, the whole event),
+    /// serialized once however many streams send it.
+    pub fn trace_json(&self) -> &str {
+        self.json.get_or_init(|| {
+            let text = match &self.event {
+                RunEvent::Trace { event, .. } => serde_json::to_string(event),
+                other => serde_json::to_string(other),
+            };
+            text.unwrap_or_else(|_| "null".into()).into()
+        })
+    }
 }

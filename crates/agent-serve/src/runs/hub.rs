@@ -16,7 +16,7 @@ use super::store::Store;
 /// The live events of one run.
 pub(crate) struct Hub {
     run_id: String,
-    events: RwLock<Vec<Numbered>>,
+    events: RwLock<Vec<Arc<Numbered>>>,
     /// The last sequence number pushed, and whether the run is over.
     last: watch::Sender<(u64, bool)>,
     store: Store,
@@ -41,10 +41,7 @@ impl Hub {
         if closed {
             return;
         }
-        let numbered = Numbered {
-            seq: last + 1,
-            event,
-        };
+        let numbered = Arc::new(Numbered::new(last + 1, event));
         self.store
             .append_events(&self.run_id, vec![numbered.clone()]);
         events.push(numbered);
@@ -83,13 +80,13 @@ pub(crate) struct Follower {
     changed: watch::Receiver<(u64, bool)>,
     next: u64,
     /// Events read from the store (those before the hub's first), not yet given.
-    stored: Option<std::vec::IntoIter<Numbered>>,
+    stored: Option<std::vec::IntoIter<Arc<Numbered>>>,
 }
 
 impl Follower {
     /// The next event, once there is one; `None` when the run is over and every event was
     /// given (or the store cannot be read).
-    pub(crate) async fn next(&mut self) -> Option<Numbered> {
+    pub(crate) async fn next(&mut self) -> Option<Arc<Numbered>> {
         loop {
             if let Some(stored) = &mut self.stored {
                 if let Some(event) = stored.next() {
@@ -109,8 +106,11 @@ impl Follower {
                         .events_after(&self.hub.run_id, self.next - 1)
                         .await
                         .ok()?;
-                    let events: Vec<Numbered> =
-                        events.into_iter().filter(|e| e.seq < before).collect();
+                    let events: Vec<Arc<Numbered>> = events
+                        .into_iter()
+                        .filter(|e| e.seq < before)
+                        .map(Arc::new)
+                        .collect();
                     if !events.is_empty() {
                         self.stored = Some(events.into_iter());
                         continue;

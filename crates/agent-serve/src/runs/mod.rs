@@ -159,14 +159,14 @@ enum Source {
         store: Store,
         run_id: String,
         after: u64,
-        buffer: std::vec::IntoIter<Numbered>,
+        buffer: std::vec::IntoIter<Arc<Numbered>>,
         done: bool,
     },
 }
 
 impl EventStream {
     /// The next event; `None` after the last.
-    pub async fn next(&mut self) -> Option<Numbered> {
+    pub async fn next(&mut self) -> Option<Arc<Numbered>> {
         match &mut self.source {
             Source::Live(follower) => follower.next().await,
             Source::Stored {
@@ -184,7 +184,11 @@ impl EventStream {
                 }
                 *done = true;
                 let events = store.events_after(run_id, *after).await.ok()?;
-                *buffer = events.into_iter();
+                *buffer = events
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect::<Vec<_>>()
+                    .into_iter();
                 buffer.next()
             }
         }

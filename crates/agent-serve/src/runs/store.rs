@@ -320,7 +320,7 @@ impl Store {
     }
 
     /// Queues a run's events (written in order, before anything queued after them).
-    pub(crate) fn append_events(&self, run_id: &str, events: Vec<Numbered>) {
+    pub(crate) fn append_events(&self, run_id: &str, events: Vec<Arc<Numbered>>) {
         let run_id = run_id.to_owned();
         self.queue(move |conn| {
             let mut insert = conn
@@ -364,10 +364,7 @@ impl Store {
             for row in rows {
                 let (seq, data) = row.map_err(db("reading events"))?;
                 let event: RunEvent = parse("event", &data)?;
-                events.push(Numbered {
-                    seq: seq.max(0) as u64,
-                    event,
-                });
+                events.push(Numbered::new(seq.max(0) as u64, event));
             }
             Ok(events)
         })

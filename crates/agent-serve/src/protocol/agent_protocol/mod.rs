@@ -372,23 +372,28 @@ fn stream(handle: &RunHandle, modes: BTreeSet<String>, after: u64, first: bool) 
                 }
             }
             RunEvent::Trace { trace_id, event } => {
+                // The event's JSON is made once for all the streams that send it.
+                let data = numbered.trace_json();
+                let kind = event.get("type").map_or("null".into(), Value::to_string);
+                let id = Value::from(trace_id.as_str()).to_string();
                 if modes.contains("events") {
-                    out.push(sse::json_event(
-                        "events",
-                        &json!({"event": event.get("type"), "trace_id": trace_id, "data": event}),
-                    ));
+                    out.push(Event::default().event("events").data(format!(
+                        r#"{{"event":{kind},"trace_id":{id},"data":{data}}}"#
+                    )));
                 }
                 if modes.contains("custom") {
-                    out.push(sse::json_event(
-                        "custom",
-                        &json!({"trace_id": trace_id, "event": event}),
-                    ));
+                    out.push(
+                        Event::default()
+                            .event("custom")
+                            .data(format!(r#"{{"trace_id":{id},"event":{data}}}"#)),
+                    );
                 }
                 if modes.contains("debug") {
-                    out.push(sse::json_event(
-                        "debug",
-                        &json!({"type": "trace", "payload": event}),
-                    ));
+                    out.push(
+                        Event::default()
+                            .event("debug")
+                            .data(format!(r#"{{"type":"trace","payload":{data}}}"#)),
+                    );
                 }
             }
             RunEvent::Output { value, spent } => {
