@@ -401,9 +401,7 @@ impl Runs {
         cancel: CancellationToken,
         resumed: Option<Resumed>,
     ) -> Result<agent_engine::Outcome<(), Value>, Ended> {
-        if let Err(error) = self.inner.store.set_running(&record.id).await {
-            return Err(Ended::Store(error));
-        }
+        self.inner.store.set_running(&record.id);
         hub.push(RunEvent::Started {
             run_id: record.id.clone(),
             thread_id: record.thread_id.clone(),
@@ -460,15 +458,6 @@ impl Runs {
                 };
                 (status, None, Some(failure), Some(error.trace))
             }
-            Err(Ended::Store(error)) => (
-                RunStatus::Error,
-                None,
-                Some(Failure {
-                    kind: "store".into(),
-                    message: error.to_string(),
-                }),
-                None,
-            ),
         };
         let spent = trace.as_ref().map(Spent::of).unwrap_or_default();
         match (&output, &failure) {
@@ -714,7 +703,6 @@ struct Resumed {
 /// How a run stopped, when it did not answer.
 enum Ended {
     Run(Box<RunError>),
-    Store(StoreError),
 }
 
 /// Passes a run's trace events and reply deltas to its hub.

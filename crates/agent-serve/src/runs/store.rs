@@ -252,18 +252,18 @@ impl Store {
         .await
     }
 
-    /// Marks the run `id` running.
-    pub(crate) async fn set_running(&self, id: &str) -> Result<(), StoreError> {
+    /// Marks the run `id` running (queued: written before anything queued after it, such as
+    /// the run's end, without making the run wait for the commit).
+    pub(crate) fn set_running(&self, id: &str) {
         let id = id.to_owned();
-        self.call("starting a run", move |conn| {
+        self.queue(move |conn| {
             conn.execute(
                 "UPDATE runs SET status = 'running', updated_at = ?2 WHERE id = ?1",
                 params![id, time(&Utc::now())],
             )
             .map_err(db("starting a run"))?;
             Ok(())
-        })
-        .await
+        });
     }
 
     /// Records how the run ended, its trace, and (on a thread) the thread's new state, in
