@@ -287,6 +287,7 @@ async fn with_keys_every_route_but_health_needs_one() {
         ("POST", "/threads/x/runs/y/cancel"),
         ("GET", "/v1/models"),
         ("POST", "/v1/chat/completions"),
+        ("POST", "/v1/responses"),
         ("GET", "/no/such/route"),
     ];
     for (method, path) in routes {
@@ -459,4 +460,66 @@ async fn a_key_over_its_limits_gets_429_with_retry_after_and_its_day_of_tokens_i
     let third = run("ak_tokens").await.unwrap();
     assert_eq!(third.status(), 429);
     assert!(third.headers().contains_key("retry-after"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_response_has_its_events_in_order_with_rising_sequence_numbers() {
+    let server = start(None).await;
+    let request = server
+        .client
+        .post(format!("{}/v1/responses", server.base))
+        .json(&json!({"model": "echo", "input": [{"role": "user", "content": [{"type": "input_text", "text": "hey"}]}], "stream": true}));
+    let (_, events) = server.events(request).await;
+    let data: Vec<Value> = events
+        .iter()
+        .map(|(_, _, d)| serde_json::from_str(d).unwrap())
+        .collect();
+    let kinds: Vec<&str> = data.iter().map(|d| d["type"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds.first().copied(),
+        Some("response.created"),
+        "{kinds:?}"
+    );
+    assert_eq!(
+        kinds.last().copied(),
+        Some("response.completed"),
+        "{kinds:?}"
+    );
+    for want in [
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+    ] {
+        assert!(kinds.contains(&want), "{want} in {kinds:?}");
+    }
+    let numbers: Vec<u64> = data
+        .iter()
+        .map(|d| d["sequence_number"].as_u64().unwrap())
+        .collect();
+    assert!(numbers.windows(2).all(|w| w[1] == w[0] + 1), "{numbers:?}");
+    let done = data.last().unwrap();
+    assert_eq!(done["response"]["status"], "completed");
+    assert_eq!(
+        done["response"]["output"][0]["content"][0]["text"],
+        "echo: hey (1 messages)"
+    );
+    // Whole, with a failed agent's run as a failed response.
+    let (status, whole) = server
+        .post("/v1/responses", json!({"model": "echo", "input": "plain"}))
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(whole["object"], "response");
+    assert_eq!(
+        whole["output"][0]["content"][0]["text"],
+        "echo: plain (1 messages)"
+    );
+    let (status, error) = server
+        .post("/v1/responses", json!({"model": "echo", "input": []}))
+        .await;
+    assert_eq!(status, 400, "{error}");
+    assert!(error["error"]["message"].is_string());
 }

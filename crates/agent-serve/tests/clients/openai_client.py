@@ -64,4 +64,16 @@ try:
 except openai.AuthenticationError as error:
     assert error.status_code == 401
 
-print("openai: models, chat, streamed chat with usage, the stream helper, typed errors: ok")
+# The Responses API, whole and streamed (the SDK's helper checks the event order).
+response = client.responses.create(model="echo", input="respond")
+assert response.status == "completed", response
+assert response.output_text == "echo: respond (1 messages)", response
+with client.responses.stream(model="echo", input="stream a response", instructions="be brief") as stream:
+    kinds = [event.type for event in stream]
+    final = stream.get_final_response()
+assert final.output_text == "echo: stream a response (2 messages)", final
+assert kinds[0] == "response.created" and kinds[-1] == "response.completed", kinds
+assert "response.output_text.delta" in kinds, kinds
+assert final.usage.total_tokens == 15, final.usage
+
+print("openai: models, chat, streamed chat with usage, the stream helper, typed errors, responses (whole and streamed): ok")

@@ -1,6 +1,10 @@
-//! OpenAI's chat API over the served agents: `GET /v1/models` (one model per agent) and
+//! OpenAI's APIs over the served agents: `GET /v1/models` (one model per agent),
 //! `POST /v1/chat/completions` (the messages are the run's input and history; `stream`
-//! gives `chat.completion.chunk` events and `[DONE]`), with OpenAI's error body.
+//! gives `chat.completion.chunk` events and `[DONE]`) and `POST /v1/responses` (the
+//! Responses API, typed stream events with a rising `sequence_number`), with OpenAI's error
+//! body.
+
+mod responses;
 
 use axum::extract::{Extension, State};
 use axum::http::StatusCode;
@@ -21,6 +25,7 @@ pub(crate) fn router() -> Router<Runs> {
     Router::new()
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(completions))
+        .route("/v1/responses", post(responses::responses))
 }
 
 /// An [`ApiError`] in OpenAI's shape: `{"error": {"message", "type", "param", "code"}}`.
