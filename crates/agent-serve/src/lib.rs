@@ -24,6 +24,7 @@
 pub mod agents;
 pub mod auth;
 pub mod error;
+mod openapi;
 mod protocol;
 pub mod runs;
 mod server;

@@ -120,8 +120,10 @@ impl ServerBuilder {
         if resumed > 0 {
             tracing::info!(resumed, "agent-serve: resumed unfinished runs");
         }
+        let document = Arc::new(crate::openapi::served(!self.keys.is_empty()));
         Ok(Server {
             runs,
+            document,
             keys: self.keys,
             body_limit: self.body_limit,
             resumed,
@@ -155,6 +157,8 @@ impl ServerBuilder {
 #[derive(Clone)]
 pub struct Server {
     runs: Runs,
+    /// The OpenAPI document (`/openapi.json`), made once.
+    document: Arc<serde_json::Value>,
     keys: Keys,
     body_limit: usize,
     resumed: usize,
@@ -198,9 +202,11 @@ impl Server {
             .merge(agent_protocol::router())
             .merge(openai::router())
             .route("/", get(chat_page))
+            .route("/openapi.json", get(openapi_document))
             .route("/healthz", get(healthz))
             .route("/readyz", get(readyz))
             .fallback(not_found)
+            .layer(axum::Extension(self.document.clone()))
             .with_state(self.runs.clone())
             .layer(axum::middleware::from_fn_with_state(
                 self.keys.clone(),
@@ -344,6 +350,12 @@ async fn chat_page() -> impl IntoResponse {
         ],
         CHAT_PAGE,
     )
+}
+
+async fn openapi_document(
+    axum::Extension(document): axum::Extension<Arc<serde_json::Value>>,
+) -> Json<serde_json::Value> {
+    Json((*document).clone())
 }
 
 async fn healthz() -> Json<serde_json::Value> {

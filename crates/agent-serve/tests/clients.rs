@@ -9,7 +9,11 @@ use std::process::{Command, Stdio};
 
 use agent_serve::{Keys, Limits};
 
-const PACKAGES: [&str; 2] = ["openai==3.63.0", "langgraph-sdk==0.4.14"];
+const PACKAGES: [&str; 3] = [
+    "openai==3.63.0",
+    "langgraph-sdk==0.4.14",
+    "schemathesis==4.32.5",
+];
 
 fn target_dir() -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
@@ -24,7 +28,7 @@ fn clients_python() -> Option<PathBuf> {
     let python = venv.join("bin/python");
     let ready = |python: &Path| {
         Command::new(python)
-            .args(["-c", "import openai, langgraph_sdk"])
+            .args(["-c", "import openai, langgraph_sdk, schemathesis"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .status()
@@ -87,4 +91,65 @@ async fn the_openai_python_sdk_chats_with_an_agent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_langgraph_sdk_drives_runs_threads_and_streams() {
     drive("langgraph_client.py").await;
+}
+
+/// Runs schemathesis (property-based requests generated from an OpenAPI document) against
+/// a server with the key `ak_clients`; the checks that failed, if any.
+async fn schemathesis(schema: &str, checks: &str) {
+    let Some(python) = clients_python() else {
+        return;
+    };
+    let keys = Keys::default().with_key("clients", "ak_clients", Limits::none());
+    let server = support::start(Some(keys)).await;
+    let schema = schema.replace("{base}", &server.base);
+    let base = server.base.clone();
+    let checks = checks.to_owned();
+    let schemathesis = python.with_file_name("schemathesis");
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(schemathesis)
+            .args(["run", &schema, "--url", &base, "--checks", &checks])
+            .args(["--header", "Authorization: Bearer ak_clients"])
+            .args([
+                "--max-examples",
+                "25",
+                "--request-timeout",
+                "20",
+                "--no-color",
+            ])
+            .output()
+            .expect("schemathesis runs")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    let summary: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("passed") || l.contains("failed") || l.contains("operations"))
+        .collect();
+    println!("{}", summary.join("\n"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_on_our_document_finds_no_5xx_and_responses_that_match_it() {
+    schemathesis(
+        "{base}/openapi.json",
+        "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemathesis_on_the_agent_protocols_document_finds_no_5xx() {
+    let document = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/kits/agent-protocol/openapi.json");
+    if !document.is_file() {
+        eprintln!(
+            "SKIPPED: the Agent Protocol's OpenAPI document is not at {}",
+            document.display()
+        );
+        return;
+    }
+    schemathesis(&document.to_string_lossy(), "not_a_server_error").await;
 }

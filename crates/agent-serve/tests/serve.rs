@@ -523,3 +523,36 @@ async fn a_streamed_response_has_its_events_in_order_with_rising_sequence_number
     assert_eq!(status, 400, "{error}");
     assert!(error["error"]["message"].is_string());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_names_every_route_with_its_body_schema() {
+    let server = start(None).await;
+    let (status, doc) = server.get("/openapi.json").await;
+    assert_eq!(status, 200);
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().unwrap();
+    for (path, method) in [
+        ("/assistants/search", "post"),
+        ("/threads/{tid}/runs/{rid}/stream", "get"),
+        ("/runs/wait", "post"),
+        ("/runs/{rid}/view", "get"),
+        ("/v1/chat/completions", "post"),
+        ("/v1/responses", "post"),
+        ("/healthz", "get"),
+    ] {
+        assert!(
+            paths.get(path).and_then(|p| p.get(method)).is_some(),
+            "{method} {path}"
+        );
+    }
+    let body = &paths["/runs/wait"]["post"]["requestBody"]["content"]["application/json"]["schema"];
+    let name = body["$ref"].as_str().unwrap().rsplit('/').next().unwrap();
+    let schema = &doc["components"]["schemas"][name];
+    assert!(schema["properties"]["assistant_id"].is_object(), "{schema}");
+    assert!(
+        schema["required"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("assistant_id"))
+    );
+}

@@ -682,3 +682,180 @@ async fn view(State(runs): State<Runs>, Path(rid): Path<String>) -> Result<Respo
     )
         .into_response())
 }
+
+// ---- the OpenAPI document ----
+
+/// The protocol's operations, for `/openapi.json`.
+pub(crate) fn operations(
+    generator: &mut schemars::generate::SchemaGenerator,
+) -> Vec<crate::openapi::Operation> {
+    use crate::openapi::{Operation, object};
+    let string = json!({"type": "string"});
+    let status = json!({"type": "string", "enum": ["pending", "running", "success", "error", "timeout", "interrupted"]});
+    let run = object(
+        json!({
+            "run_id": string, "thread_id": {"type": ["string", "null"]}, "assistant_id": string,
+            "created_at": string, "updated_at": string, "status": status,
+            "metadata": {}, "multitask_strategy": string,
+            "spent": object(json!({"calls": {"type": "integer"}, "input_tokens": {"type": "integer"},
+                "output_tokens": {"type": "integer"}, "cost_micro_usd": {"type": "integer"}}), &[]),
+            "error": {"type": ["object", "null"]},
+        }),
+        &[
+            "run_id",
+            "assistant_id",
+            "status",
+            "created_at",
+            "updated_at",
+        ],
+    );
+    let values = json!({"type": "object", "description": "the conversation and answer (`messages`, `output`), or `__error__` for a failed run"});
+    let thread = object(
+        json!({"thread_id": string, "created_at": string, "updated_at": string, "metadata": {},
+            "status": {"type": "string", "enum": ["idle", "busy", "interrupted", "error"]}, "values": values}),
+        &["thread_id", "status"],
+    );
+    let state = object(
+        json!({"values": values, "next": {"type": "array"}, "checkpoint": {}}),
+        &["values"],
+    );
+    let assistant: Value = generator.subschema_for::<wire::Assistant>().into();
+    let run_body: Value = generator.subschema_for::<RunCreate>().into();
+    let events = json!({"type": "string", "description": "Server-Sent Events"});
+    let array = |items: &Value| json!({"type": "array", "items": items});
+    let limit = json!({"type": "integer", "minimum": 0});
+    let mut ops = vec![
+        Operation::new(
+            "post",
+            "/assistants/search",
+            "assistants",
+            "List the served agents",
+        )
+        .body(generator.subschema_for::<AssistantSearch>())
+        .ok("200", "application/json", array(&assistant)),
+        Operation::new("get", "/assistants/{id}", "assistants", "An agent").ok(
+            "200",
+            "application/json",
+            assistant.clone(),
+        ),
+        Operation::new(
+            "get",
+            "/assistants/{id}/schemas",
+            "assistants",
+            "An agent's input and output schemas",
+        ),
+        Operation::new("post", "/threads", "threads", "Create a thread")
+            .body(generator.subschema_for::<ThreadCreate>())
+            .ok("200", "application/json", thread.clone()),
+        Operation::new("get", "/threads/{tid}", "threads", "A thread").ok(
+            "200",
+            "application/json",
+            thread,
+        ),
+        Operation::new("get", "/threads/{tid}/state", "threads", "A thread's state").ok(
+            "200",
+            "application/json",
+            state.clone(),
+        ),
+        Operation::new(
+            "post",
+            "/threads/{tid}/history",
+            "threads",
+            "A thread's states, newest first",
+        )
+        .body(generator.subschema_for::<HistoryQuery>())
+        .ok("200", "application/json", array(&state)),
+        Operation::new(
+            "get",
+            "/threads/{tid}/runs",
+            "runs",
+            "A thread's runs, newest first",
+        )
+        .query("limit", limit.clone())
+        .query("offset", limit)
+        .query("status", status)
+        .ok("200", "application/json", array(&run)),
+    ];
+    for (base, tag) in [("/runs", "stateless runs"), ("/threads/{tid}/runs", "runs")] {
+        ops.push(
+            Operation::new("post", base, tag, "Start a run in the background")
+                .body(run_body.clone())
+                .ok("200", "application/json", run.clone()),
+        );
+        ops.push(
+            Operation::new(
+                "post",
+                format!("{base}/wait"),
+                tag,
+                "Run and wait for the answer",
+            )
+            .body(run_body.clone())
+            .ok("200", "application/json", values.clone()),
+        );
+        ops.push(
+            Operation::new(
+                "post",
+                format!("{base}/stream"),
+                tag,
+                "Run and stream its events",
+            )
+            .body(run_body.clone())
+            .ok("200", "text/event-stream", events.clone()),
+        );
+        ops.push(
+            Operation::new("get", format!("{base}/{{rid}}"), tag, "A run").ok(
+                "200",
+                "application/json",
+                run.clone(),
+            ),
+        );
+        ops.push(
+            Operation::new(
+                "get",
+                format!("{base}/{{rid}}/join"),
+                tag,
+                "Wait for a run's answer",
+            )
+            .ok("200", "application/json", values.clone()),
+        );
+        ops.push(
+            Operation::new(
+                "get",
+                format!("{base}/{{rid}}/stream"),
+                tag,
+                "Join a run's event stream (Last-Event-ID resumes)",
+            )
+            .query("stream_mode", json!({"type": "string"}))
+            .ok("200", "text/event-stream", events.clone()),
+        );
+        ops.push(
+            Operation::new(
+                "post",
+                format!("{base}/{{rid}}/cancel"),
+                tag,
+                "Cancel a run",
+            )
+            .query("wait", json!({"type": "string"}))
+            .ok("202", "application/json", json!({})),
+        );
+    }
+    ops.push(
+        Operation::new(
+            "get",
+            "/runs/{rid}/trace",
+            "stateless runs",
+            "A finished run's JSONL trace",
+        )
+        .ok("200", "application/x-ndjson", json!({"type": "string"})),
+    );
+    ops.push(
+        Operation::new(
+            "get",
+            "/runs/{rid}/view",
+            "stateless runs",
+            "A finished run's trace in the HTML viewer",
+        )
+        .ok("200", "text/html", json!({"type": "string"})),
+    );
+    ops
+}

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 use crate::runs::{RunRecord, ThreadRecord, ThreadState, Turn};
 
 /// An assistant: a served agent.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, schemars::JsonSchema)]
 pub(crate) struct Assistant {
     pub(crate) assistant_id: String,
     pub(crate) graph_id: String,
@@ -21,7 +21,7 @@ pub(crate) struct Assistant {
 }
 
 /// `POST /assistants/search`'s body (every field optional).
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub(crate) struct AssistantSearch {
     pub(crate) graph_id: Option<String>,
     pub(crate) name: Option<String>,
@@ -30,7 +30,7 @@ pub(crate) struct AssistantSearch {
 }
 
 /// `POST /threads`'s body.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub(crate) struct ThreadCreate {
     pub(crate) thread_id: Option<String>,
     pub(crate) metadata: Option<Value>,
@@ -38,13 +38,13 @@ pub(crate) struct ThreadCreate {
 }
 
 /// `POST /threads/{id}/history`'s body.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub(crate) struct HistoryQuery {
     pub(crate) limit: Option<usize>,
 }
 
 /// One stream mode or several.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub(crate) enum Modes {
     One(String),
@@ -52,7 +52,7 @@ pub(crate) enum Modes {
 }
 
 /// The body of a run's create, stream and wait.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub(crate) struct RunCreate {
     pub(crate) assistant_id: String,
     pub(crate) input: Option<Value>,
@@ -64,7 +64,7 @@ pub(crate) struct RunCreate {
 }
 
 /// `?limit=&offset=&status=` of run lists.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub(crate) struct ListQuery {
     pub(crate) limit: Option<usize>,
     pub(crate) offset: Option<usize>,
@@ -72,7 +72,7 @@ pub(crate) struct ListQuery {
 }
 
 /// `?wait=&action=` of a cancel.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 pub(crate) struct CancelQuery {
     pub(crate) wait: Option<String>,
 }

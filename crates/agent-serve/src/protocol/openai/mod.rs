@@ -83,7 +83,7 @@ async fn models(State(runs): State<Runs>) -> Json<Value> {
 
 /// The parts of a chat request this server reads (the rest is accepted and ignored:
 /// sampling settings belong to the agent's own model).
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct ChatRequest {
     model: String,
     messages: Vec<ChatMessage>,
@@ -92,27 +92,27 @@ struct ChatRequest {
     stream_options: Option<StreamOptions>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct StreamOptions {
     #[serde(default)]
     include_usage: bool,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct ChatMessage {
     role: String,
     #[serde(default)]
     content: Option<Content>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 enum Content {
     Text(String),
     Parts(Vec<Part>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct Part {
     #[serde(rename = "type")]
     kind: String,
@@ -316,4 +316,54 @@ async fn completions(
         map,
         vec![Event::default().data("[DONE]")],
     ))
+}
+
+/// The OpenAI routes' operations, for `/openapi.json`.
+pub(crate) fn operations(
+    generator: &mut schemars::generate::SchemaGenerator,
+) -> Vec<crate::openapi::Operation> {
+    use crate::openapi::{Operation, object};
+    let string = json!({"type": "string"});
+    let integer = json!({"type": "integer"});
+    let models = object(
+        json!({"object": string, "data": {"type": "array", "items": object(
+            json!({"id": string, "object": string, "created": integer, "owned_by": string}),
+            &["id", "object", "created", "owned_by"],
+        )}}),
+        &["object", "data"],
+    );
+    let completion = object(
+        json!({"id": string, "object": string, "created": integer, "model": string,
+            "choices": {"type": "array"}, "usage": {"type": "object"}}),
+        &["id", "object", "created", "model", "choices"],
+    );
+    let response = object(
+        json!({"id": string, "object": string, "created_at": integer, "status": string,
+            "model": string, "output": {"type": "array"}}),
+        &["id", "object", "created_at", "status", "model", "output"],
+    );
+    let or_stream = |schema: Value| json!({"anyOf": [schema, {"type": "string", "description": "Server-Sent Events, with `stream: true`"}]});
+    vec![
+        Operation::new("get", "/v1/models", "openai", "The agents, as models")
+            .ok("200", "application/json", models)
+            .openai(),
+        Operation::new(
+            "post",
+            "/v1/chat/completions",
+            "openai",
+            "A chat completion from an agent",
+        )
+        .body(generator.subschema_for::<ChatRequest>())
+        .ok("200", "application/json", or_stream(completion))
+        .openai(),
+        Operation::new(
+            "post",
+            "/v1/responses",
+            "openai",
+            "A response from an agent (the Responses API)",
+        )
+        .body(generator.subschema_for::<responses::ResponsesRequest>())
+        .ok("200", "application/json", or_stream(response))
+        .openai(),
+    ]
 }

@@ -16,7 +16,7 @@ use crate::runs::{NewRun, RunEvent, RunRecord, Runs, Spent};
 use crate::sse;
 
 /// The parts of a Responses request this server reads.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 pub(super) struct ResponsesRequest {
     model: String,
     input: Input,
@@ -26,14 +26,14 @@ pub(super) struct ResponsesRequest {
     metadata: Option<Value>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 enum Input {
     Text(String),
     Items(Vec<Item>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct Item {
     #[serde(default)]
     role: Option<String>,
@@ -41,14 +41,14 @@ struct Item {
     content: Option<ItemContent>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
 enum ItemContent {
     Text(String),
     Parts(Vec<ItemPart>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 struct ItemPart {
     #[serde(rename = "type")]
     kind: String,
