@@ -68,6 +68,9 @@ impl From<RunsError> for ApiError {
             RunsError::UnknownAgent(_) | RunsError::UnknownThread(_) | RunsError::UnknownRun(_) => {
                 ApiError::not_found(error.to_string())
             }
+            RunsError::NotInterrupted(_) => {
+                ApiError::new(StatusCode::CONFLICT, "not_interrupted", error.to_string())
+            }
             RunsError::ThreadBusy(_) => {
                 ApiError::new(StatusCode::CONFLICT, "thread_busy", error.to_string())
             }

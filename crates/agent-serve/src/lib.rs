@@ -36,7 +36,9 @@ pub use agents::{FnAgent, InvalidInput, Request, ServedAgent, message_of, messag
 pub use auth::{KeyName, Keys, KeysError};
 pub use error::{ApiError, JsonBody};
 pub use protocol::openai::OpenAiError;
-pub use runs::{Limits, RunHandle, RunRecord, RunStatus, Runs, RunsError, Store, StoreError};
+pub use runs::{
+    Interrupt, Limits, RunHandle, RunRecord, RunStatus, Runs, RunsError, Store, StoreError,
+};
 pub use server::{DEFAULT_BODY_LIMIT, ServeError, Server, ServerBuilder};
 #[cfg(feature = "spec")]
 #[cfg_attr(docsrs, doc(cfg(feature = "spec")))]

@@ -181,7 +181,13 @@ async fn openai_clients_get_chat_completions_streamed_or_whole() {
     let server = start(None).await;
     let (status, models) = server.get("/v1/models").await;
     assert_eq!(status, 200);
-    assert_eq!(models["data"][0]["id"], "echo");
+    let names: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["approver", "echo", "slow"]);
 
     let (status, completion) = server
         .post(
@@ -555,4 +561,63 @@ async fn the_openapi_document_names_every_route_with_its_body_schema() {
             .unwrap()
             .contains(&json!("assistant_id"))
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_waiting_for_approval_is_interrupted_until_resumed_on_its_thread() {
+    let server = start(None).await;
+    let (_, thread) = server.post("/threads", json!({})).await;
+    let tid = thread["thread_id"].as_str().unwrap().to_owned();
+    let (status, waited) = server
+        .post(
+            &format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "approver", "input": "delete x"}),
+        )
+        .await;
+    assert_eq!(status, 200, "{waited}");
+    assert_eq!(waited["__interrupt__"][0]["id"], "call_1", "{waited}");
+    assert_eq!(waited["__interrupt__"][0]["value"]["tool"], "delete");
+    let (_, runs) = server.get(&format!("/threads/{tid}/runs")).await;
+    assert_eq!(runs[0]["status"], "interrupted", "{runs}");
+    let (_, thread) = server.get(&format!("/threads/{tid}")).await;
+    assert_eq!(thread["status"], "interrupted", "{thread}");
+    // The thread is held: another run is refused; a resume with nothing waiting is a 409
+    // elsewhere.
+    let (status, _) = server
+        .post(
+            &format!("/threads/{tid}/runs/wait"),
+            json!({"assistant_id": "echo", "input": "meanwhile"}),
+        )
+        .await;
+    assert_eq!(status, 409);
+    let (_, other) = server.post("/threads", json!({})).await;
+    let (status, error) = server
+        .post(
+            &format!(
+                "/threads/{}/runs/wait",
+                other["thread_id"].as_str().unwrap()
+            ),
+            json!({"assistant_id": "approver", "command": {"resume": "approve"}}),
+        )
+        .await;
+    assert_eq!(status, 409, "{error}");
+
+    // Resumed (streamed): the stream shows what the answer led to.
+    let request = server
+        .client
+        .post(format!("{}/threads/{tid}/runs/stream", server.base))
+        .json(&json!({"assistant_id": "approver", "command": {"resume": {"call_1": "approve"}}, "stream_mode": ["values"]}));
+    let (_, events) = server.events(request).await;
+    let values = events.iter().rev().find(|(_, e, _)| e == "values").unwrap();
+    let values: Value = serde_json::from_str(&values.2).unwrap();
+    assert_eq!(values["output"], "approved: approve", "{values}");
+    assert!(
+        events.iter().all(|(_, _, d)| !d.contains("__interrupt__")),
+        "{events:?}"
+    );
+    let run_id = runs[0]["run_id"].as_str().unwrap();
+    let (_, run) = server.get(&format!("/threads/{tid}/runs/{run_id}")).await;
+    assert_eq!(run["status"], "success", "{run}");
+    let (_, thread) = server.get(&format!("/threads/{tid}")).await;
+    assert_eq!(thread["status"], "idle", "{thread}");
 }

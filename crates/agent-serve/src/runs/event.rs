@@ -33,6 +33,14 @@ pub enum RunEvent {
         /// The event.
         event: Value,
     },
+    /// The run waits for a person: a tool call to approve, a question to answer. Resumed
+    /// with an answer ([`Runs::resume`](super::Runs::resume)).
+    Interrupted {
+        /// The interrupt's id (the tool call's id for an approval).
+        id: String,
+        /// What the run asks.
+        value: Value,
+    },
     /// The run answered.
     Output {
         /// The answer: text as a JSON string, a typed answer as its JSON.

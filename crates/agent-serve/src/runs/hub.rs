@@ -48,6 +48,11 @@ impl Hub {
         self.last.send_replace((last + 1, false));
     }
 
+    /// The number of the last event pushed.
+    pub(crate) fn last_seq(&self) -> u64 {
+        self.last.borrow().0
+    }
+
     /// Marks the run over: followers end after the last event.
     pub(crate) fn close(&self) {
         let _events = self.events.write().unwrap_or_else(PoisonError::into_inner);

@@ -44,6 +44,9 @@ pub enum RunsError {
     /// No run has that id.
     #[error("no run has the id `{0}`")]
     UnknownRun(String),
+    /// No run on the thread waits for a person (a `resume` with nothing to resume).
+    #[error("no run on thread `{0}` waits for an answer")]
+    NotInterrupted(String),
     /// The thread has a run going (the `reject` multitask strategy).
     #[error("thread `{0}` has a run going")]
     ThreadBusy(String),
@@ -88,6 +91,8 @@ pub struct RunHandle {
     /// The run as it started (or as the store had it).
     pub record: RunRecord,
     live: Option<Arc<Live>>,
+    /// For a resumed run: its last event before it was resumed.
+    resumed_from: u64,
     runs: Runs,
 }
 
@@ -138,6 +143,37 @@ impl RunHandle {
             .run(&self.record.id)
             .await?
             .ok_or_else(|| RunsError::UnknownRun(self.record.id.clone()))
+    }
+
+    /// Waits for the run to end or to wait for a person, whichever comes first.
+    pub async fn wait_or_interrupt(&self) -> Result<Waited, RunsError> {
+        if let Some(live) = &self.live {
+            let mut done = live.done.clone();
+            let mut waiting = live.waiting.subscribe();
+            loop {
+                if let Some(record) = done.borrow_and_update().clone() {
+                    return Ok(Waited::Done(record));
+                }
+                if let Some(interrupt) = waiting.borrow_and_update().clone() {
+                    let record = RunRecord {
+                        status: RunStatus::Interrupted,
+                        ..self.record.clone()
+                    };
+                    return Ok(Waited::Interrupted(record, interrupt));
+                }
+                tokio::select! {
+                    changed = done.changed() => if changed.is_err() { break },
+                    _ = waiting.changed() => {}
+                }
+            }
+        }
+        self.wait().await.map(Waited::Done)
+    }
+
+    /// For a handle [`Runs::resume`] gave: the number of the run's last event before it was
+    /// resumed (a stream of what the answer led to starts after it); else 0.
+    pub fn resumed_from(&self) -> u64 {
+        self.resumed_from
     }
 
     /// Cancels the run (it ends `interrupted`); nothing if it is over.
@@ -200,6 +236,31 @@ struct Live {
     hub: Arc<Hub>,
     cancel: CancellationToken,
     done: watch::Receiver<Option<RunRecord>>,
+    /// Where a person's answer to an interrupt goes.
+    steering: SteeringQueue,
+    /// The interrupt the run waits on (a tool approval, a question), if any.
+    waiting: Arc<watch::Sender<Option<Interrupt>>>,
+    /// The run's thread, if any.
+    thread_id: Option<String>,
+}
+
+/// A run waiting for a person: what it asks, and the id to answer it by.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Interrupt {
+    /// Its id (the tool call's id for an approval).
+    pub id: String,
+    /// What the run asks (for an approval: the tool, the call's id and its arguments).
+    pub value: Value,
+}
+
+/// Where a run stands when a caller stops waiting for it.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub enum Waited {
+    /// It is over.
+    Done(RunRecord),
+    /// It waits for a person (resumed with [`Runs::resume`]).
+    Interrupted(RunRecord, Interrupt),
 }
 
 /// The run model: starts runs on agents, keeps their events and records in a [`Store`].
@@ -262,6 +323,20 @@ impl Runs {
             .agent(&new.agent)
             .ok_or_else(|| RunsError::UnknownAgent(new.agent.clone()))?
             .clone();
+        if let Some(id) = &new.thread_id {
+            // A run waiting for a person still holds its thread (the store says
+            // `interrupted` for it, as for a run that was stopped).
+            let waits = self
+                .inner
+                .live
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .values()
+                .any(|live| live.thread_id.as_deref() == Some(id.as_str()));
+            if waits {
+                return Err(RunsError::ThreadBusy(id.clone()));
+            }
+        }
         let history = match &new.thread_id {
             Some(id) => {
                 self.inner
@@ -347,10 +422,15 @@ impl Runs {
         let hub = Hub::new(&record.id, after, self.inner.store.clone());
         let cancel = self.inner.stopping.child_token();
         let (done_tx, done) = watch::channel(None);
+        let steering = SteeringQueue::new();
+        let waiting = Arc::new(watch::channel(None).0);
         let live = Arc::new(Live {
             hub: hub.clone(),
             cancel: cancel.clone(),
             done,
+            steering: steering.clone(),
+            waiting: waiting.clone(),
+            thread_id: record.thread_id.clone(),
         });
         self.inner
             .live
@@ -361,7 +441,7 @@ impl Runs {
         let started = record.clone();
         self.inner.tasks.spawn(async move {
             let end = runs
-                .execute(&started, agent, program, &hub, cancel, resumed)
+                .execute(&started, agent, program, &hub, (cancel, steering, waiting), resumed)
                 .await;
             let stopped = matches!(&end, Err(Ended::Run(e)) if matches!(e.kind, agent_engine::ErrorKind::Aborted))
                 && runs.inner.stopping.is_cancelled();
@@ -387,6 +467,7 @@ impl Runs {
         RunHandle {
             record,
             live: Some(live),
+            resumed_from: 0,
             runs: self.clone(),
         }
     }
@@ -398,7 +479,11 @@ impl Runs {
         agent: Arc<dyn ServedAgent>,
         program: agent_op::Op<(), Value>,
         hub: &Arc<Hub>,
-        cancel: CancellationToken,
+        (cancel, steering, waiting): (
+            CancellationToken,
+            SteeringQueue,
+            Arc<watch::Sender<Option<Interrupt>>>,
+        ),
         resumed: Option<Resumed>,
     ) -> Result<agent_engine::Outcome<(), Value>, Ended> {
         self.inner.store.set_running(&record.id);
@@ -410,11 +495,15 @@ impl Runs {
         let config = agent
             .config()
             .cancel_token(cancel)
-            .steering(SteeringQueue::new())
+            .steering(steering)
             .trace_id(TraceId::from(record.id.as_str()))
             .name(record.agent.clone())
             .subscribe(HubSubscriber {
                 hub: hub.clone(),
+                waiting,
+                store: self.inner.store.clone(),
+                run_id: record.id.clone(),
+                thread_id: record.thread_id.clone(),
                 skip: std::sync::atomic::AtomicU64::new(
                     resumed.as_ref().map_or(0, |r| r.trace_events),
                 ),
@@ -543,11 +632,52 @@ impl Runs {
             .run(id)
             .await?
             .ok_or_else(|| RunsError::UnknownRun(id.to_owned()))?;
-        // A run that ended between the two reads is taken from the store.
-        let live = live.filter(|_| !record.status.is_final());
+        // A run that ended between the two reads still has its (closed) hub and its end.
         Ok(RunHandle {
             record,
             live,
+            resumed_from: 0,
+            runs: self.clone(),
+        })
+    }
+
+    /// Answers the interrupt the run going on `thread_id` waits on (`approve` approves a
+    /// tool call; anything else is the person's answer or refusal) and lets it go on;
+    /// [`RunsError::NotInterrupted`] if no run there waits.
+    pub async fn resume(&self, thread_id: &str, answer: String) -> Result<RunHandle, RunsError> {
+        let live = self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .find(|(_, live)| {
+                live.thread_id.as_deref() == Some(thread_id) && live.waiting.borrow().is_some()
+            })
+            .map(|(id, live)| (id.clone(), live.clone()));
+        let Some((run_id, live)) = live else {
+            self.thread(thread_id).await?;
+            return Err(RunsError::NotInterrupted(thread_id.to_owned()));
+        };
+        let resumed_from = live.hub.last_seq();
+        live.waiting.send_replace(None);
+        self.inner
+            .store
+            .set_status(&run_id, RunStatus::Running, Some(thread_id));
+        live.steering.push(agent_op::Steering::new(answer));
+        let record = self
+            .inner
+            .store
+            .run(&run_id)
+            .await?
+            .ok_or_else(|| RunsError::UnknownRun(run_id.clone()))?;
+        Ok(RunHandle {
+            record: RunRecord {
+                status: RunStatus::Running,
+                ..record
+            },
+            live: Some(live),
+            resumed_from,
             runs: self.clone(),
         })
     }
@@ -705,9 +835,19 @@ enum Ended {
     Run(Box<RunError>),
 }
 
+/// The custom events by which a program says it waits for a person: a tool approval
+/// (`agent-agents` emits `approval_requested` before it waits on the steering queue) or a
+/// question.
+const INTERRUPTS: [&str; 2] = ["approval_requested", "input_requested"];
+
 /// Passes a run's trace events and reply deltas to its hub.
 struct HubSubscriber {
     hub: Arc<Hub>,
+    /// Told when the run starts waiting for a person.
+    waiting: Arc<watch::Sender<Option<Interrupt>>>,
+    store: Store,
+    run_id: String,
+    thread_id: Option<String>,
     /// Trace events still to drop: a resumed run replays its committed prefix, whose
     /// events its streams already had.
     skip: std::sync::atomic::AtomicU64,
@@ -721,6 +861,27 @@ impl Subscriber for HubSubscriber {
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
         if skipped.is_ok() {
             return;
+        }
+        if let agent_op::EventKind::Custom(custom) = &event.kind {
+            if INTERRUPTS.contains(&custom.name.as_str()) {
+                let id = custom.data["call_id"]
+                    .as_str()
+                    .map_or_else(|| format!("{}", self.hub.last_seq() + 1), str::to_owned);
+                let interrupt = Interrupt {
+                    id: id.clone(),
+                    value: custom.data.clone(),
+                };
+                self.store.set_status(
+                    &self.run_id,
+                    RunStatus::Interrupted,
+                    self.thread_id.as_deref(),
+                );
+                self.hub.push(RunEvent::Interrupted {
+                    id,
+                    value: custom.data.clone(),
+                });
+                self.waiting.send_replace(Some(interrupt));
+            }
         }
         let Ok(event) = serde_json::to_value(event) else {
             return;

@@ -266,6 +266,34 @@ impl Store {
         });
     }
 
+    /// Sets a going run's status (and its thread's: `interrupted` while it waits for a
+    /// person, `busy` again when it goes on), queued like [`set_running`](Store::set_running).
+    pub(crate) fn set_status(&self, id: &str, status: RunStatus, thread: Option<&str>) {
+        let id = id.to_owned();
+        let thread = thread.map(str::to_owned);
+        self.queue(move |conn| {
+            let now = time(&Utc::now());
+            conn.execute(
+                "UPDATE runs SET status = ?2, updated_at = ?3 WHERE id = ?1",
+                params![id, status.as_str(), now],
+            )
+            .map_err(db("updating a run"))?;
+            if let Some(thread) = thread {
+                let thread_status = if status == RunStatus::Interrupted {
+                    ThreadStatus::Interrupted
+                } else {
+                    ThreadStatus::Busy
+                };
+                conn.execute(
+                    "UPDATE threads SET status = ?2, updated_at = ?3 WHERE id = ?1",
+                    params![thread, thread_status.as_str(), now],
+                )
+                .map_err(db("updating a thread"))?;
+            }
+            Ok(())
+        });
+    }
+
     /// Records how the run ended, its trace, and (on a thread) the thread's new state, in
     /// one transaction.
     pub(crate) async fn finish_run(&self, end: RunEnd) -> Result<(), StoreError> {

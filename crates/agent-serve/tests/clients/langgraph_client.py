@@ -69,7 +69,17 @@ async def main(base: str, key: str) -> None:
     cancelled = await client.runs.get(tid, run["run_id"])
     assert cancelled["status"] == "interrupted", cancelled
 
-    print("langgraph-sdk: assistants, runs.wait, runs.stream in five modes, threads over two turns, "
+    # A run waiting for a tool approval, then resumed with the protocol's command.
+    approval = await client.threads.create()
+    aid = approval["thread_id"]
+    waited = await client.runs.wait(aid, "approver", input="delete x")
+    assert waited["__interrupt__"][0]["value"]["tool"] == "delete", waited
+    state = await client.threads.get(aid)
+    assert state["status"] == "interrupted", state
+    resumed = await client.runs.wait(aid, "approver", command={"resume": "approve"})
+    assert resumed["output"] == "approved: approve", resumed
+
+    print("langgraph-sdk: an interrupted run resumed; assistants, runs.wait, runs.stream in five modes, threads over two turns, "
           "a joined background run, one run per thread, cancel: ok")
 
 

@@ -63,6 +63,7 @@ pub async fn start(keys: Option<Keys>) -> Running {
     let mut builder = Server::builder()
         .agent("echo", echo())
         .agent("slow", echo_after(Duration::from_millis(1500)))
+        .agent("approver", approver())
         .store(dir.path().join("serve.db"));
     if let Some(keys) = keys {
         builder = builder.keys(keys);
@@ -151,4 +152,23 @@ pub fn parse_sse(text: &str) -> Vec<(Option<String>, String, String)> {
         }
     }
     events
+}
+
+/// An agent that asks a person to approve a `delete` call and answers with what it was
+/// told: `approved: <answer>`.
+pub fn approver() -> FnAgent {
+    FnAgent::new(Config::new(), |_request| {
+        let ask = agent_op::EventKind::custom(
+            "approval_requested",
+            serde_json::json!({"tool": "delete", "call_id": "call_1", "args": {"path": "x"}}),
+        );
+        Ok(op::emit(ask)
+            .then(op::wait_steering(Duration::from_secs(60)))
+            .map(|answer| {
+                Value::String(match answer {
+                    Some(steering) => format!("approved: {}", steering.message),
+                    None => "no answer".into(),
+                })
+            }))
+    })
 }

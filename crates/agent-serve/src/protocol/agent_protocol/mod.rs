@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use crate::agents::message_of;
 use crate::auth::KeyName;
 use crate::error::{ApiError, JsonBody};
-use crate::runs::{NewRun, RunEvent, RunHandle, RunRecord, RunStatus, Runs, Turn};
+use crate::runs::{NewRun, RunEvent, RunHandle, RunRecord, RunStatus, Runs, Turn, Waited};
 use crate::sse;
 use wire::{AssistantSearch, CancelQuery, HistoryQuery, ListQuery, Modes, RunCreate, ThreadCreate};
 
@@ -223,10 +223,8 @@ async fn start(
     thread: Option<String>,
     body: RunCreate,
 ) -> Result<RunHandle, ApiError> {
-    if body.command.is_some() {
-        return Err(ApiError::unprocessable(
-            "`command` (resuming an interrupted run) is not supported by this server yet",
-        ));
+    if let Some(command) = &body.command {
+        return resume(runs, thread.as_deref(), command).await;
     }
     match body.multitask_strategy.as_deref() {
         None | Some("reject") => {}
@@ -255,6 +253,32 @@ async fn start(
         })
         .await?;
     Ok(handle)
+}
+
+/// `command: {"resume": …}`: the answer to the interrupt a run on the thread waits on (a
+/// string, or `{interrupt id: answer}`; anything but a string is given as its JSON text).
+async fn resume(runs: &Runs, thread: Option<&str>, command: &Value) -> Result<RunHandle, ApiError> {
+    let Some(thread) = thread else {
+        return Err(ApiError::unprocessable(
+            "`command` resumes an interrupted run on a thread: use /threads/{thread_id}/runs…",
+        ));
+    };
+    let Some(answer) = command.get("resume") else {
+        return Err(ApiError::unprocessable(
+            "`command` supports `resume` only (`update` and `goto` have no meaning for these agents)",
+        ));
+    };
+    let answer = match answer {
+        Value::Object(by_id) if by_id.len() == 1 => {
+            by_id.values().next().cloned().unwrap_or_default()
+        }
+        other => other.clone(),
+    };
+    let answer = match answer {
+        Value::String(text) => text,
+        other => other.to_string(),
+    };
+    Ok(runs.resume(thread, answer).await?)
 }
 
 /// The stream modes a body asks for (default `values`).
@@ -427,6 +451,15 @@ fn stream(handle: &RunHandle, modes: BTreeSet<String>, after: u64, first: bool) 
                     &json!({"error": failure.kind, "message": failure.message}),
                 ));
             }
+            RunEvent::Interrupted { id, value } => {
+                let interrupt = json!({"__interrupt__": [{"value": value, "id": id}]});
+                if modes.contains("values") {
+                    out.push(sse::json_event("values", &interrupt));
+                }
+                if modes.contains("updates") {
+                    out.push(sse::json_event("updates", &interrupt));
+                }
+            }
             RunEvent::Started { .. } | RunEvent::Ended { .. } => {}
         }
         out
@@ -483,8 +516,14 @@ async fn wait_on_thread(
 }
 
 async fn wait_response(runs: &Runs, handle: &RunHandle) -> Result<Response, ApiError> {
-    let record = handle.wait().await?;
-    let values = final_values(runs, &record).await?;
+    let (record, interrupt) = match handle.wait_or_interrupt().await? {
+        Waited::Done(record) => (record, None),
+        Waited::Interrupted(record, interrupt) => (record, Some(interrupt)),
+    };
+    let mut values = final_values(runs, &record).await?;
+    if let Some(interrupt) = interrupt {
+        values["__interrupt__"] = json!([{"value": interrupt.value, "id": interrupt.id}]);
+    }
     Ok(with_location(Json(values).into_response(), &record, false))
 }
 
@@ -496,7 +535,7 @@ async fn stream_stateless(
     let body = body?.0;
     let modes = modes(body.stream_mode.clone())?;
     let handle = start(&runs, key, None, body).await?;
-    let response = stream(&handle, modes, 0, true);
+    let response = stream(&handle, modes, handle.resumed_from(), true);
     Ok(with_location(response, &handle.record, true))
 }
 
@@ -509,7 +548,7 @@ async fn stream_on_thread(
     let body = body?.0;
     let modes = modes(body.stream_mode.clone())?;
     let handle = start(&runs, key, Some(tid), body).await?;
-    let response = stream(&handle, modes, 0, true);
+    let response = stream(&handle, modes, handle.resumed_from(), true);
     Ok(with_location(response, &handle.record, true))
 }
 
