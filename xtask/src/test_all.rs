@@ -153,9 +153,11 @@ impl Step {
             Step::Cargo(args) => display(args),
             Step::StartPostgres => "cargo xtask pg start".to_owned(),
             Step::StartTemporal => "cargo xtask temporal start".to_owned(),
-            Step::Package => "cargo package --workspace (the published crates)".to_owned(),
+            Step::Package => {
+                "cargo package --workspace --no-verify, then the core crates verified".to_owned()
+            }
             Step::SemverChecks => format!(
-                "cargo semver-checks --workspace --baseline-rev v{}",
+                "cargo semver-checks -p <the core crates> --default-features --baseline-rev v{}",
                 release::BASELINE.version
             ),
         }
@@ -318,13 +320,17 @@ fn execute(shown: &str, mut command: Command) -> Result<bool, String> {
 
 /// The packaging step (number `n`).
 fn package(root: &Path, n: usize) -> Result<bool, String> {
-    let args = release::package_args(root)?;
-    let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let mut command = cargo(root, &args);
-    // Each package is verified as a workspace of its own, without this workspace's profiles:
-    // debug info would double the time and the disk of a build nothing runs.
-    command.env("CARGO_PROFILE_DEV_DEBUG", "false");
-    run_command(&display(&args), command, n)
+    for args in [release::package_args(root)?, release::verify_args()] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let mut command = cargo(root, &args);
+        // Each package is verified as a workspace of its own, without this workspace's
+        // profiles: debug info would double the time and the disk of a build nothing runs.
+        command.env("CARGO_PROFILE_DEV_DEBUG", "false");
+        if !run_command(&display(&args), command, n)? {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The API-compatibility step (number `n`); installing the tool, when it must, is part of

@@ -1,7 +1,11 @@
 //! `agent serve` as a process: killed (SIGKILL) while a run's model call is in flight and
 //! started again on its store, the run continues from its journal with no committed call
 //! made again, and a stream reconnected with `Last-Event-ID` sees every event once; stopped
-//! with SIGTERM, it exits within its grace and the next server finishes the run.
+//! with SIGTERM, it exits within its grace and the next server finishes the run. Its chat
+//! page in headless Chromium, `agent chat` in a pseudo-terminal, and a planted provider
+//! key that must appear nowhere. (One binary: each test file links the whole CLI again.)
+
+mod support;
 
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
@@ -630,4 +634,114 @@ async fn agent_chat_streams_turns_remembers_them_and_ctrl_c_stops_a_turn_not_the
     assert!(screen.contains("this session: 4 model calls"), "{screen}");
     // Each answer once on the screen (streamed, not printed again).
     assert_eq!(screen.matches("turn 1 fresh").count(), 1, "{screen}");
+}
+
+/// `agent serve`'s chat page in headless Chromium: a message typed and sent, the answer
+/// streamed into the page, the turn's tool call with its arguments and result, its cost,
+/// and the link to its trace.
+#[test]
+fn a_message_sent_in_the_chat_page_streams_its_answer_and_shows_its_tool_call() {
+    let chromium = match support::chromium::find_or_install() {
+        Ok(chromium) => chromium,
+        Err(why) => {
+            eprintln!("SKIPPED: the chat page test needs Chromium: {why}");
+            return;
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("notes")).unwrap();
+    std::fs::write(
+        dir.path().join("notes/notes.md"),
+        "Budgets are enforced by the runtime.",
+    )
+    .unwrap();
+    let spec = dir.path().join("notes.toml");
+    std::fs::write(
+        &spec,
+        r#"[model]
+provider = "scripted"
+name = "m"
+replies = [
+  { calls = [{ tool = "read_file", args = { path = "notes.md" } }] },
+  "The notes say budgets are enforced by the runtime.",
+]
+
+[agent]
+name = "notes"
+goal = "Answer from the notes."
+
+[tools.read_file]
+root = "notes"
+"#,
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let _server = Killed(
+        Command::new(env!("CARGO_BIN_EXE_agent"))
+            .arg("serve")
+            .arg(&spec)
+            .arg("--store")
+            .arg(dir.path().join("serve.db"))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "agent serve did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/chat.mjs");
+    let out = chromium
+        .drive_url(
+            &script,
+            &format!("http://127.0.0.1:{port}/"),
+            &["notes", "What do the notes say?"],
+        )
+        .unwrap();
+    let Some(out) = out else {
+        eprintln!("SKIPPED: the chat page test needs Node to drive Chromium");
+        return;
+    };
+    let page: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(page["user"], "What do the notes say?", "{page}");
+    assert_eq!(page["error"], false, "{page}");
+    assert_eq!(
+        page["answer"], "The notes say budgets are enforced by the runtime.",
+        "{page}"
+    );
+    let tools = page["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{page}");
+    assert!(
+        tools[0]["name"].as_str().unwrap().contains("read_file"),
+        "{page}"
+    );
+    assert!(
+        tools[0]["args"].as_str().unwrap().contains("notes.md"),
+        "{page}"
+    );
+    assert!(
+        tools[0]["result"]
+            .as_str()
+            .unwrap()
+            .contains("Budgets are enforced"),
+        "{page}"
+    );
+    assert!(
+        page["cost"].as_str().unwrap().contains("2 model calls"),
+        "{page}"
+    );
+    assert_eq!(page["trace"], true, "{page}");
+    // The answer was on the page before the turn was done (streamed, not only at the end).
+    assert!(!page["seen"].as_array().unwrap().is_empty(), "{page}");
 }

@@ -3,7 +3,7 @@
 //! answer is a 4xx with a JSON body (or a 2xx for what happens to be valid), never a 5xx;
 //! the server keeps serving; the runs stored before are unchanged.
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

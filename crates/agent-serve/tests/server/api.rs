@@ -1,13 +1,11 @@
 //! The server over real HTTP on 127.0.0.1: the Agent Protocol's runs, threads and streams,
 //! OpenAI's chat, keys, and bad input.
 
-mod support;
-
 use std::time::Duration;
 
+use crate::support::start;
 use agent_serve::{Keys, Limits};
 use serde_json::{Value, json};
-use support::start;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stateless_run_waits_for_its_answer_and_is_stored_with_its_spend_and_trace() {

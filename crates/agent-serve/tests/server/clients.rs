@@ -2,7 +2,7 @@
 //! routes and LangGraph's (`langgraph-sdk`) on the Agent Protocol's, each installed into a
 //! virtualenv under `target/` on first use (one `SKIPPED:` line when that cannot be done).
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};

@@ -1,5 +1,4 @@
 //! What the server's tests share: agents with a scripted model, and a server on 127.0.0.1.
-#![allow(dead_code)]
 
 use std::time::Duration;
 
