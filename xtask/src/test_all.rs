@@ -154,7 +154,7 @@ impl Step {
             Step::StartPostgres => "cargo xtask pg start".to_owned(),
             Step::StartTemporal => "cargo xtask temporal start".to_owned(),
             Step::Package => {
-                "cargo package --workspace --no-verify, then the core crates verified".to_owned()
+                "cargo package --workspace --no-verify, then the libraries verified".to_owned()
             }
             Step::SemverChecks => format!(
                 "cargo semver-checks -p <the core crates> --default-features --baseline-rev v{}",
@@ -320,7 +320,7 @@ fn execute(shown: &str, mut command: Command) -> Result<bool, String> {
 
 /// The packaging step (number `n`).
 fn package(root: &Path, n: usize) -> Result<bool, String> {
-    for args in [release::package_args(root)?, release::verify_args()] {
+    for args in [release::package_args(root)?, release::verify_args(root)?] {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut command = cargo(root, &args);
         // Each package is verified as a workspace of its own, without this workspace's
