@@ -238,9 +238,6 @@ pub fn semver_checks(root: &Path) -> SemverCheck {
                 .filter(|name| !new.iter().any(|n| n == *name) && !NOT_API.contains(name))
                 .flat_map(|name| ["-p", name]),
         )
-        // The default features: the facade with all of them would build the Temporal
-        // SDK's and the local model's rustdoc twice.
-        .arg("--default-features")
         .current_dir(root)
         // One target directory for every crate's rustdoc JSON, current and baseline: by
         // default each crate gets its own and builds every dependency again (11 min against

@@ -157,7 +157,7 @@ impl Step {
                 "cargo package --workspace --no-verify, then the libraries verified".to_owned()
             }
             Step::SemverChecks => format!(
-                "cargo semver-checks -p <the core crates> --default-features --baseline-rev v{}",
+                "cargo semver-checks -p <the core crates> --baseline-rev v{}",
                 release::BASELINE.version
             ),
         }
