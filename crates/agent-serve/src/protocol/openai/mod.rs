@@ -186,14 +186,45 @@ fn usage(spent: &Spent) -> Value {
     })
 }
 
+/// Starts a run of the agent `model` names (404 in OpenAI's shape if none does), recording
+/// which of the OpenAI APIs asked for it.
+async fn start(
+    runs: &Runs,
+    model: &str,
+    input: Value,
+    api: &str,
+    key: KeyName,
+) -> Result<crate::runs::RunHandle, OpenAiError> {
+    if runs.agent(model).is_none() {
+        return Err(OpenAiError(ApiError::not_found(format!(
+            "the model `{model}` does not exist (GET /v1/models lists the agents)"
+        ))));
+    }
+    Ok(runs
+        .start(NewRun {
+            agent: model.to_owned(),
+            thread_id: None,
+            input,
+            metadata: json!({ "api": api }),
+            key: key.0,
+        })
+        .await?)
+}
+
+/// What a client is told of a failed run.
+fn failure_message(failure: &crate::runs::Failure) -> String {
+    format!(
+        "the agent's run failed ({}): {}",
+        failure.kind, failure.message
+    )
+}
+
 /// A failed run, as an OpenAI error: 502, not to be retried.
 fn failed(record: &RunRecord) -> OpenAiError {
     let message = record
         .failure
         .as_ref()
-        .map_or("the run failed".to_owned(), |f| {
-            format!("the agent's run failed ({}): {}", f.kind, f.message)
-        });
+        .map_or("the run failed".to_owned(), failure_message);
     OpenAiError(ApiError::new(
         StatusCode::BAD_GATEWAY,
         "run_failed",
@@ -207,21 +238,14 @@ async fn completions(
     body: Result<JsonBody<ChatRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
     let request = body?.0;
-    if runs.agent(&request.model).is_none() {
-        return Err(OpenAiError(ApiError::not_found(format!(
-            "the model `{}` does not exist (GET /v1/models lists the agents)",
-            request.model
-        ))));
-    }
-    let handle = runs
-        .start(NewRun {
-            agent: request.model.clone(),
-            thread_id: None,
-            input: input(&request.messages)?,
-            metadata: json!({"api": "openai.chat.completions"}),
-            key: key.0,
-        })
-        .await?;
+    let handle = start(
+        &runs,
+        &request.model,
+        input(&request.messages)?,
+        "openai.chat.completions",
+        key,
+    )
+    .await?;
     let id = format!("chatcmpl-{}", handle.record.id.replace('-', ""));
     let created = handle.record.created_at.timestamp();
     if !request.stream {
@@ -300,7 +324,7 @@ async fn completions(
             }
             RunEvent::Failed { failure, .. } => {
                 let error = json!({"error": {
-                    "message": format!("the agent's run failed ({}): {}", failure.kind, failure.message),
+                    "message": failure_message(failure),
                     "type": "server_error",
                     "param": null,
                     "code": "run_failed",

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use super::{OpenAiError, answer_text};
 use crate::auth::KeyName;
 use crate::error::{ApiError, JsonBody};
-use crate::runs::{NewRun, RunEvent, RunRecord, Runs, Spent};
+use crate::runs::{RunEvent, RunRecord, Runs, Spent};
 use crate::sse;
 
 /// The parts of a Responses request this server reads.
@@ -181,7 +181,7 @@ impl Ids {
 fn failure(record: &RunRecord) -> Value {
     match &record.failure {
         Some(f) => {
-            json!({"code": "server_error", "message": format!("the agent's run failed ({}): {}", f.kind, f.message)})
+            json!({"code": "server_error", "message": super::failure_message(f)})
         }
         None => json!({"code": "server_error", "message": "the run failed"}),
     }
@@ -193,21 +193,8 @@ pub(super) async fn responses(
     body: Result<JsonBody<ResponsesRequest>, ApiError>,
 ) -> Result<Response, OpenAiError> {
     let request = body?.0;
-    if runs.agent(&request.model).is_none() {
-        return Err(OpenAiError(ApiError::not_found(format!(
-            "the model `{}` does not exist (GET /v1/models lists the agents)",
-            request.model
-        ))));
-    }
-    let handle = runs
-        .start(NewRun {
-            agent: request.model.clone(),
-            thread_id: None,
-            input: run_input(&request)?,
-            metadata: json!({"api": "openai.responses"}),
-            key: key.0,
-        })
-        .await?;
+    let input = run_input(&request)?;
+    let handle = super::start(&runs, &request.model, input, "openai.responses", key).await?;
     let ids = Ids::new(&handle.record, &request);
     if !request.stream {
         let record = handle.wait().await?;
@@ -307,7 +294,7 @@ pub(super) async fn responses(
             }
             RunEvent::Failed { failure, spent } => {
                 let error = json!({"code": "server_error",
-                    "message": format!("the agent's run failed ({}): {}", failure.kind, failure.message)});
+                    "message": super::failure_message(failure)});
                 vec![event(
                     "response.failed",
                     json!({"response": ids.response("failed", Vec::new(), error, Some(spent))}),
