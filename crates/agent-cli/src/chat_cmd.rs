@@ -8,7 +8,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 
-use agent_serve::runs::{NewRun, RunEvent, Spent};
+use agent_serve::runs::{Multitask, NewRun, RunEvent, Spent};
 use agent_serve::{Server, SpecAgent};
 use serde_json::{Value, json};
 use tokio::io::AsyncBufReadExt as _;
@@ -97,13 +97,12 @@ pub async fn chat(spec: &Path, trace: Option<PathBuf>) -> Result<String, CliErro
             _ => {}
         }
         let handle = match runs
-            .start(NewRun {
-                agent: name.clone(),
-                thread_id: Some(thread.clone()),
-                input: json!({ "message": line }),
-                metadata: json!({"api": "agent chat"}),
-                key: None,
-            })
+            .start(
+                NewRun::new(name.clone(), json!({ "message": line }))
+                    .thread(thread.clone())
+                    .metadata(json!({"api": "agent chat"}))
+                    .multitask(Multitask::Reject),
+            )
             .await
         {
             Ok(handle) => handle,

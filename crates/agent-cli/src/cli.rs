@@ -120,6 +120,11 @@ pub enum Command {
         /// next commit (and resumed by the next server).
         #[arg(long, value_name = "SECS", default_value_t = 10.0)]
         grace: f64,
+        /// Let pages from this origin (`https://app.example.com`, or `*` for any) call the
+        /// API from a browser; repeat for more. Without it no route sends CORS headers (the
+        /// chat page at / is same-origin and needs none).
+        #[arg(long = "cors-origin", value_name = "ORIGIN")]
+        cors_origins: Vec<String>,
     },
     /// Chat with a spec's agent in the terminal (in-process, over the same run model as
     /// `agent serve`): each line a turn, the reply streamed, the conversation remembered.

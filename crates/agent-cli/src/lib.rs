@@ -107,6 +107,7 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
             store,
             keys,
             grace,
+            cors_origins,
         } => {
             if !(grace.is_finite() && (0.0..=3600.0).contains(&grace)) {
                 return Err(CliError::Invalid(
@@ -119,6 +120,7 @@ pub async fn execute(command: Command) -> Result<u8, CliError> {
                 store,
                 keys,
                 grace: std::time::Duration::from_secs_f64(grace),
+                cors_origins,
             })
             .await?
         }

@@ -23,6 +23,8 @@ pub struct ServeOptions {
     pub keys: Option<PathBuf>,
     /// How long running runs may go on after SIGTERM.
     pub grace: Duration,
+    /// The origins whose pages may call the API from a browser.
+    pub cors_origins: Vec<String>,
 }
 
 /// Serves the specs' agents until Ctrl-C or SIGTERM.
@@ -52,6 +54,9 @@ pub async fn serve(options: ServeOptions) -> Result<String, CliError> {
         _ => PathBuf::from("."),
     };
     let mut builder = Server::builder().store(&options.store).keys(keys);
+    for origin in &options.cors_origins {
+        builder = builder.cors_origin(origin);
+    }
     let mut names = Vec::new();
     for spec in &options.specs {
         let agent = tokio::select! {

@@ -35,13 +35,7 @@ fn agent() -> FnAgent {
 }
 
 fn new_run(i: usize) -> NewRun {
-    NewRun {
-        agent: "bench".into(),
-        thread_id: None,
-        input: json!({"message": format!("question {i}")}),
-        metadata: json!({}),
-        key: None,
-    }
+    NewRun::new("bench", json!({"message": format!("question {i}")}))
 }
 
 fn main() {

@@ -37,7 +37,8 @@ pub use auth::{KeyName, Keys, KeysError};
 pub use error::{ApiError, JsonBody};
 pub use protocol::openai::OpenAiError;
 pub use runs::{
-    Interrupt, Limits, RunHandle, RunRecord, RunStatus, Runs, RunsError, Store, StoreError,
+    Interrupt, Limits, Multitask, RunHandle, RunRecord, RunStatus, Runs, RunsError, Store,
+    StoreError,
 };
 pub use server::{DEFAULT_BODY_LIMIT, ServeError, Server, ServerBuilder};
 #[cfg(feature = "spec")]

@@ -12,6 +12,7 @@ use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::json;
+use tower_http::cors::CorsLayer;
 
 use crate::agents::{Agents, ServedAgent};
 use crate::auth::{Keys, authenticate};
@@ -32,6 +33,9 @@ pub enum ServeError {
     /// Two agents have one name.
     #[error("two agents are named `{0}`")]
     DuplicateAgent(String),
+    /// A CORS origin is not an origin (`https://app.example.com`, or `*` for any).
+    #[error("`{0}` is not a CORS origin: give `scheme://host[:port]`, or `*` for any origin")]
+    CorsOrigin(String),
     /// The store could not be opened or read.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -43,6 +47,7 @@ pub struct ServerBuilder {
     keys: Keys,
     store: PathBuf,
     body_limit: usize,
+    cors: Vec<String>,
     error: Option<ServeError>,
 }
 
@@ -100,12 +105,23 @@ impl ServerBuilder {
         self
     }
 
+    /// Lets pages from `origin` call the API from a browser: `https://app.example.com`, or
+    /// `*` for any origin. Call it once per origin. Without it (the default) no route sends
+    /// CORS headers, so browsers keep other sites' pages out; the chat page at `/` is
+    /// same-origin and needs none. Keys are still asked of every call: a page sends its key
+    /// as a bearer token, never as a cookie.
+    pub fn cors_origin(mut self, origin: impl Into<String>) -> ServerBuilder {
+        self.cors.push(origin.into());
+        self
+    }
+
     /// Opens the store and resumes the runs a stopped server left unfinished (from their
     /// journals: no committed call is made again).
     pub async fn build(self) -> Result<Server, ServeError> {
         if let Some(error) = self.error {
             return Err(error);
         }
+        let cors = cors_layer(&self.cors)?;
         let store = Store::open(&self.store).await?;
         let runs = Runs::new(store, self.agents, self.keys.limits());
         let store_error = |e| match e {
@@ -126,9 +142,52 @@ impl ServerBuilder {
             document,
             keys: self.keys,
             body_limit: self.body_limit,
+            cors,
             resumed,
         })
     }
+}
+
+/// The CORS layer allowing `origins` (none: no layer).
+fn cors_layer(origins: &[String]) -> Result<Option<CorsLayer>, ServeError> {
+    use axum::http::{HeaderName, HeaderValue, Method, header};
+    use tower_http::cors::AllowOrigin;
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        let values = origins
+            .iter()
+            .map(|origin| {
+                let uri: Option<axum::http::Uri> = origin.parse().ok();
+                let is_origin = uri.as_ref().is_some_and(|uri| {
+                    matches!(uri.scheme_str(), Some("http" | "https"))
+                        && uri.host().is_some()
+                        && uri.path_and_query().is_none_or(|p| p.as_str() == "/")
+                        && !origin.ends_with('/')
+                });
+                match HeaderValue::from_str(origin) {
+                    Ok(value) if is_origin => Ok(value),
+                    _ => Err(ServeError::CorsOrigin(origin.clone())),
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        AllowOrigin::list(values)
+    };
+    Ok(Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods([Method::GET, Method::POST])
+            .allow_headers([
+                header::AUTHORIZATION,
+                header::CONTENT_TYPE,
+                HeaderName::from_static("last-event-id"),
+            ])
+            .expose_headers([header::CONTENT_LOCATION, header::RETRY_AFTER])
+            .max_age(Duration::from_secs(3600)),
+    ))
 }
 
 /// Agents served over HTTP.
@@ -161,6 +220,8 @@ pub struct Server {
     document: Arc<serde_json::Value>,
     keys: Keys,
     body_limit: usize,
+    /// The CORS layer, when origins are allowed.
+    cors: Option<CorsLayer>,
     resumed: usize,
 }
 
@@ -181,6 +242,7 @@ impl Server {
             keys: Keys::default(),
             store: PathBuf::from("agent-serve.db"),
             body_limit: DEFAULT_BODY_LIMIT,
+            cors: Vec::new(),
             error: None,
         }
     }
@@ -198,7 +260,7 @@ impl Server {
     /// Every route: the Agent Protocol's, OpenAI's chat, the health checks; authenticated
     /// when keys are configured; bodies bounded.
     pub fn router(&self) -> Router {
-        Router::new()
+        let router = Router::new()
             .merge(agent_protocol::router())
             .merge(openai::router())
             .route("/", get(chat_page))
@@ -217,7 +279,12 @@ impl Server {
                 self.body_limit,
                 refuse_declared_too_large,
             ))
-            .layer(axum::middleware::from_fn(json_errors))
+            .layer(axum::middleware::from_fn(json_errors));
+        // Outermost: a browser's preflight carries no key, and is answered here.
+        match &self.cors {
+            Some(cors) => router.layer(cors.clone()),
+            None => router,
+        }
     }
 
     /// Serves [`router`](Server::router) on `listener` until `shutdown` completes, then

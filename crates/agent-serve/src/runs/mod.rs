@@ -21,7 +21,7 @@ use tokio::sync::watch;
 pub use event::{Numbered, RunEvent};
 pub use limits::Limits;
 pub use record::{
-    Failure, RunRecord, RunStatus, Spent, ThreadRecord, ThreadState, ThreadStatus, Turn,
+    Failure, Multitask, RunRecord, RunStatus, Spent, ThreadRecord, ThreadState, ThreadStatus, Turn,
 };
 pub use store::{Store, StoreError};
 
@@ -47,7 +47,7 @@ pub enum RunsError {
     /// No run on the thread waits for a person (a `resume` with nothing to resume).
     #[error("no run on thread `{0}` waits for an answer")]
     NotInterrupted(String),
-    /// The thread has a run going (the `reject` multitask strategy).
+    /// The thread has a run going (the [`Multitask::Reject`] strategy).
     #[error("thread `{0}` has a run going")]
     ThreadBusy(String),
     /// The agent refuses the input.
@@ -69,8 +69,9 @@ pub enum RunsError {
     Store(#[from] StoreError),
 }
 
-/// A run to start.
+/// A run to start: `NewRun::new(agent, input)`, then what differs from the defaults.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct NewRun {
     /// The agent.
     pub agent: String,
@@ -82,6 +83,46 @@ pub struct NewRun {
     pub metadata: Value,
     /// The API key's name, if keys are configured.
     pub key: Option<String>,
+    /// What it does to a run going on its thread.
+    pub multitask: Multitask,
+}
+
+impl NewRun {
+    /// A run of `agent` on `input`, on no thread, with no metadata and no key.
+    pub fn new(agent: impl Into<String>, input: Value) -> NewRun {
+        NewRun {
+            agent: agent.into(),
+            thread_id: None,
+            input,
+            metadata: Value::Object(serde_json::Map::new()),
+            key: None,
+            multitask: Multitask::default(),
+        }
+    }
+
+    /// On the thread `id`, which sees its earlier turns.
+    pub fn thread(mut self, id: impl Into<String>) -> NewRun {
+        self.thread_id = Some(id.into());
+        self
+    }
+
+    /// With the caller's metadata.
+    pub fn metadata(mut self, metadata: Value) -> NewRun {
+        self.metadata = metadata;
+        self
+    }
+
+    /// Started with the API key named `name` (its limits apply).
+    pub fn key(mut self, name: impl Into<String>) -> NewRun {
+        self.key = Some(name.into());
+        self
+    }
+
+    /// What it does to a run going on its thread (default [`Multitask::Enqueue`]).
+    pub fn multitask(mut self, strategy: Multitask) -> NewRun {
+        self.multitask = strategy;
+        self
+    }
 }
 
 /// A run that is going or over: its record as it was when the handle was made, and its
@@ -242,6 +283,9 @@ struct Live {
     waiting: Arc<watch::Sender<Option<Interrupt>>>,
     /// The run's thread, if any.
     thread_id: Option<String>,
+    /// The order runs were started or queued in (the last of a thread's is its queue's
+    /// tail).
+    order: u64,
 }
 
 /// A run waiting for a person: what it asks, and the id to answer it by.
@@ -275,6 +319,8 @@ struct Inner {
     agents: Agents,
     limiter: Limiter,
     live: Mutex<HashMap<String, Arc<Live>>>,
+    /// The next [`Live::order`].
+    order: std::sync::atomic::AtomicU64,
     /// Cancelled to stop every run at its next commit (shutdown).
     stopping: CancellationToken,
     tasks: tokio_util::task::TaskTracker,
@@ -292,6 +338,7 @@ impl Runs {
                 agents,
                 limiter: Limiter::new(limits),
                 live: Mutex::default(),
+                order: std::sync::atomic::AtomicU64::new(0),
                 stopping: CancellationToken::new(),
                 tasks: tokio_util::task::TaskTracker::new(),
             }),
@@ -313,8 +360,9 @@ impl Runs {
         self.inner.agents.by_name.iter()
     }
 
-    /// Starts a run; it goes on in the background. On a thread, the thread must be free
-    /// (one run at a time: [`RunsError::ThreadBusy`] otherwise).
+    /// Starts a run; it goes on in the background. On a thread with a run going, what
+    /// happens is the run's [`Multitask`] strategy: [`RunsError::ThreadBusy`], the run going
+    /// cancelled (and deleted), or this one queued behind it.
     pub async fn start(&self, new: NewRun) -> Result<RunHandle, RunsError> {
         if self.inner.tasks.is_closed() {
             return Err(RunsError::ShuttingDown);
@@ -323,18 +371,28 @@ impl Runs {
             .agent(&new.agent)
             .ok_or_else(|| RunsError::UnknownAgent(new.agent.clone()))?
             .clone();
+        // A run waiting for a person still holds its thread (the store says `interrupted`
+        // for it, as for a run that was stopped), and so do runs queued there.
+        let mut after = None;
         if let Some(id) = &new.thread_id {
-            // A run waiting for a person still holds its thread (the store says
-            // `interrupted` for it, as for a run that was stopped).
-            let waits = self
-                .inner
-                .live
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .values()
-                .any(|live| live.thread_id.as_deref() == Some(id.as_str()));
-            if waits {
-                return Err(RunsError::ThreadBusy(id.clone()));
+            let going = self.on_thread(id);
+            if !going.is_empty() {
+                match new.multitask {
+                    Multitask::Reject => return Err(RunsError::ThreadBusy(id.clone())),
+                    Multitask::Interrupt | Multitask::Rollback => {
+                        for (_, live) in &going {
+                            live.cancel.cancel();
+                        }
+                        for (run_id, live) in &going {
+                            let mut done = live.done.clone();
+                            let _ = done.wait_for(Option::is_some).await;
+                            if new.multitask == Multitask::Rollback {
+                                self.inner.store.delete_run(run_id).await?;
+                            }
+                        }
+                    }
+                    _ => after = going.last().map(|(_, live)| live.clone()),
+                }
             }
         }
         let history = match &new.thread_id {
@@ -348,7 +406,8 @@ impl Runs {
             }
             None => Vec::new(),
         };
-        // Made before anything is written: a refused input leaves no run behind.
+        // Made before anything is written: a refused input leaves no run behind. A queued
+        // run's program is made again when its turn comes, with the turns before it.
         let program = agent.program(Request {
             input: &new.input,
             history: &history,
@@ -364,17 +423,6 @@ impl Runs {
                 })?,
             None => None,
         };
-        let program = match claim.as_ref().and_then(|c| c.budget.clone()) {
-            Some(budget) => {
-                agent_op::op::limit(budget, program).and_then(|limited| match limited {
-                    Ok(answer) => agent_op::op::pure(answer),
-                    Err(spent) => agent_op::op::fail(format!(
-                        "the API key's daily allowance ran out: {spent}"
-                    )),
-                })
-            }
-            None => program,
-        };
         let now = Utc::now();
         let record = RunRecord {
             id: uuid::Uuid::new_v4().to_string(),
@@ -389,8 +437,13 @@ impl Runs {
             failure: None,
             spent: Spent::default(),
             key: new.key,
+            multitask: new.multitask,
         };
-        let inserted = self.inner.store.insert_run(record.clone(), true).await;
+        let inserted = self
+            .inner
+            .store
+            .insert_run(record.clone(), after.is_none())
+            .await;
         let refused = match inserted {
             Ok(InsertRun::Inserted) => None,
             Ok(InsertRun::NoThread) => {
@@ -405,7 +458,71 @@ impl Runs {
             }
             return Err(error);
         }
-        Ok(self.launch(record, agent, program, history, None, claim))
+        let start = match after {
+            Some(before) => Start::AfterTurn(before),
+            None => Start::Now(program, history),
+        };
+        Ok(self.launch(record, agent, start, None, claim))
+    }
+
+    /// The runs going or queued on `thread`, in the order they were started.
+    fn on_thread(&self, thread: &str) -> Vec<(String, Arc<Live>)> {
+        let mut going: Vec<(String, Arc<Live>)> = self
+            .inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(_, live)| live.thread_id.as_deref() == Some(thread))
+            .map(|(id, live)| (id.clone(), live.clone()))
+            .collect();
+        going.sort_by_key(|(_, live)| live.order);
+        going
+    }
+
+    /// Waits for the turn of a queued run (`record`, behind `before`), then claims its
+    /// thread and makes its program with the turns before it.
+    async fn await_turn(
+        &self,
+        record: &RunRecord,
+        agent: &Arc<dyn ServedAgent>,
+        before: Arc<Live>,
+        cancel: &CancellationToken,
+    ) -> Result<(agent_op::Op<(), Value>, Vec<Turn>), Ended> {
+        let mut done = before.done.clone();
+        tokio::select! {
+            _ = done.wait_for(Option::is_some) => {}
+            () = cancel.cancelled() => return Err(Ended::BeforeStart(None)),
+        }
+        let thread = record.thread_id.as_deref().unwrap_or_default();
+        let refused = |message: String| {
+            Ended::BeforeStart(Some(Failure {
+                kind: "refused".into(),
+                message,
+            }))
+        };
+        match self.inner.store.claim_thread(thread).await {
+            Ok(InsertRun::Inserted) => {}
+            Ok(InsertRun::NoThread) => return Err(refused(format!("thread `{thread}` is gone"))),
+            Ok(InsertRun::Busy) => {
+                return Err(refused(format!(
+                    "thread `{thread}` was taken by another run"
+                )));
+            }
+            Err(error) => return Err(refused(error.to_string())),
+        }
+        let history = match self.inner.store.thread(thread).await {
+            Ok(Some(thread)) => thread.turns,
+            Ok(None) => return Err(refused(format!("thread `{thread}` is gone"))),
+            Err(error) => return Err(refused(error.to_string())),
+        };
+        let program = agent
+            .program(Request {
+                input: &record.input,
+                history: &history,
+            })
+            .map_err(|refusal| refused(refusal.to_string()))?;
+        Ok((program, history))
     }
 
     /// Runs the program of `record` in the background, from its journal if `resume`.
@@ -413,8 +530,7 @@ impl Runs {
         &self,
         record: RunRecord,
         agent: Arc<dyn ServedAgent>,
-        program: agent_op::Op<(), Value>,
-        history: Vec<Turn>,
+        start: Start,
         resumed: Option<Resumed>,
         claim: Option<Claim>,
     ) -> RunHandle {
@@ -431,6 +547,10 @@ impl Runs {
             steering: steering.clone(),
             waiting: waiting.clone(),
             thread_id: record.thread_id.clone(),
+            order: self
+                .inner
+                .order
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         });
         self.inner
             .live
@@ -439,12 +559,29 @@ impl Runs {
             .insert(record.id.clone(), live.clone());
         let runs = self.clone();
         let started = record.clone();
+        // Budgets of the key's day wrap the program when it is made: at once, or when a
+        // queued run's turn comes.
+        let budget = claim.as_ref().and_then(|c| c.budget.clone());
         self.inner.tasks.spawn(async move {
-            let end = runs
-                .execute(&started, agent, program, &hub, (cancel, steering, waiting), resumed)
-                .await;
+            let ready = match start {
+                Start::Now(program, history) => Ok((program, history)),
+                Start::AfterTurn(before) => {
+                    runs.await_turn(&started, &agent, before, &cancel).await
+                }
+            };
+            let (end, history) = match ready {
+                Ok((program, history)) => {
+                    let program = within_allowance(budget, program);
+                    let end = runs
+                        .execute(&started, agent, program, &hub, (cancel, steering, waiting), resumed)
+                        .await;
+                    (end, history)
+                }
+                Err(ended) => (Err(ended), Vec::new()),
+            };
             let stopped = matches!(&end, Err(Ended::Run(e)) if matches!(e.kind, agent_engine::ErrorKind::Aborted))
-                && runs.inner.stopping.is_cancelled();
+                || matches!(&end, Err(Ended::BeforeStart(None)));
+            let stopped = stopped && runs.inner.stopping.is_cancelled();
             let finished = if stopped {
                 // Stopped by the server's shutdown, not by its caller: left running in the
                 // store, with its journal, for the next server to resume.
@@ -547,6 +684,18 @@ impl Runs {
                 };
                 (status, None, Some(failure), Some(error.trace))
             }
+            // A failure, not none: an `interrupted` run with neither failure nor trace is one
+            // waiting for a person, which a restarted server resumes.
+            Err(Ended::BeforeStart(None)) => (
+                RunStatus::Interrupted,
+                None,
+                Some(Failure {
+                    kind: "cancelled".into(),
+                    message: "cancelled before its turn came".into(),
+                }),
+                None,
+            ),
+            Err(Ended::BeforeStart(Some(failure))) => (RunStatus::Error, None, Some(failure), None),
         };
         let spent = trace.as_ref().map(Spent::of).unwrap_or_default();
         match (&output, &failure) {
@@ -753,7 +902,7 @@ impl Runs {
         Ok(())
     }
 
-    /// Continues the runs a stopped server left pending or running, from their journals:
+    /// Continues the runs a stopped server left pending, running or waiting for a person, from their journals:
     /// no committed model or tool call is made again. Returns how many.
     pub async fn recover(&self) -> Result<usize, RunsError> {
         let unfinished = self.inner.store.unfinished_runs().await?;
@@ -763,6 +912,17 @@ impl Runs {
                 tracing::warn!(run = %record.id, agent = %record.agent, "agent-serve: cannot resume a run of an agent no longer served");
                 continue;
             };
+            // A run queued behind another on its thread (resumed just before it, as runs
+            // come oldest first) waits for its turn again.
+            if let Some(before) = record
+                .thread_id
+                .as_deref()
+                .and_then(|id| self.on_thread(id).pop())
+            {
+                self.launch(record, agent, Start::AfterTurn(before.1), None, None);
+                count += 1;
+                continue;
+            }
             let history = match &record.thread_id {
                 Some(id) => self
                     .inner
@@ -793,7 +953,13 @@ impl Runs {
             };
             // A resumed run is not counted against its key's limits again (its program
             // must be the one journaled, which ran under the key's budget of that day).
-            self.launch(record, agent, program, history, Some(resumed), None);
+            self.launch(
+                record,
+                agent,
+                Start::Now(program, history),
+                Some(resumed),
+                None,
+            );
             count += 1;
         }
         Ok(count)
@@ -815,6 +981,30 @@ impl Runs {
     }
 }
 
+/// `program` within what the API key has left of its day, if it has a daily allowance.
+fn within_allowance(
+    budget: Option<agent_op::Budget>,
+    program: agent_op::Op<(), Value>,
+) -> agent_op::Op<(), Value> {
+    match budget {
+        Some(budget) => agent_op::op::limit(budget, program).and_then(|limited| match limited {
+            Ok(answer) => agent_op::op::pure(answer),
+            Err(spent) => {
+                agent_op::op::fail(format!("the API key's daily allowance ran out: {spent}"))
+            }
+        }),
+        None => program,
+    }
+}
+
+/// What a launched run runs.
+enum Start {
+    /// Its program, made with its thread's turns.
+    Now(agent_op::Op<(), Value>, Vec<Turn>),
+    /// A queued run: its program is made when the run before it on its thread is over.
+    AfterTurn(Arc<Live>),
+}
+
 fn start_of_day() -> chrono::DateTime<Utc> {
     Utc::now()
         .date_naive()
@@ -832,7 +1022,10 @@ struct Resumed {
 
 /// How a run stopped, when it did not answer.
 enum Ended {
+    /// Its program failed or was cancelled.
     Run(Box<RunError>),
+    /// A queued run ended before its turn: cancelled (`None`), or refused when its turn came.
+    BeforeStart(Option<Failure>),
 }
 
 /// The custom events by which a program says it waits for a person: a tool approval
@@ -859,9 +1052,6 @@ impl Subscriber for HubSubscriber {
         let skipped = self
             .skip
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        if skipped.is_ok() {
-            return;
-        }
         if let agent_op::EventKind::Custom(custom) = &event.kind {
             if INTERRUPTS.contains(&custom.name.as_str()) {
                 let id = custom.data["call_id"]
@@ -876,12 +1066,27 @@ impl Subscriber for HubSubscriber {
                     RunStatus::Interrupted,
                     self.thread_id.as_deref(),
                 );
-                self.hub.push(RunEvent::Interrupted {
-                    id,
-                    value: custom.data.clone(),
-                });
+                // Replayed (a resumed run waiting again for the answer it waited for when
+                // its server stopped): its streams had the event already.
+                if skipped.is_err() {
+                    self.hub.push(RunEvent::Interrupted {
+                        id,
+                        value: custom.data.clone(),
+                    });
+                }
                 self.waiting.send_replace(Some(interrupt));
             }
+        }
+        // The answer taken (replayed, for a run resumed past a wait that was answered
+        // before its server stopped; live, `resume` has done this already).
+        if matches!(event.kind, agent_op::EventKind::Steering(_)) && self.waiting.borrow().is_some()
+        {
+            self.waiting.send_replace(None);
+            self.store
+                .set_status(&self.run_id, RunStatus::Running, self.thread_id.as_deref());
+        }
+        if skipped.is_ok() {
+            return;
         }
         let Ok(event) = serde_json::to_value(event) else {
             return;
@@ -913,6 +1118,7 @@ fn futures_are_send(runs: &Runs, handle: &RunHandle) {
         input: Value::Null,
         metadata: Value::Null,
         key: None,
+        multitask: Multitask::Reject,
     }));
     send(handle.wait());
     send(handle.events(0).next());

@@ -163,6 +163,51 @@ pub struct RunRecord {
     pub spent: Spent,
     /// The API key's name that started it, if keys are configured.
     pub key: Option<String>,
+    /// What it did, or would do, to a run going on its thread when it was started.
+    pub multitask: Multitask,
+}
+
+/// What a run started on a thread with a run going does (the protocol's
+/// `multitask_strategy`; LangGraph's "double texting").
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Multitask {
+    /// Refused ([`RunsError::ThreadBusy`](crate::RunsError::ThreadBusy)); the run going
+    /// goes on.
+    Reject,
+    /// The run going is cancelled (it ends `interrupted`, keeping what it did), then this
+    /// one starts.
+    Interrupt,
+    /// The run going is cancelled and deleted with its events, then this one starts.
+    Rollback,
+    /// Waits (`pending`) until the runs before it on the thread are over, then starts, seeing
+    /// their turns. LangGraph's server does this by default, and so does this one.
+    #[default]
+    Enqueue,
+}
+
+impl Multitask {
+    /// The protocol's name for it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Multitask::Reject => "reject",
+            Multitask::Interrupt => "interrupt",
+            Multitask::Rollback => "rollback",
+            Multitask::Enqueue => "enqueue",
+        }
+    }
+
+    /// The strategy named `name`, if it is one.
+    pub fn from_name(name: &str) -> Option<Multitask> {
+        Some(match name {
+            "reject" => Multitask::Reject,
+            "interrupt" => Multitask::Interrupt,
+            "rollback" => Multitask::Rollback,
+            "enqueue" => Multitask::Enqueue,
+            _ => return None,
+        })
+    }
 }
 
 /// A thread as the store keeps it.

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 
 use super::event::{Numbered, RunEvent};
 use super::record::{
-    Failure, RunRecord, RunStatus, Spent, ThreadRecord, ThreadState, ThreadStatus, Turn,
+    Failure, Multitask, RunRecord, RunStatus, Spent, ThreadRecord, ThreadState, ThreadStatus, Turn,
 };
 
 /// The most jobs committed in one transaction.
@@ -111,7 +111,8 @@ CREATE TABLE IF NOT EXISTS runs (
     failure TEXT,
     spent TEXT NOT NULL,
     key_name TEXT,
-    trace BLOB
+    trace BLOB,
+    multitask TEXT NOT NULL DEFAULT 'reject'
 );
 CREATE INDEX IF NOT EXISTS runs_by_thread ON runs (thread_id, created_at);
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status);
@@ -144,6 +145,7 @@ impl Store {
                 conn.busy_timeout(std::time::Duration::from_secs(5))
                     .map_err(open)?;
                 conn.execute_batch(SCHEMA).map_err(open)?;
+                migrate(&conn).map_err(open)?;
                 Ok::<_, StoreError>(conn)
             })
             .await
@@ -231,8 +233,8 @@ impl Store {
             }
             conn.execute(
                 "INSERT INTO runs (id, thread_id, agent, created_at, updated_at, status, metadata, \
-                 input, output, failure, spent, key_name) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL, ?9, ?10)",
+                 input, output, failure, spent, key_name, multitask) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, NULL, NULL, ?9, ?10, ?11)",
                 params![
                     run.id,
                     run.thread_id,
@@ -244,10 +246,58 @@ impl Store {
                     run.input.to_string(),
                     json(&run.spent),
                     run.key,
+                    run.multitask.as_str(),
                 ],
             )
             .map_err(db("recording a run"))?;
             Ok(InsertRun::Inserted)
+        })
+        .await
+    }
+
+    /// Marks `thread` busy for a run that waited its turn ([`Multitask::Enqueue`]):
+    /// [`InsertRun::Busy`] if another run holds it.
+    pub(crate) async fn claim_thread(&self, thread: &str) -> Result<InsertRun, StoreError> {
+        let thread = thread.to_owned();
+        self.call("claiming a thread", move |conn| {
+            let claimed = conn
+                .execute(
+                    "UPDATE threads SET status = 'busy', updated_at = ?2 \
+                     WHERE id = ?1 AND status <> 'busy'",
+                    params![thread, time(&Utc::now())],
+                )
+                .map_err(db("claiming a thread"))?;
+            if claimed == 1 {
+                return Ok(InsertRun::Inserted);
+            }
+            let exists = conn
+                .query_row("SELECT 1 FROM threads WHERE id = ?1", [&thread], |_| Ok(()))
+                .optional()
+                .map_err(db("reading a thread"))?
+                .is_some();
+            Ok(if exists {
+                InsertRun::Busy
+            } else {
+                InsertRun::NoThread
+            })
+        })
+        .await
+    }
+
+    /// Deletes the run `id` with its events and journal ([`Multitask::Rollback`]): what it
+    /// did to its thread's turns was never recorded, as it did not finish.
+    pub(crate) async fn delete_run(&self, id: &str) -> Result<(), StoreError> {
+        let id = id.to_owned();
+        self.call("deleting a run", move |conn| {
+            for sql in [
+                "DELETE FROM events WHERE run_id = ?1",
+                "DELETE FROM journal WHERE run_id = ?1",
+                "DELETE FROM thread_states WHERE run_id = ?1",
+                "DELETE FROM runs WHERE id = ?1",
+            ] {
+                conn.execute(sql, [&id]).map_err(db("deleting a run"))?;
+            }
+            Ok(())
         })
         .await
     }
@@ -452,6 +502,7 @@ impl Store {
         self.call("listing unfinished runs", move |conn| {
             let sql = format!(
                 "SELECT {RUN_COLUMNS} FROM runs WHERE status IN ('pending', 'running') \
+                 OR (status = 'interrupted' AND failure IS NULL AND trace IS NULL) \
                  ORDER BY created_at"
             );
             let mut select = conn.prepare(&sql).map_err(db("listing runs"))?;
@@ -767,7 +818,21 @@ fn parse<T: serde::de::DeserializeOwned>(what: &'static str, text: &str) -> Resu
 }
 
 const RUN_COLUMNS: &str = "id, thread_id, agent, created_at, updated_at, status, metadata, input, \
-                           output, failure, spent, key_name";
+                           output, failure, spent, key_name, multitask";
+
+/// Brings a store made by an earlier version up to this one's schema.
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    // Runs' multitask strategies came after the first stores were made.
+    let has_multitask: bool = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('runs') WHERE name = 'multitask'",
+        [],
+        |row| row.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !has_multitask {
+        conn.execute_batch("ALTER TABLE runs ADD COLUMN multitask TEXT NOT NULL DEFAULT 'reject'")?;
+    }
+    Ok(())
+}
 
 /// A run's row, before its text is parsed.
 struct RawRun {
@@ -783,6 +848,7 @@ struct RawRun {
     failure: Option<String>,
     spent: String,
     key: Option<String>,
+    multitask: String,
 }
 
 fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
@@ -799,6 +865,7 @@ fn raw_run(row: &rusqlite::Row<'_>) -> rusqlite::Result<RawRun> {
         failure: row.get(9)?,
         spent: row.get(10)?,
         key: row.get(11)?,
+        multitask: row.get(12)?,
     })
 }
 
@@ -820,6 +887,12 @@ impl RawRun {
             failure: self.failure.map(|f| parse("run failure", &f)).transpose()?,
             spent: parse("run spend", &self.spent)?,
             key: self.key,
+            multitask: Multitask::from_name(&self.multitask).ok_or_else(|| {
+                StoreError::Malformed {
+                    what: "run multitask strategy",
+                    detail: format!("`{}` is no strategy", self.multitask),
+                }
+            })?,
         })
     }
 }

@@ -50,18 +50,23 @@ async def main(base: str, key: str) -> None:
     # A background run, joined after it started; its stream joined too.
     run = await client.runs.create(tid, "slow", input={"message": "later"})
     assert run["status"] in ("pending", "running"), run
-    # One run at a time on a thread.
+    # One run at a time on a thread: a second one is refused when it asks to be, else
+    # queued (the server's default, as LangGraph's) and run after, seeing the turn before.
     try:
-        await client.runs.create(tid, "echo", input="meanwhile")
+        await client.runs.create(tid, "echo", input="meanwhile", multitask_strategy="reject")
         raise AssertionError("a second run on a busy thread was accepted")
     except ConflictError:
         pass
+    queued = await client.runs.create(tid, "echo", input="meanwhile")
+    assert queued["status"] == "pending" and queued["multitask_strategy"] == "enqueue", queued
     parts = [p async for p in client.runs.join_stream(tid, run["run_id"], stream_mode="values")]
     assert any(p.event == "values" for p in parts), parts
     joined = await client.runs.join(tid, run["run_id"])
     assert joined["output"].startswith("echo: later"), joined
     done = await client.runs.get(tid, run["run_id"])
     assert done["status"] == "success", done
+    after = await client.runs.join(tid, queued["run_id"])
+    assert after["output"] == "echo: meanwhile (7 messages)", after
 
     # A background run cancelled.
     run = await client.runs.create(tid, "slow", input={"message": "never"})
@@ -80,7 +85,7 @@ async def main(base: str, key: str) -> None:
     assert resumed["output"] == "approved: approve", resumed
 
     print("langgraph-sdk: an interrupted run resumed; assistants, runs.wait, runs.stream in five modes, threads over two turns, "
-          "a joined background run, one run per thread, cancel: ok")
+          "a joined background run, one run per thread (reject, enqueue), cancel: ok")
 
 
 asyncio.run(main(sys.argv[1], sys.argv[2]))

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use crate::support::start;
-use agent_serve::{Keys, Limits};
+use crate::support::{start, start_with};
+use agent_serve::{Keys, Limits, ServeError, Server};
 use serde_json::{Value, json};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -579,12 +579,12 @@ async fn a_run_waiting_for_approval_is_interrupted_until_resumed_on_its_thread()
     assert_eq!(runs[0]["status"], "interrupted", "{runs}");
     let (_, thread) = server.get(&format!("/threads/{tid}")).await;
     assert_eq!(thread["status"], "interrupted", "{thread}");
-    // The thread is held: another run is refused; a resume with nothing waiting is a 409
-    // elsewhere.
+    // The thread is held: another run is refused (when it asks to be); a resume with
+    // nothing waiting is a 409 elsewhere.
     let (status, _) = server
         .post(
             &format!("/threads/{tid}/runs/wait"),
-            json!({"assistant_id": "echo", "input": "meanwhile"}),
+            json!({"assistant_id": "echo", "input": "meanwhile", "multitask_strategy": "reject"}),
         )
         .await;
     assert_eq!(status, 409);
@@ -618,4 +618,344 @@ async fn a_run_waiting_for_approval_is_interrupted_until_resumed_on_its_thread()
     assert_eq!(run["status"], "success", "{run}");
     let (_, thread) = server.get(&format!("/threads/{tid}")).await;
     assert_eq!(thread["status"], "idle", "{thread}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cors_is_off_unless_an_origin_is_named_and_then_only_that_origin_may_read() {
+    let app = "https://app.example.com";
+    let preflight = |server: &crate::support::Running, origin: &str| {
+        server
+            .client
+            .request(
+                reqwest::Method::OPTIONS,
+                format!("{}/runs/wait", server.base),
+            )
+            .header("origin", origin)
+            .header("access-control-request-method", "POST")
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type",
+            )
+            .send()
+    };
+    let allowed = |response: &reqwest::Response| {
+        response
+            .headers()
+            .get("access-control-allow-origin")
+            .map(|v| v.to_str().unwrap().to_owned())
+    };
+
+    // Off by default: no route says another origin may read it.
+    let closed = start(None).await;
+    let response = preflight(&closed, app).await.unwrap();
+    assert_eq!(allowed(&response), None);
+    let response = closed
+        .client
+        .get(format!("{}/assistants/echo", closed.base))
+        .header("origin", app)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(allowed(&response), None);
+
+    // Named: that origin's preflight is answered without a key, calls still need one.
+    let (key, line) = Keys::generate("page");
+    let open = start_with(Some(Keys::parse(&line).unwrap()), |b| b.cors_origin(app)).await;
+    let response = preflight(&open, app).await.unwrap();
+    assert!(response.status().is_success(), "{}", response.status());
+    assert_eq!(allowed(&response).as_deref(), Some(app));
+    let headers = response
+        .headers()
+        .get("access-control-allow-headers")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(
+        headers.contains("authorization") && headers.contains("content-type"),
+        "{headers}"
+    );
+    let response = preflight(&open, "https://evil.example").await.unwrap();
+    assert_eq!(allowed(&response), None);
+
+    let call = |origin: &'static str, key: Option<String>| {
+        let mut request = open
+            .client
+            .post(format!("{}/runs/wait", open.base))
+            .header("origin", origin)
+            .json(&json!({"assistant_id": "echo", "input": {"messages": [{"role": "user", "content": "hi"}]}}));
+        if let Some(key) = key {
+            request = request.bearer_auth(key);
+        }
+        request.send()
+    };
+    let response = call(app, None).await.unwrap();
+    assert_eq!(response.status(), 401);
+    let response = call(app, Some(key.clone())).await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(allowed(&response).as_deref(), Some(app));
+    let response = call("https://evil.example", Some(key)).await.unwrap();
+    assert_eq!(allowed(&response), None);
+
+    // An origin that is not one is refused when the server is built.
+    for bad in [
+        "app.example.com",
+        "https://app.example.com/path",
+        "ftp://x",
+        "https://a b",
+    ] {
+        let built = Server::builder()
+            .cors_origin(bad)
+            .store(tempfile::tempdir().unwrap().path().join("s.db"))
+            .build()
+            .await;
+        assert!(
+            matches!(built, Err(ServeError::CorsOrigin(ref o)) if o == bad),
+            "{bad}: {built:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_on_a_busy_thread_is_rejected_queued_or_replaces_the_first_as_asked() {
+    let server = start(None).await;
+    // A thread with a slow run going (its model takes 1.5 s).
+    let busy_thread = || async {
+        let (_, thread) = server.post("/threads", json!({})).await;
+        let tid = thread["thread_id"].as_str().unwrap().to_owned();
+        let (status, first) = server
+            .post(
+                &format!("/threads/{tid}/runs"),
+                json!({"assistant_id": "slow", "input": {"message": "first"}}),
+            )
+            .await;
+        assert_eq!(status, 200, "{first}");
+        (tid, first["run_id"].as_str().unwrap().to_owned())
+    };
+    let second = |tid: &str, strategy: Option<&str>| {
+        let mut body = json!({"assistant_id": "echo", "input": {"message": "second"}});
+        if let Some(strategy) = strategy {
+            body["multitask_strategy"] = json!(strategy);
+        }
+        let path = format!("/threads/{tid}/runs");
+        let server = &server;
+        async move { server.post(&path, body).await }
+    };
+    let join = |tid: &str, run: &str| {
+        let path = format!("/threads/{tid}/runs/{run}/join");
+        let server = &server;
+        async move { server.get(&path).await }
+    };
+
+    // reject: 409, and the first run goes on.
+    let (tid, first) = busy_thread().await;
+    let (status, error) = second(&tid, Some("reject")).await;
+    assert_eq!(status, 409, "{error}");
+    assert_eq!(error["error"], "thread_busy", "{error}");
+    let (status, unknown) = second(&tid, Some("whenever")).await;
+    assert_eq!(status, 422, "{unknown}");
+    assert_eq!(
+        join(&tid, &first).await.1["output"],
+        "echo: first (1 messages)"
+    );
+
+    // enqueue (the default, as on LangGraph's server): pending until the first is over,
+    // then it runs with the first turn in its history.
+    let (tid, first) = busy_thread().await;
+    let (status, queued) = second(&tid, None).await;
+    assert_eq!(status, 200, "{queued}");
+    assert_eq!(queued["status"], "pending", "{queued}");
+    assert_eq!(queued["multitask_strategy"], "enqueue");
+    let queued_id = queued["run_id"].as_str().unwrap().to_owned();
+    let (_, answer) = join(&tid, &queued_id).await;
+    assert_eq!(answer["output"], "echo: second (3 messages)", "{answer}");
+    let (_, first_run) = server.get(&format!("/threads/{tid}/runs/{first}")).await;
+    assert_eq!(first_run["status"], "success");
+    // A queued run cancelled before its turn ends interrupted, never having run.
+    let (tid, first) = busy_thread().await;
+    let (_, queued) = second(&tid, Some("enqueue")).await;
+    let queued_id = queued["run_id"].as_str().unwrap().to_owned();
+    let (status, _) = server
+        .post(
+            &format!("/threads/{tid}/runs/{queued_id}/cancel"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(status, 202);
+    let (_, cancelled) = join(&tid, &queued_id).await;
+    let (_, cancelled_run) = server
+        .get(&format!("/threads/{tid}/runs/{queued_id}"))
+        .await;
+    assert_eq!(
+        cancelled_run["status"], "interrupted",
+        "{cancelled} {cancelled_run}"
+    );
+    assert_eq!(cancelled_run["spent"]["calls"], 0, "{cancelled_run}");
+    assert_eq!(
+        join(&tid, &first).await.1["output"],
+        "echo: first (1 messages)"
+    );
+
+    // interrupt: the first run is cancelled (kept, interrupted), the second runs without
+    // its turn.
+    let (tid, first) = busy_thread().await;
+    let (status, replacing) = second(&tid, Some("interrupt")).await;
+    assert_eq!(status, 200, "{replacing}");
+    let replacing_id = replacing["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        join(&tid, &replacing_id).await.1["output"],
+        "echo: second (1 messages)"
+    );
+    let (_, first_run) = server.get(&format!("/threads/{tid}/runs/{first}")).await;
+    assert_eq!(first_run["status"], "interrupted", "{first_run}");
+
+    // rollback: the first run is cancelled and deleted.
+    let (tid, first) = busy_thread().await;
+    let (status, replacing) = second(&tid, Some("rollback")).await;
+    assert_eq!(status, 200, "{replacing}");
+    let replacing_id = replacing["run_id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        join(&tid, &replacing_id).await.1["output"],
+        "echo: second (1 messages)"
+    );
+    let (status, _) = server.get(&format!("/threads/{tid}/runs/{first}")).await;
+    assert_eq!(status, 404);
+    let (_, runs) = server.get(&format!("/threads/{tid}/runs")).await;
+    assert_eq!(runs.as_array().unwrap().len(), 1, "{runs}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_run_stopped_by_shutdown_still_waits_its_turn_on_the_next_server() {
+    use agent_serve::runs::NewRun;
+    use agent_serve::{Multitask, RunStatus};
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("serve.db");
+    let build = || {
+        Server::builder()
+            .agent("echo", crate::support::echo())
+            .agent(
+                "slow",
+                crate::support::echo_after(Duration::from_millis(800)),
+            )
+            .store(&store)
+            .build()
+    };
+    let server = build().await.unwrap();
+    let thread = server
+        .runs()
+        .create_thread(None, json!({}))
+        .await
+        .unwrap()
+        .unwrap();
+    let first = server
+        .runs()
+        .start(NewRun::new("slow", json!({"message": "first"})).thread(&thread.id))
+        .await
+        .unwrap();
+    let queued = server
+        .runs()
+        .start(
+            NewRun::new("echo", json!({"message": "second"}))
+                .thread(&thread.id)
+                .multitask(Multitask::Enqueue),
+        )
+        .await
+        .unwrap();
+    assert_eq!(queued.record.status, RunStatus::Pending);
+    // Stopped at once: both are left unfinished in the store.
+    server.runs().shutdown(Duration::ZERO).await;
+    let stored = server.runs().get(&queued.record.id).await.unwrap().record;
+    assert_eq!(stored.status, RunStatus::Pending);
+
+    let again = build().await.unwrap();
+    assert_eq!(again.resumed(), 2);
+    let first = again
+        .runs()
+        .get(&first.record.id)
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    let second = again
+        .runs()
+        .get(&queued.record.id)
+        .await
+        .unwrap()
+        .wait()
+        .await
+        .unwrap();
+    assert_eq!(first.output, Some(json!("echo: first (1 messages)")));
+    // Its turn came after the first one's, whose turn it saw.
+    assert_eq!(second.output, Some(json!("echo: second (3 messages)")));
+    assert!(second.updated_at >= first.updated_at);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_waiting_for_a_person_when_its_server_stops_waits_again_on_the_next() {
+    use agent_serve::RunStatus;
+    use agent_serve::runs::NewRun;
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("serve.db");
+    let build = || {
+        Server::builder()
+            .agent("approver", crate::support::approver())
+            .store(&store)
+            .build()
+    };
+    let server = build().await.unwrap();
+    let thread = server
+        .runs()
+        .create_thread(None, json!({}))
+        .await
+        .unwrap()
+        .unwrap();
+    let run = server
+        .runs()
+        .start(NewRun::new("approver", json!("delete x")).thread(&thread.id))
+        .await
+        .unwrap();
+    assert!(matches!(
+        run.wait_or_interrupt().await.unwrap(),
+        agent_serve::runs::Waited::Interrupted(..)
+    ));
+    server.runs().shutdown(Duration::ZERO).await;
+
+    let again = build().await.unwrap();
+    assert_eq!(again.resumed(), 1);
+    let handle = again.runs().get(&run.record.id).await.unwrap();
+    // Waiting again, and shown so: not `running`.
+    match handle.wait_or_interrupt().await.unwrap() {
+        agent_serve::runs::Waited::Interrupted(_, interrupt) => {
+            assert_eq!(interrupt.id, "call_1");
+        }
+        other => panic!("not waiting: {other:?}"),
+    }
+    let stored = again.runs().get(&run.record.id).await.unwrap().record;
+    assert_eq!(stored.status, RunStatus::Interrupted);
+    assert_eq!(
+        again.runs().thread(&thread.id).await.unwrap().status,
+        agent_serve::runs::ThreadStatus::Interrupted
+    );
+    // The interrupt was streamed once, before the stop.
+    let mut events = handle.events(0);
+    let mut interrupts = 0;
+    while let Ok(Some(event)) =
+        tokio::time::timeout(Duration::from_millis(300), events.next()).await
+    {
+        if matches!(event.event, agent_serve::runs::RunEvent::Interrupted { .. }) {
+            interrupts += 1;
+        }
+    }
+    assert_eq!(interrupts, 1);
+
+    let resumed = again
+        .runs()
+        .resume(&thread.id, "approve".into())
+        .await
+        .unwrap();
+    let done = resumed.wait().await.unwrap();
+    assert_eq!(done.output, Some(json!("approved: approve")));
+    assert_eq!(done.status, RunStatus::Success);
 }

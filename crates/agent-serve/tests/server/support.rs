@@ -5,7 +5,7 @@ use std::time::Duration;
 use agent_engine::Config;
 use agent_op::{Message, Prompt, Response, op};
 use agent_provider::ScriptedProvider;
-use agent_serve::{FnAgent, InvalidInput, Keys, Server, message_of};
+use agent_serve::{FnAgent, InvalidInput, Keys, Server, ServerBuilder, message_of};
 use serde_json::Value;
 
 /// An agent whose model answers `echo: <message> (<n> messages)`: the count shows the
@@ -58,6 +58,14 @@ impl Drop for Running {
 }
 
 pub async fn start(keys: Option<Keys>) -> Running {
+    start_with(keys, |builder| builder).await
+}
+
+/// [`start`], with the builder changed by `configure` before the server is built.
+pub async fn start_with(
+    keys: Option<Keys>,
+    configure: impl FnOnce(ServerBuilder) -> ServerBuilder,
+) -> Running {
     let dir = tempfile::tempdir().unwrap();
     let mut builder = Server::builder()
         .agent("echo", echo())
@@ -67,7 +75,7 @@ pub async fn start(keys: Option<Keys>) -> Running {
     if let Some(keys) = keys {
         builder = builder.keys(keys);
     }
-    let server = builder.build().await.unwrap();
+    let server = configure(builder).build().await.unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

@@ -16,7 +16,9 @@ use serde_json::{Value, json};
 use crate::agents::message_of;
 use crate::auth::KeyName;
 use crate::error::{ApiError, JsonBody};
-use crate::runs::{NewRun, RunEvent, RunHandle, RunRecord, RunStatus, Runs, Turn, Waited};
+use crate::runs::{
+    Multitask, NewRun, RunEvent, RunHandle, RunRecord, RunStatus, Runs, Turn, Waited,
+};
 use crate::sse;
 use wire::{AssistantSearch, CancelQuery, HistoryQuery, ListQuery, Modes, RunCreate, ThreadCreate};
 
@@ -226,14 +228,14 @@ async fn start(
     if let Some(command) = &body.command {
         return resume(runs, thread.as_deref(), command).await;
     }
-    match body.multitask_strategy.as_deref() {
-        None | Some("reject") => {}
-        Some(other) => {
-            return Err(ApiError::unprocessable(format!(
-                "multitask_strategy `{other}` is not supported: this server rejects a second run on a busy thread (`reject`)"
-            )));
-        }
-    }
+    let multitask = match body.multitask_strategy.as_deref() {
+        None => Multitask::default(),
+        Some(name) => Multitask::from_name(name).ok_or_else(|| {
+            ApiError::unprocessable(format!(
+                "`{name}` is no multitask_strategy: reject, interrupt, rollback or enqueue"
+            ))
+        })?,
+    };
     let Some(input) = body.input else {
         return Err(ApiError::unprocessable("the run needs an `input`"));
     };
@@ -250,6 +252,7 @@ async fn start(
             input,
             metadata: body.metadata.unwrap_or_else(|| json!({})),
             key: key.0,
+            multitask,
         })
         .await?;
     Ok(handle)

@@ -87,7 +87,7 @@ pub(crate) fn run(record: &RunRecord) -> Value {
         "updated_at": time(&record.updated_at),
         "status": record.status.as_str(),
         "metadata": record.metadata,
-        "multitask_strategy": "reject",
+        "multitask_strategy": record.multitask.as_str(),
         "kwargs": {"input": record.input},
         "spent": record.spent,
         "error": record.failure,

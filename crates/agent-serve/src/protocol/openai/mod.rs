@@ -207,6 +207,8 @@ async fn start(
             input,
             metadata: json!({ "api": api }),
             key: key.0,
+            // No thread: nothing to share.
+            multitask: crate::runs::Multitask::default(),
         })
         .await?)
 }
