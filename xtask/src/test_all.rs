@@ -11,9 +11,6 @@ use crate::{cargo, display, format_duration, pg, temporal};
 enum Step {
     /// A `cargo` invocation: its arguments.
     Cargo(&'static [&'static str]),
-    /// A `cargo` invocation with clippy as the compiler of the workspace's own crates, as
-    /// `cargo clippy` runs it, denying every warning: see [`STEPS`].
-    Linted(&'static [&'static str]),
     /// Starts the PostgreSQL test server (`cargo xtask pg start`) for the steps after it,
     /// which get its URL as `DATABASE_URL`; it is stopped when the run ends, however it ends.
     /// With `DATABASE_URL` already set, that server is used instead.
@@ -37,31 +34,40 @@ enum Step {
 /// CLI's Temporal commands) are built, linted, tested and documented. The PostgreSQL
 /// backend's tests run against the server started before them; the local embedding model is
 /// fetched into `target/models/` on the first run (the tests print `SKIPPED:` without pip).
-/// Every step uses the same features, so nothing is built twice between them.
+/// The test, doctest and doc steps use the same features, so nothing is built twice between
+/// them, and the doc step reuses the clippy step's metadata of the dependencies.
 const FEATURES: &str = "effect-agents/otel,effect-agents/postgres,effect-agents/local-embed,effect-agents/temporal,agent-cli/temporal";
 
 /// The steps, in order: mostly `cargo` invocations.
 ///
-/// Clippy lints the workspace while the tests are built ([`Step::Linted`]), not in a
-/// `cargo clippy` of its own: that checked every dependency once more (metadata only, but
-/// the Temporal SDK, candle and axum among them) and took 9 of `test-all`'s minutes on a
-/// fresh clone. `cargo clippy` is `cargo check` with clippy's driver as
-/// `RUSTC_WORKSPACE_WRAPPER`; the same wrapper on `cargo test` lints the same crates and
-/// targets while building them for real. The steps after the build keep the wrapper, so
-/// cargo finds the crates it built fresh.
+/// Clippy has a step of its own, not the tests' build with clippy's driver as the compiler
+/// wrapper (which would share the dependencies' build): clippy's driver compiles with MIR
+/// optimizations off, so the tests would run code unlike what users build (one of
+/// agent-interp-par's deep-nesting tests overflowed its stack that way). The doc step
+/// builds the same features as the clippy step and reuses its dependencies' metadata.
 ///
-/// The build step compiles every target, benchmarks too (`--all-targets`, so they are
-/// linted), without running anything; the test step then runs all but the benchmarks. Per
-/// the cargo book, `--all-targets` means `--lib --bins --tests --benches --examples`, and
-/// `cargo test` *executes* every target it selects, bench targets included (built in test
-/// mode, unoptimized). The only signal cargo gives a benchmark binary is the `--bench` flag,
-/// which the `cargo bench` page says cargo passes "regardless of whether the harness is
-/// libtest or a custom harness" -- and `cargo test` does not pass it. A `harness = false`
-/// bench is just its own `main`, so it would run the whole benchmark. Checked with cargo
-/// 1.95: under `cargo test --all-targets` such a bench's `main` runs with no arguments at
-/// all.
+/// The test step deliberately does not use `--all-targets`. Per the cargo book that flag
+/// means `--lib --bins --tests --benches --examples`, and `cargo test` *executes* every
+/// target it selects, bench targets included (built in test mode, unoptimized). The only
+/// signal cargo gives a benchmark binary is the `--bench` flag, which the `cargo bench` page
+/// says cargo passes "regardless of whether the harness is libtest or a custom harness" --
+/// and `cargo test` does not pass it. A `harness = false` bench is just its own `main`, so
+/// it would run the whole benchmark. Checked with cargo 1.95: under
+/// `cargo test --all-targets` such a bench's `main` runs with no arguments at all. So bench
+/// targets are only compiled (and linted) by the clippy step, which does use
+/// `--all-targets`.
 const STEPS: &[Step] = &[
     Step::Cargo(&["fmt", "--all", "--", "--check"]),
+    Step::Cargo(&[
+        "clippy",
+        "--workspace",
+        "--all-targets",
+        "--features",
+        FEATURES,
+        "--",
+        "-D",
+        "warnings",
+    ]),
     // Crates with optional heavy dependencies must also build, lint-clean, without them.
     Step::Cargo(&[
         "clippy",
@@ -83,17 +89,9 @@ const STEPS: &[Step] = &[
         "-D",
         "warnings",
     ]),
-    Step::Linted(&[
-        "test",
-        "--workspace",
-        "--all-targets",
-        "--no-run",
-        "--features",
-        FEATURES,
-    ]),
     Step::StartPostgres,
     Step::StartTemporal,
-    Step::Linted(&[
+    Step::Cargo(&[
         "test",
         "--workspace",
         "--lib",
@@ -103,7 +101,7 @@ const STEPS: &[Step] = &[
         "--features",
         FEATURES,
     ]),
-    Step::Linted(&["test", "--workspace", "--doc", "--features", FEATURES]),
+    Step::Cargo(&["test", "--workspace", "--doc", "--features", FEATURES]),
     // Broken intra-doc links and other rustdoc warnings fail the build like clippy's do.
     Step::Cargo(&[
         "doc",
@@ -118,36 +116,6 @@ const STEPS: &[Step] = &[
     Step::SemverChecks,
 ];
 
-/// What `cargo clippy -- -D warnings` gives the compiler: clippy's driver as the workspace
-/// crates' compiler wrapper, and its arguments in the variable the driver reads them from
-/// (separated as `cargo clippy` separates them). The driver is the toolchain's own, beside
-/// `rustc`.
-fn clippy_env() -> Result<[(&'static str, String); 2], String> {
-    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".to_owned());
-    let output = Command::new(&rustc)
-        .args(["--print", "sysroot"])
-        .output()
-        .map_err(|e| format!("could not run `{rustc} --print sysroot`: {e}"))?;
-    let sysroot = String::from_utf8_lossy(&output.stdout).trim().to_owned();
-    let driver = Path::new(&sysroot).join("bin").join("clippy-driver");
-    if !output.status.success() || !driver.is_file() {
-        return Err(format!(
-            "clippy's driver is not in the toolchain ({}): `rustup component add clippy`",
-            driver.display()
-        ));
-    }
-    Ok([
-        (
-            "RUSTC_WORKSPACE_WRAPPER",
-            driver.to_string_lossy().into_owned(),
-        ),
-        (
-            "CLIPPY_ARGS",
-            "-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__".to_owned(),
-        ),
-    ])
-}
-
 /// How many steps a full run has.
 pub fn step_count() -> usize {
     STEPS.len()
@@ -158,6 +126,9 @@ pub fn step_count() -> usize {
 /// stopped before this returns, whatever happened.
 pub fn run(root: &Path, only: Option<usize>) -> Result<ExitCode, String> {
     let start = Instant::now();
+    if only.is_none() {
+        prepare_clients();
+    }
     let mut servers = Servers::default();
     for (i, step) in STEPS.iter().enumerate() {
         let n = i + 1;
@@ -166,10 +137,6 @@ pub fn run(root: &Path, only: Option<usize>) -> Result<ExitCode, String> {
         }
         let ok = match step {
             Step::Cargo(args) => run_step(root, args, n, &servers.env)?,
-            Step::Linted(args) => {
-                let env: Vec<_> = servers.env.iter().cloned().chain(clippy_env()?).collect();
-                run_step(root, args, n, &env)?
-            }
             Step::StartPostgres => servers.start_postgres(root, n),
             Step::StartTemporal => servers.start_temporal(root, n),
             Step::Package => package(root, n)?,
@@ -203,7 +170,6 @@ impl Step {
     fn display(&self) -> String {
         match self {
             Step::Cargo(args) => display(args),
-            Step::Linted(args) => format!("{} (linted by clippy)", display(args)),
             Step::StartPostgres => "cargo xtask pg start".to_owned(),
             Step::StartTemporal => "cargo xtask temporal start".to_owned(),
             Step::Package => {
@@ -216,6 +182,28 @@ impl Step {
             ),
         }
     }
+}
+
+/// Installs the Python and npm clients the tests use (`bench_kit::python::ALL`,
+/// `bench_kit::npm::ALL`) in the background while the first steps build: the downloads take
+/// minutes that would otherwise be the test step's. A test that finds one still installing
+/// waits for it (the installs hold lock files); one that could not be installed is said by
+/// the test that needs it, in its `SKIPPED:` line.
+fn prepare_clients() {
+    std::thread::spawn(|| {
+        let start = Instant::now();
+        let venvs = bench_kit::python::ALL
+            .iter()
+            .filter(|v| v.prepare())
+            .count();
+        let packages = bench_kit::npm::ALL.iter().filter(|p| p.prepare()).count();
+        eprintln!(
+            "==> prepared the tests' clients in the background: {venvs}/{} virtualenvs, {packages}/{} npm packages ({})",
+            bench_kit::python::ALL.len(),
+            bench_kit::npm::ALL.len(),
+            format_duration(start.elapsed())
+        );
+    });
 }
 
 /// The servers of the steps after [`Step::StartPostgres`] and [`Step::StartTemporal`]: the

@@ -17,46 +17,10 @@ mod run;
 
 use run::{SPANS, config, program};
 
-const PACKAGE: &str = "arize-phoenix==20.26.1";
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
-}
-
 /// The virtualenv's Python with Phoenix installed, installing it if missing; `None` (said in
 /// one line) when it cannot be had.
 fn phoenix_python() -> Option<PathBuf> {
-    let venv = target_dir().join("phoenix-venv");
-    let python = venv.join("bin/python");
-    let ready = |python: &Path| {
-        Command::new(python)
-            .args(["-c", "import phoenix.server.main"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if ready(&python) {
-        return Some(python);
-    }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status();
-    if !made.is_ok_and(|s| s.success()) {
-        eprintln!("SKIPPED: the Phoenix test needs python3 with venv to install {PACKAGE}");
-        return None;
-    }
-    let installed = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check", PACKAGE])
-        .status();
-    if !installed.is_ok_and(|s| s.success()) || !ready(&python) {
-        eprintln!("SKIPPED: the Phoenix test could not install {PACKAGE} with pip");
-        return None;
-    }
-    Some(python)
+    bench_kit::python::PHOENIX.python()
 }
 
 fn free_port() -> u16 {

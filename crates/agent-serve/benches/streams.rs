@@ -2,15 +2,17 @@
 //!
 //! - `serve.sse_idle_stream_kib`: memory per idle event stream, 1,000 streams following one
 //!   run (KiB of resident memory per stream, client and server both in this process);
-//!   baseline: 1,000 idle keep-alive HTTP requests held open on a plain axum route in the
-//!   same process (what any HTTP stream costs);
+//!   baseline: 1,000 idle HTTP requests held open on a plain axum route in the same process
+//!   (what any HTTP stream costs);
 //! - `serve.sse_delivery_p99`: ms from a trace event's time to its arrival on each of the
-//!   1,000 streams (p99); baseline: the same with one stream;
+//!   1,000 streams (p99); baseline: the same with one stream. The clients of both rows are
+//!   plain HTTP/1.1 on raw sockets (see `open_raw`).
 //! - `serve.chat_ttft` / `serve.chat_tokens_per_s`: time to first token and tokens per
 //!   second of `/v1/chat/completions` with `stream: true`, the agent's model an
 //!   OpenAI-compatible server streaming 200 tokens 2 ms apart after a 20 ms first token;
 //!   baseline: the same request sent to the model server directly.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -20,6 +22,8 @@ use agent_provider::ScriptedProvider;
 use agent_serve::{FnAgent, InvalidInput, Server, message_of};
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::TcpStream;
 
 const STREAMS: usize = 1_000;
 const TOKENS: usize = 200;
@@ -66,52 +70,78 @@ async fn serve(server: Server) -> String {
     base
 }
 
-/// Opens `n` event streams of run `id` and waits until each has its first events; then
-/// returns the time each receives the run's `infer_end`, minus that event's own time (ms).
+/// A plain HTTP/1.1 client on a raw socket: `GET path`, read until the response's headers
+/// are in. The streams are followed with these rather than with reqwest's client, whose
+/// per-connection tasks, channels and decoding cost (1,000 of them sharing the two cores
+/// with the server they measure) more than the server's own delivery: what is measured is
+/// the server, with the cheapest client that speaks HTTP.
+async fn open_raw(addr: SocketAddr, path: &str) -> (TcpStream, Vec<u8>) {
+    let mut socket = TcpStream::connect(addr).await.expect("connect");
+    socket.set_nodelay(true).expect("nodelay");
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAccept: text/event-stream\r\n\r\n");
+    socket.write_all(request.as_bytes()).await.expect("request");
+    let mut received = Vec::with_capacity(1024);
+    while find(&received, b"\r\n\r\n").is_none() {
+        let mut chunk = [0u8; 1024];
+        let n = socket.read(&mut chunk).await.expect("response");
+        assert!(n > 0, "the server closed the stream before its headers");
+        received.extend_from_slice(&chunk[..n]);
+    }
+    assert!(received.starts_with(b"HTTP/1.1 200"), "not a 200");
+    (socket, received)
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// Opens `n` event streams of run `id` and waits until each has its headers; then returns
+/// the time each receives the run's `infer_end`, minus that event's own time (ms).
 async fn follow(
-    client: &reqwest::Client,
-    base: &str,
+    addr: SocketAddr,
     id: &str,
     n: usize,
     opened: Arc<tokio::sync::Barrier>,
 ) -> Vec<tokio::task::JoinHandle<f64>> {
+    const MARKER: &[u8] = br#"{"event":"infer_end""#;
+    const AT: &[u8] = br#""at":""#;
     let mut tasks = Vec::with_capacity(n);
     for _ in 0..n {
-        let client = client.clone();
-        let url = format!("{base}/runs/{id}/stream?stream_mode=events");
+        let path = format!("/runs/{id}/stream?stream_mode=events");
         let opened = opened.clone();
         tasks.push(tokio::spawn(async move {
-            let response = client.get(&url).send().await.expect("stream");
+            let (mut socket, mut received) = open_raw(addr, &path).await;
             opened.wait().await;
-            let mut body = response.bytes_stream();
-            let mut pending = String::new();
-            while let Some(Ok(chunk)) = body.next().await {
-                pending.push_str(&String::from_utf8_lossy(&chunk));
-                while let Some(end) = pending.find("\n\n") {
-                    let block: String = pending.drain(..end + 2).collect();
-                    // Only the awaited event is parsed: a thousand clients share the cores
-                    // with the server they measure.
-                    if !block.contains(r#"{"event":"infer_end""#) {
-                        continue;
+            let mut chunk = [0u8; 4096];
+            loop {
+                // Only the awaited event's time is read: a thousand clients share the cores
+                // with the server they measure.
+                if let Some(start) = find(&received, MARKER) {
+                    let event = &received[start..];
+                    if let Some(at) = find(event, AT) {
+                        let value = &event[at + AT.len()..];
+                        if let Some(end) = value.iter().position(|b| *b == b'"') {
+                            let now = chrono::Utc::now();
+                            let at = std::str::from_utf8(&value[..end]).expect("utf-8");
+                            let at = chrono::DateTime::parse_from_rfc3339(at).expect("event time");
+                            return (now - at.with_timezone(&chrono::Utc))
+                                .num_microseconds()
+                                .unwrap_or(0) as f64
+                                / 1000.0;
+                        }
                     }
-                    let Some(data) = block.lines().find_map(|l| l.strip_prefix("data: ")) else {
-                        continue;
-                    };
-                    let Ok(data) = serde_json::from_str::<Value>(data) else {
-                        continue;
-                    };
-                    if data["event"] == "infer_end" {
-                        let at = data["data"]["at"].as_str().unwrap_or_default();
-                        let at = chrono::DateTime::parse_from_rfc3339(at).expect("event time");
-                        let now = chrono::Utc::now();
-                        return (now - at.with_timezone(&chrono::Utc))
-                            .num_microseconds()
-                            .unwrap_or(0) as f64
-                            / 1000.0;
-                    }
+                } else if received.len() > 256 {
+                    // Nothing awaited in what came: keep only a tail the marker could
+                    // start in.
+                    received.drain(..received.len() - MARKER.len());
                 }
+                let n = socket.read(&mut chunk).await.expect("stream");
+                if n == 0 {
+                    return f64::NAN;
+                }
+                received.extend_from_slice(&chunk[..n]);
             }
-            f64::NAN
         }));
     }
     tasks
@@ -126,8 +156,8 @@ async fn streams() {
         .await
         .expect("server");
     let base = serve(server).await;
+    let addr: SocketAddr = base.trim_start_matches("http://").parse().expect("address");
     let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(STREAMS + 10)
         .timeout(Duration::from_secs(60))
         .build()
         .expect("client");
@@ -146,14 +176,7 @@ async fn streams() {
 
     // One stream: the delivery baseline.
     let id = start(client.clone(), base.clone()).await;
-    let one = follow(
-        &client,
-        &base,
-        &id,
-        1,
-        Arc::new(tokio::sync::Barrier::new(1)),
-    )
-    .await;
+    let one = follow(addr, &id, 1, Arc::new(tokio::sync::Barrier::new(1))).await;
     let mut alone = Vec::new();
     for task in one {
         alone.push(task.await.expect("stream"));
@@ -164,7 +187,7 @@ async fn streams() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     let before = bench_kit::rss_bytes().unwrap_or(0);
     let opened = Arc::new(tokio::sync::Barrier::new(STREAMS + 1));
-    let tasks = follow(&client, &base, &id, STREAMS, opened.clone()).await;
+    let tasks = follow(addr, &id, STREAMS, opened.clone()).await;
     opened.wait().await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let after = bench_kit::rss_bytes().unwrap_or(0);
@@ -186,13 +209,13 @@ async fn streams() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
-    let hold = format!("http://{}/hold", listener.local_addr().expect("addr"));
+    let hold = listener.local_addr().expect("addr");
     tokio::spawn(async move { axum::serve(listener, app).await });
     tokio::time::sleep(Duration::from_millis(200)).await;
     let plain_before = bench_kit::rss_bytes().unwrap_or(0);
     let mut held = Vec::with_capacity(STREAMS);
     for _ in 0..STREAMS {
-        held.push(client.get(&hold).send().await.expect("hold"));
+        held.push(open_raw(hold, "/hold").await);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     let plain_after = bench_kit::rss_bytes().unwrap_or(0);

@@ -190,6 +190,7 @@ pub(crate) fn served(keys: bool) -> Value {
     let mut generator = generator();
     let mut operations = crate::protocol::agent_protocol::operations(&mut generator);
     operations.extend(crate::protocol::openai::operations(&mut generator));
+    operations.extend(crate::protocol::ag_ui::operations(&mut generator));
     let status = object(json!({"status": {"type": "string"}}), &["status"]);
     operations.push(
         Operation::new("get", "/healthz", "health", "Whether the server runs").ok(

@@ -17,7 +17,7 @@ use tower_http::cors::CorsLayer;
 use crate::agents::{Agents, ServedAgent};
 use crate::auth::{Keys, authenticate};
 use crate::error::ApiError;
-use crate::protocol::{agent_protocol, openai};
+use crate::protocol::{ag_ui, agent_protocol, openai};
 use crate::runs::{Runs, Store, StoreError};
 
 /// The default limit on a request body: 1 MiB.
@@ -263,6 +263,7 @@ impl Server {
         let router = Router::new()
             .merge(agent_protocol::router())
             .merge(openai::router())
+            .merge(ag_ui::router())
             .route("/", get(chat_page))
             .route("/openapi.json", get(openapi_document))
             .route("/healthz", get(healthz))

@@ -19,7 +19,19 @@ pub(crate) const KEEP_ALIVE: Duration = Duration::from_secs(15);
 pub(crate) fn respond(
     first: Vec<Event>,
     events: EventStream,
-    map: impl FnMut(&Numbered) -> Vec<Event> + Send + 'static,
+    mut map: impl FnMut(&Numbered) -> Vec<Event> + Send + 'static,
+    last: Vec<Event>,
+) -> Response {
+    respond_until(first, events, move |numbered| (map(numbered), false), last)
+}
+
+/// [`respond`], whose `map` also says when the stream is over (`true`: `last` follows what
+/// it made, and later events of the run are not sent): for protocols whose stream ends at an
+/// event the run goes on after, such as a wait for a person.
+pub(crate) fn respond_until(
+    first: Vec<Event>,
+    events: EventStream,
+    map: impl FnMut(&Numbered) -> (Vec<Event>, bool) + Send + 'static,
     last: Vec<Event>,
 ) -> Response {
     struct State<M> {
@@ -48,11 +60,12 @@ pub(crate) fn respond(
                 match events.next().await {
                     Some(numbered) => {
                         let id = numbered.seq.to_string();
-                        let made: Vec<Event> = (state.map)(&numbered)
-                            .into_iter()
-                            .map(|e| e.id(id.clone()))
-                            .collect();
+                        let (made, over) = (state.map)(&numbered);
+                        let made: Vec<Event> = made.into_iter().map(|e| e.id(id.clone())).collect();
                         state.pending = made.into_iter();
+                        if over {
+                            state.events = None;
+                        }
                         continue;
                     }
                     None => state.events = None,

@@ -1,4 +1,6 @@
-//! Internal: what every benchmark of the workspace shares.
+//! Internal: what every benchmark of the workspace shares, and what its tests share with them
+//! ([`python`] and [`npm`]: the official clients and servers the tests install under
+//! `target/`).
 //!
 //! Benchmarks are plain `harness = false` bench targets. Each measures its subject and a
 //! baseline *in the same run* (timings on shared machines are noisy) and prints one JSON line
@@ -11,6 +13,9 @@
 //! `ratio` is always `value / baseline`; whether lower or higher is better depends on the
 //! unit (lower for times, higher for throughputs). `cargo xtask bench [FILTER]` runs every
 //! bench target and forwards these lines.
+
+pub mod npm;
+pub mod python;
 
 use std::io::Write;
 use std::time::{Duration, Instant};

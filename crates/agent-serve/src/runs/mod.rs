@@ -718,8 +718,13 @@ impl Runs {
         });
         let thread = record.thread_id.as_ref().map(|id| {
             if let Some(output) = &output {
+                // The turns the input carried join the thread with it, as LangGraph's
+                // `messages` state adds every input message.
                 let user = match message_of(&record.input) {
-                    Some((message, _)) => message,
+                    Some((message, earlier)) => {
+                        turns.extend(earlier);
+                        message
+                    }
                     None => record.input.to_string(),
                 };
                 turns.push(Turn {
@@ -788,6 +793,17 @@ impl Runs {
             resumed_from: 0,
             runs: self.clone(),
         })
+    }
+
+    /// What the run going on `thread_id` waits for, if it waits for a person.
+    pub fn interrupt(&self, thread_id: &str) -> Option<Interrupt> {
+        self.inner
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+            .filter(|live| live.thread_id.as_deref() == Some(thread_id))
+            .find_map(|live| live.waiting.borrow().clone())
     }
 
     /// Answers the interrupt the run going on `thread_id` waits on (`approve` approves a

@@ -185,7 +185,7 @@ async fn openai_clients_get_chat_completions_streamed_or_whole() {
         .iter()
         .map(|m| m["id"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["approver", "echo", "slow"]);
+    assert_eq!(names, ["approver", "echo", "slow", "tooler"]);
 
     let (status, completion) = server
         .post(
@@ -292,6 +292,7 @@ async fn with_keys_every_route_but_health_needs_one() {
         ("GET", "/v1/models"),
         ("POST", "/v1/chat/completions"),
         ("POST", "/v1/responses"),
+        ("POST", "/ag-ui/echo"),
         ("GET", "/no/such/route"),
     ];
     for (method, path) in routes {
@@ -542,6 +543,7 @@ async fn the_openapi_document_names_every_route_with_its_body_schema() {
         ("/runs/{rid}/view", "get"),
         ("/v1/chat/completions", "post"),
         ("/v1/responses", "post"),
+        ("/ag-ui/{agent}", "post"),
         ("/healthz", "get"),
     ] {
         assert!(

@@ -1,59 +1,19 @@
 //! The official clients against the server: OpenAI's Python SDK (`openai`) on the chat
-//! routes and LangGraph's (`langgraph-sdk`) on the Agent Protocol's, each installed into a
-//! virtualenv under `target/` on first use (one `SKIPPED:` line when that cannot be done).
+//! routes, LangGraph's (`langgraph-sdk`) on the Agent Protocol's and AG-UI's models
+//! (`ag-ui-protocol`) on `/ag-ui`, installed into a virtualenv under `target/` on first use
+//! (one `SKIPPED:` line when that cannot be done).
 
 use crate::support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 
 use agent_serve::{Keys, Limits};
 
-const PACKAGES: [&str; 3] = [
-    "openai==3.63.0",
-    "langgraph-sdk==0.4.14",
-    "schemathesis==4.32.5",
-];
-
-fn target_dir() -> PathBuf {
-    std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
-}
-
-/// The virtualenv's Python with both clients, installing them if missing; `None` (said in
+/// The virtualenv's Python with the clients, installing them if missing; `None` (said in
 /// one line) when they cannot be had.
-fn clients_python() -> Option<PathBuf> {
-    let venv = target_dir().join("serve-clients-venv");
-    let python = venv.join("bin/python");
-    let ready = |python: &Path| {
-        Command::new(python)
-            .args(["-c", "import openai, langgraph_sdk, schemathesis"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if ready(&python) {
-        return Some(python);
-    }
-    let made = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status();
-    if !made.is_ok_and(|s| s.success()) {
-        eprintln!("SKIPPED: the client tests need python3 with venv to install {PACKAGES:?}");
-        return None;
-    }
-    let installed = Command::new(venv.join("bin/pip"))
-        .args(["install", "--quiet", "--disable-pip-version-check"])
-        .args(PACKAGES)
-        .status();
-    if !installed.is_ok_and(|s| s.success()) || !ready(&python) {
-        eprintln!("SKIPPED: the client tests could not install {PACKAGES:?} with pip");
-        return None;
-    }
-    Some(python)
+fn clients_python() -> Option<std::path::PathBuf> {
+    bench_kit::python::SERVE_CLIENTS.python()
 }
 
 /// Runs a client script against a server with the key `ak_clients`.
@@ -91,6 +51,43 @@ async fn the_openai_python_sdk_chats_with_an_agent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_langgraph_sdk_drives_runs_threads_and_streams() {
     drive("langgraph_client.py").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ag_ui_events_parse_with_the_protocols_own_models() {
+    drive("ag_ui_client.py").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ag_uis_own_http_agent_runs_agents_through_the_endpoint() {
+    let Some(entry) = bench_kit::npm::AG_UI_CLIENT.entry() else {
+        return;
+    };
+    let keys = Keys::default().with_key("clients", "ak_clients", Limits::none());
+    let server = support::start(Some(keys)).await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/ag_ui_http_agent.mjs");
+    let base = server.base.clone();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(script)
+            .arg(entry)
+            .arg(base)
+            .arg("ak_clients")
+            .output()
+    })
+    .await
+    .unwrap();
+    let Ok(output) = output else {
+        eprintln!(
+            "SKIPPED: the AG-UI client test needs node to run {}",
+            bench_kit::npm::AG_UI_CLIENT.package
+        );
+        return;
+    };
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    println!("{stdout}");
 }
 
 /// Runs schemathesis (property-based requests generated from an OpenAPI document) against

@@ -143,6 +143,8 @@ async fn a_thousand_hostile_requests_per_route_get_4xx_and_change_nothing() {
         ("GET", "/v1/models"),
         ("POST", "/v1/chat/completions"),
         ("POST", "/v1/responses"),
+        ("POST", "/ag-ui/echo"),
+        ("POST", "/ag-ui/{a}"),
     ];
     let mut rng = fastrand::Rng::with_seed(45);
     let address = server.base.trim_start_matches("http://").to_owned();

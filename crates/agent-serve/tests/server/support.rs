@@ -71,6 +71,7 @@ pub async fn start_with(
         .agent("echo", echo())
         .agent("slow", echo_after(Duration::from_millis(1500)))
         .agent("approver", approver())
+        .agent("tooler", tooler())
         .store(dir.path().join("serve.db"));
     if let Some(keys) = keys {
         builder = builder.keys(keys);
@@ -163,6 +164,47 @@ pub fn parse_sse(text: &str) -> Vec<(Option<String>, String, String)> {
 
 /// An agent that asks a person to approve a `delete` call and answers with what it was
 /// told: `approved: <answer>`.
+/// An agent that looks its message up with the tool `lookup` (which answers `<message> is
+/// known`), then has its model answer `found: <what the tool said>`.
+pub fn tooler() -> FnAgent {
+    let provider = ScriptedProvider::from_fn(|_, prompt: &Prompt| {
+        let last = prompt
+            .messages
+            .iter()
+            .last()
+            .map(|m| m.content().to_owned())
+            .unwrap_or_default();
+        Ok(Response::text(format!("found: {last}")).with_usage(20, 4))
+    });
+    let lookup = agent_op::FnTool::new(
+        "lookup",
+        "Looks a thing up",
+        serde_json::json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+        |args: Value| async move {
+            Ok(Value::String(format!(
+                "{} is known",
+                args["q"].as_str().unwrap_or_default()
+            )))
+        },
+    );
+    FnAgent::new(Config::new().provider(provider).tool(lookup), |request| {
+        let (message, _) =
+            message_of(request.input).ok_or_else(|| InvalidInput("a message is needed".into()))?;
+        Ok(
+            op::tool("lookup", serde_json::json!({"q": message})).and_then(|found| {
+                let found = match found {
+                    Ok(Value::String(text)) => text,
+                    Ok(other) => other.to_string(),
+                    Err(error) => error.to_string(),
+                };
+                op::infer_raw("tool-model", Prompt::new().user(found))
+                    .map(|r| Value::String(r.content))
+            }),
+        )
+    })
+    .description("Looks its message up with a tool")
+}
+
 pub fn approver() -> FnAgent {
     FnAgent::new(Config::new(), |_request| {
         let ask = agent_op::EventKind::custom(

@@ -160,7 +160,7 @@ async fn create_thread(
 }
 
 /// Ids the caller chooses are short and printable (they end up in URLs and logs).
-fn check_id(id: &str) -> Result<(), ApiError> {
+pub(crate) fn check_id(id: &str) -> Result<(), ApiError> {
     if id.is_empty() || id.len() > 128 || !id.chars().all(|c| c.is_ascii_graphic()) {
         return Err(ApiError::unprocessable(
             "an id is 1 to 128 printable ASCII characters",
