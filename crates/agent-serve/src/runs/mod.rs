@@ -3,22 +3,25 @@
 //! recovery of runs a killed server left unfinished.
 
 mod event;
+mod handle;
 mod hub;
 mod journal;
 mod limits;
 mod record;
 mod store;
+mod subscriber;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use agent_engine::{CancellationToken, RunError, SteeringQueue, Subscriber};
-use agent_op::{Delta, Event, TraceId};
+use agent_engine::{CancellationToken, RunError, SteeringQueue};
+use agent_op::TraceId;
 use chrono::Utc;
 use serde_json::Value;
 use tokio::sync::watch;
 
 pub use event::{Numbered, RunEvent};
+pub use handle::{EventStream, RunHandle, Waited};
 pub use limits::Limits;
 pub use record::{
     Failure, Multitask, RunRecord, RunStatus, Spent, ThreadRecord, ThreadState, ThreadStatus, Turn,
@@ -26,10 +29,11 @@ pub use record::{
 pub use store::{Store, StoreError};
 
 use crate::agents::{Agents, InvalidInput, Request, ServedAgent, message_of};
-use hub::{Follower, Hub};
+use hub::Hub;
 use journal::RunJournal;
 use limits::{Claim, Limiter};
 use store::{InsertRun, RunEnd, ThreadEnd};
+use subscriber::HubSubscriber;
 
 /// Why a run could not be started or found.
 #[derive(Debug, thiserror::Error)]
@@ -125,153 +129,6 @@ impl NewRun {
     }
 }
 
-/// A run that is going or over: its record as it was when the handle was made, and its
-/// events.
-#[derive(Clone)]
-pub struct RunHandle {
-    /// The run as it started (or as the store had it).
-    pub record: RunRecord,
-    live: Option<Arc<Live>>,
-    /// For a resumed run: its last event before it was resumed.
-    resumed_from: u64,
-    runs: Runs,
-}
-
-impl std::fmt::Debug for RunHandle {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RunHandle")
-            .field("record", &self.record)
-            .finish_non_exhaustive()
-    }
-}
-
-impl RunHandle {
-    /// The run's events after the `after`th (0 for all), live while it goes, then from the
-    /// store once it is over.
-    pub fn events(&self, after: u64) -> EventStream {
-        match &self.live {
-            Some(live) => EventStream {
-                source: Source::Live(live.hub.follow(after)),
-            },
-            None => EventStream {
-                source: Source::Stored {
-                    store: self.runs.inner.store.clone(),
-                    run_id: self.record.id.clone(),
-                    after,
-                    buffer: Vec::new().into_iter(),
-                    done: false,
-                },
-            },
-        }
-    }
-
-    /// Waits for the run to end; its final record.
-    pub async fn wait(&self) -> Result<RunRecord, RunsError> {
-        if let Some(live) = &self.live {
-            let mut done = live.done.clone();
-            loop {
-                if let Some(record) = done.borrow_and_update().clone() {
-                    return Ok(record);
-                }
-                if done.changed().await.is_err() {
-                    break;
-                }
-            }
-        }
-        self.runs
-            .inner
-            .store
-            .run(&self.record.id)
-            .await?
-            .ok_or_else(|| RunsError::UnknownRun(self.record.id.clone()))
-    }
-
-    /// Waits for the run to end or to wait for a person, whichever comes first.
-    pub async fn wait_or_interrupt(&self) -> Result<Waited, RunsError> {
-        if let Some(live) = &self.live {
-            let mut done = live.done.clone();
-            let mut waiting = live.waiting.subscribe();
-            loop {
-                if let Some(record) = done.borrow_and_update().clone() {
-                    return Ok(Waited::Done(record));
-                }
-                if let Some(interrupt) = waiting.borrow_and_update().clone() {
-                    let record = RunRecord {
-                        status: RunStatus::Interrupted,
-                        ..self.record.clone()
-                    };
-                    return Ok(Waited::Interrupted(record, interrupt));
-                }
-                tokio::select! {
-                    changed = done.changed() => if changed.is_err() { break },
-                    _ = waiting.changed() => {}
-                }
-            }
-        }
-        self.wait().await.map(Waited::Done)
-    }
-
-    /// For a handle [`Runs::resume`] gave: the number of the run's last event before it was
-    /// resumed (a stream of what the answer led to starts after it); else 0.
-    pub fn resumed_from(&self) -> u64 {
-        self.resumed_from
-    }
-
-    /// Cancels the run (it ends `interrupted`); nothing if it is over.
-    pub fn cancel(&self) {
-        if let Some(live) = &self.live {
-            live.cancel.cancel();
-        }
-    }
-}
-
-/// A run's events, in order, each once.
-pub struct EventStream {
-    source: Source,
-}
-
-enum Source {
-    Live(Follower),
-    Stored {
-        store: Store,
-        run_id: String,
-        after: u64,
-        buffer: std::vec::IntoIter<Arc<Numbered>>,
-        done: bool,
-    },
-}
-
-impl EventStream {
-    /// The next event; `None` after the last.
-    pub async fn next(&mut self) -> Option<Arc<Numbered>> {
-        match &mut self.source {
-            Source::Live(follower) => follower.next().await,
-            Source::Stored {
-                store,
-                run_id,
-                after,
-                buffer,
-                done,
-            } => {
-                if let Some(event) = buffer.next() {
-                    return Some(event);
-                }
-                if *done {
-                    return None;
-                }
-                *done = true;
-                let events = store.events_after(run_id, *after).await.ok()?;
-                *buffer = events
-                    .into_iter()
-                    .map(Arc::new)
-                    .collect::<Vec<_>>()
-                    .into_iter();
-                buffer.next()
-            }
-        }
-    }
-}
-
 /// What the run model keeps about a run that is going.
 struct Live {
     hub: Arc<Hub>,
@@ -295,16 +152,6 @@ pub struct Interrupt {
     pub id: String,
     /// What the run asks (for an approval: the tool, the call's id and its arguments).
     pub value: Value,
-}
-
-/// Where a run stands when a caller stops waiting for it.
-#[derive(Clone, Debug)]
-#[non_exhaustive]
-pub enum Waited {
-    /// It is over.
-    Done(RunRecord),
-    /// It waits for a person (resumed with [`Runs::resume`]).
-    Interrupted(RunRecord, Interrupt),
 }
 
 /// The run model: starts runs on agents, keeps their events and records in a [`Store`].
@@ -1042,86 +889,6 @@ enum Ended {
     Run(Box<RunError>),
     /// A queued run ended before its turn: cancelled (`None`), or refused when its turn came.
     BeforeStart(Option<Failure>),
-}
-
-/// The custom events by which a program says it waits for a person: a tool approval
-/// (`agent-agents` emits `approval_requested` before it waits on the steering queue) or a
-/// question.
-const INTERRUPTS: [&str; 2] = ["approval_requested", "input_requested"];
-
-/// Passes a run's trace events and reply deltas to its hub.
-struct HubSubscriber {
-    hub: Arc<Hub>,
-    /// Told when the run starts waiting for a person.
-    waiting: Arc<watch::Sender<Option<Interrupt>>>,
-    store: Store,
-    run_id: String,
-    thread_id: Option<String>,
-    /// Trace events still to drop: a resumed run replays its committed prefix, whose
-    /// events its streams already had.
-    skip: std::sync::atomic::AtomicU64,
-}
-
-impl Subscriber for HubSubscriber {
-    fn on_event(&self, trace_id: &TraceId, event: &Event) {
-        use std::sync::atomic::Ordering;
-        let skipped = self
-            .skip
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
-        if let agent_op::EventKind::Custom(custom) = &event.kind {
-            if INTERRUPTS.contains(&custom.name.as_str()) {
-                let id = custom.data["call_id"]
-                    .as_str()
-                    .map_or_else(|| format!("{}", self.hub.last_seq() + 1), str::to_owned);
-                let interrupt = Interrupt {
-                    id: id.clone(),
-                    value: custom.data.clone(),
-                };
-                self.store.set_status(
-                    &self.run_id,
-                    RunStatus::Interrupted,
-                    self.thread_id.as_deref(),
-                );
-                // Replayed (a resumed run waiting again for the answer it waited for when
-                // its server stopped): its streams had the event already.
-                if skipped.is_err() {
-                    self.hub.push(RunEvent::Interrupted {
-                        id,
-                        value: custom.data.clone(),
-                    });
-                }
-                self.waiting.send_replace(Some(interrupt));
-            }
-        }
-        // The answer taken (replayed, for a run resumed past a wait that was answered
-        // before its server stopped; live, `resume` has done this already).
-        if matches!(event.kind, agent_op::EventKind::Steering(_)) && self.waiting.borrow().is_some()
-        {
-            self.waiting.send_replace(None);
-            self.store
-                .set_status(&self.run_id, RunStatus::Running, self.thread_id.as_deref());
-        }
-        if skipped.is_ok() {
-            return;
-        }
-        let Ok(event) = serde_json::to_value(event) else {
-            return;
-        };
-        self.hub.push(RunEvent::Trace {
-            trace_id: trace_id.to_string(),
-            event,
-        });
-    }
-
-    fn wants_deltas(&self) -> bool {
-        true
-    }
-
-    fn on_delta(&self, _trace_id: &TraceId, delta: &Delta) {
-        if let Delta::Text(text) = delta {
-            self.hub.push(RunEvent::Token { text: text.clone() });
-        }
-    }
 }
 
 /// Every public future of the run model can be `tokio::spawn`ed.
