@@ -341,9 +341,24 @@ fn has_commit(root: &Path, commit: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
+/// Installs cargo-semver-checks (if it is not there) on a thread of its own, at the lowest
+/// CPU priority: it builds on what the other steps leave idle (the tests spend minutes
+/// waiting on servers and clients), and the semver step, which joins the thread first,
+/// finds it built. A failure here is left for that step to meet again and report.
+pub fn install_in_background(root: PathBuf) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let _ = install_with(&root, true);
+    })
+}
+
 /// The cargo-semver-checks binary under `target/tools/`, installed from crates.io if it is
 /// not there (a few minutes, once per target directory).
 fn install(root: &Path) -> Result<PathBuf, InstallError> {
+    install_with(root, false)
+}
+
+/// [`install`], at the lowest CPU priority (`nice -n 19`, where there is `nice`) if `idle`.
+fn install_with(root: &Path, idle: bool) -> Result<PathBuf, InstallError> {
     let prefix = crate::pg::target_dir(root)
         .join("tools")
         .join(format!("cargo-semver-checks-{SEMVER_CHECKS_VERSION}"));
@@ -352,11 +367,16 @@ fn install(root: &Path) -> Result<PathBuf, InstallError> {
         return Ok(binary);
     }
     eprintln!(
-        "==> installing cargo-semver-checks {SEMVER_CHECKS_VERSION} into {}",
-        prefix.display()
+        "==> installing cargo-semver-checks {SEMVER_CHECKS_VERSION} into {}{}",
+        prefix.display(),
+        if idle {
+            " (in the background, at idle priority)"
+        } else {
+            ""
+        }
     );
     let prefix_arg = prefix.to_string_lossy().into_owned();
-    let output = cargo(
+    let mut command = cargo(
         root,
         &[
             "install",
@@ -373,12 +393,23 @@ fn install(root: &Path) -> Result<PathBuf, InstallError> {
             "--config",
             "profile.dev.package.\"*\".opt-level=0",
         ],
-    )
-    .env("CARGO_INCREMENTAL", "0")
-    .env("CARGO_PROFILE_DEV_DEBUG", "false")
-    .env_remove("CARGO_TARGET_DIR")
-    .output()
-    .map_err(|e| InstallError::Failed(format!("could not run `cargo install`: {e}")))?;
+    );
+    let nice = Path::new("/usr/bin/nice");
+    if idle && nice.is_file() {
+        let mut niced = Command::new(nice);
+        niced
+            .args(["-n", "19"])
+            .arg(command.get_program())
+            .args(command.get_args())
+            .current_dir(root);
+        command = niced;
+    }
+    let output = command
+        .env("CARGO_INCREMENTAL", "0")
+        .env("CARGO_PROFILE_DEV_DEBUG", "false")
+        .env_remove("CARGO_TARGET_DIR")
+        .output()
+        .map_err(|e| InstallError::Failed(format!("could not run `cargo install`: {e}")))?;
     if output.status.success() && binary.is_file() {
         return Ok(binary);
     }

@@ -126,8 +126,10 @@ pub fn step_count() -> usize {
 /// stopped before this returns, whatever happened.
 pub fn run(root: &Path, only: Option<usize>) -> Result<ExitCode, String> {
     let start = Instant::now();
+    let mut semver_tool = None;
     if only.is_none() {
         prepare_clients();
+        semver_tool = Some(release::install_in_background(root.to_path_buf()));
     }
     let mut servers = Servers::default();
     for (i, step) in STEPS.iter().enumerate() {
@@ -140,7 +142,12 @@ pub fn run(root: &Path, only: Option<usize>) -> Result<ExitCode, String> {
             Step::StartPostgres => servers.start_postgres(root, n),
             Step::StartTemporal => servers.start_temporal(root, n),
             Step::Package => package(root, n)?,
-            Step::SemverChecks => semver_checks(root, n)?,
+            Step::SemverChecks => {
+                if let Some(installing) = semver_tool.take() {
+                    let _ = installing.join();
+                }
+                semver_checks(root, n)?
+            }
         };
         if !ok {
             eprintln!(
