@@ -266,7 +266,10 @@ const FACADE_FEATURES: &[&str] = &["par", "prompt"];
 /// installing the tool first if needed: the facade with [`FACADE_FEATURES`], the others with
 /// the tool's choice of features (all but unstable ones). A core crate added since the
 /// baseline is left out (the tool would fail to find it there), with a note on stderr.
-pub fn semver_checks(root: &Path) -> SemverCheck {
+///
+/// With `idle`, the install and the checks run at the lowest CPU priority (`nice -n 19`,
+/// where there is `nice`): for a run in the background of other steps.
+pub fn semver_checks(root: &Path, idle: bool) -> SemverCheck {
     if !has_commit(root, BASELINE.commit) {
         return SemverCheck::Skipped(format!(
             "the baseline commit {} (v{}) is not in this clone's history (a shallow clone?)",
@@ -286,7 +289,7 @@ pub fn semver_checks(root: &Path) -> SemverCheck {
             BASELINE.version, BASELINE.commit
         );
     }
-    let tool = match install(root) {
+    let tool = match install_with(root, idle) {
         Ok(tool) => tool,
         Err(InstallError::Unavailable(why)) => return SemverCheck::Skipped(why),
         Err(InstallError::Failed(why)) => return SemverCheck::Failed(why),
@@ -311,7 +314,7 @@ pub fn semver_checks(root: &Path) -> SemverCheck {
             command.arg("--only-explicit-features");
             command.args(features.iter().flat_map(|feature| ["--features", feature]));
         }
-        command
+        if idle { niced(command) } else { command }
     };
     if !others.is_empty() {
         runs.push((
@@ -341,23 +344,33 @@ fn has_commit(root: &Path, commit: &str) -> bool {
         .is_ok_and(|s| s.success())
 }
 
-/// Installs cargo-semver-checks (if it is not there) on a thread of its own, at the lowest
-/// CPU priority: it builds on what the other steps leave idle (the tests spend minutes
-/// waiting on servers and clients), and the semver step, which joins the thread first,
-/// finds it built. A failure here is left for that step to meet again and report.
-pub fn install_in_background(root: PathBuf) -> std::thread::JoinHandle<()> {
-    std::thread::spawn(move || {
-        let _ = install_with(&root, true);
-    })
+/// `command` at the lowest CPU priority, where there is `nice`: its program, arguments,
+/// folder and variables kept.
+fn niced(command: Command) -> Command {
+    let nice = Path::new("/usr/bin/nice");
+    if !nice.is_file() {
+        return command;
+    }
+    let mut niced = Command::new(nice);
+    niced
+        .args(["-n", "19"])
+        .arg(command.get_program())
+        .args(command.get_args());
+    if let Some(dir) = command.get_current_dir() {
+        niced.current_dir(dir);
+    }
+    for (key, value) in command.get_envs() {
+        match value {
+            Some(value) => niced.env(key, value),
+            None => niced.env_remove(key),
+        };
+    }
+    niced
 }
 
 /// The cargo-semver-checks binary under `target/tools/`, installed from crates.io if it is
-/// not there (a few minutes, once per target directory).
-fn install(root: &Path) -> Result<PathBuf, InstallError> {
-    install_with(root, false)
-}
-
-/// [`install`], at the lowest CPU priority (`nice -n 19`, where there is `nice`) if `idle`.
+/// not there (a few minutes, once per target directory), at the lowest CPU priority if
+/// `idle`.
 fn install_with(root: &Path, idle: bool) -> Result<PathBuf, InstallError> {
     let prefix = crate::pg::target_dir(root)
         .join("tools")
@@ -394,15 +407,8 @@ fn install_with(root: &Path, idle: bool) -> Result<PathBuf, InstallError> {
             "profile.dev.package.\"*\".opt-level=0",
         ],
     );
-    let nice = Path::new("/usr/bin/nice");
-    if idle && nice.is_file() {
-        let mut niced = Command::new(nice);
-        niced
-            .args(["-n", "19"])
-            .arg(command.get_program())
-            .args(command.get_args())
-            .current_dir(root);
-        command = niced;
+    if idle {
+        command = niced(command);
     }
     let output = command
         .env("CARGO_INCREMENTAL", "0")

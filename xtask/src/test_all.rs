@@ -126,11 +126,12 @@ pub fn step_count() -> usize {
 /// stopped before this returns, whatever happened.
 pub fn run(root: &Path, only: Option<usize>) -> Result<ExitCode, String> {
     let start = Instant::now();
-    let mut semver_tool = None;
     if only.is_none() {
         prepare_clients();
-        semver_tool = Some(release::install_in_background(root.to_path_buf()));
     }
+    let mut semver = only
+        .is_none_or(|n| matches!(STEPS[n - 1], Step::SemverChecks))
+        .then(|| semver_in_background(root.to_path_buf()));
     let mut servers = Servers::default();
     for (i, step) in STEPS.iter().enumerate() {
         let n = i + 1;
@@ -142,12 +143,10 @@ pub fn run(root: &Path, only: Option<usize>) -> Result<ExitCode, String> {
             Step::StartPostgres => servers.start_postgres(root, n),
             Step::StartTemporal => servers.start_temporal(root, n),
             Step::Package => package(root, n)?,
-            Step::SemverChecks => {
-                if let Some(installing) = semver_tool.take() {
-                    let _ = installing.join();
-                }
-                semver_checks(root, n)?
-            }
+            Step::SemverChecks => match semver.take() {
+                Some(background) => semver_checked(background, n),
+                None => false,
+            },
         };
         if !ok {
             eprintln!(
@@ -384,28 +383,84 @@ fn package(root: &Path, n: usize) -> Result<bool, String> {
     Ok(true)
 }
 
-/// The API-compatibility step (number `n`); installing the tool, when it must, is part of
-/// it.
-fn semver_checks(root: &Path, n: usize) -> Result<bool, String> {
-    let shown = STEPS[n - 1].display();
-    eprintln!("==> [{n}/{}] {shown}", STEPS.len());
-    match release::semver_checks(root) {
+/// What the semver step found, run in the background.
+enum Checked {
+    /// The commands it ran: how each is shown, its output, how long it took.
+    Ran(Vec<(String, std::process::Output, std::time::Duration)>),
+    /// It could not run here (said as `SKIPPED:`).
+    Skipped(String),
+    /// It failed before it could check.
+    Failed(String),
+}
+
+/// Runs the semver step's work (installing the tool, then each check) on a thread of its
+/// own from the start, at the lowest CPU priority: it has its own target directory and
+/// needs nothing the other steps make, and it builds on the CPU they leave idle (the test
+/// step waits minutes on servers and clients). The step itself reports what it found.
+fn semver_in_background(root: std::path::PathBuf) -> std::thread::JoinHandle<Checked> {
+    std::thread::spawn(move || match release::semver_checks(&root, true) {
         SemverCheck::Run(runs) => {
-            for (shown, command) in runs {
-                eprintln!("==> {shown}");
-                if !execute(&shown, command)? {
-                    return Ok(false);
+            let mut ran = Vec::new();
+            for (shown, mut command) in runs {
+                let start = Instant::now();
+                match command.env("CARGO_INCREMENTAL", "0").output() {
+                    Ok(output) => {
+                        let ok = output.status.success();
+                        ran.push((shown, output, start.elapsed()));
+                        if !ok {
+                            break;
+                        }
+                    }
+                    Err(e) => return Checked::Failed(format!("could not run `{shown}`: {e}")),
                 }
             }
-            Ok(true)
+            Checked::Ran(ran)
         }
-        SemverCheck::Skipped(why) => {
+        SemverCheck::Skipped(why) => Checked::Skipped(why),
+        SemverCheck::Failed(why) => Checked::Failed(why),
+    })
+}
+
+/// The API-compatibility step (number `n`) when its work ran in the background: waits for
+/// it and reports it.
+fn semver_checked(background: std::thread::JoinHandle<Checked>, n: usize) -> bool {
+    eprintln!(
+        "==> [{n}/{}] {} (run in the background)",
+        STEPS.len(),
+        STEPS[n - 1].display()
+    );
+    let start = Instant::now();
+    let checked = background
+        .join()
+        .unwrap_or_else(|_| Checked::Failed("the semver checks' thread panicked".into()));
+    eprintln!("==> waited {} for it", format_duration(start.elapsed()));
+    match checked {
+        Checked::Ran(ran) => {
+            let mut ok = true;
+            for (shown, output, took) in ran {
+                eprintln!("==> {shown}");
+                eprint!("{}", String::from_utf8_lossy(&output.stdout));
+                eprint!("{}", String::from_utf8_lossy(&output.stderr));
+                if output.status.success() {
+                    eprintln!("==> ok: {shown} ({})", format_duration(took));
+                } else {
+                    eprintln!(
+                        "==> FAILED: {shown} ({}, after {})",
+                        output.status,
+                        format_duration(took)
+                    );
+                    ok = false;
+                }
+            }
+            ok
+        }
+        Checked::Skipped(why) => {
             eprintln!("SKIPPED: cargo-semver-checks: {why}");
-            Ok(true)
+            true
         }
-        SemverCheck::Failed(why) => {
+        Checked::Failed(why) => {
             eprintln!("==> FAILED: {why}");
-            Ok(false)
+            false
         }
     }
 }
