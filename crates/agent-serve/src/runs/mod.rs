@@ -644,21 +644,13 @@ impl Runs {
 
     /// What the run going on `thread_id` waits for, if it waits for a person.
     pub fn interrupt(&self, thread_id: &str) -> Option<Interrupt> {
-        self.inner
-            .live
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .values()
-            .filter(|live| live.thread_id.as_deref() == Some(thread_id))
-            .find_map(|live| live.waiting.borrow().clone())
+        let (_, live) = self.waiting_on(thread_id)?;
+        live.waiting.borrow().clone()
     }
 
-    /// Answers the interrupt the run going on `thread_id` waits on (`approve` approves a
-    /// tool call; anything else is the person's answer or refusal) and lets it go on;
-    /// [`RunsError::NotInterrupted`] if no run there waits.
-    pub async fn resume(&self, thread_id: &str, answer: String) -> Result<RunHandle, RunsError> {
-        let live = self
-            .inner
+    /// The run on `thread_id` that waits for a person, with its id.
+    fn waiting_on(&self, thread_id: &str) -> Option<(String, Arc<Live>)> {
+        self.inner
             .live
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -666,8 +658,14 @@ impl Runs {
             .find(|(_, live)| {
                 live.thread_id.as_deref() == Some(thread_id) && live.waiting.borrow().is_some()
             })
-            .map(|(id, live)| (id.clone(), live.clone()));
-        let Some((run_id, live)) = live else {
+            .map(|(id, live)| (id.clone(), live.clone()))
+    }
+
+    /// Answers the interrupt the run going on `thread_id` waits on (`approve` approves a
+    /// tool call; anything else is the person's answer or refusal) and lets it go on;
+    /// [`RunsError::NotInterrupted`] if no run there waits.
+    pub async fn resume(&self, thread_id: &str, answer: String) -> Result<RunHandle, RunsError> {
+        let Some((run_id, live)) = self.waiting_on(thread_id) else {
             self.thread(thread_id).await?;
             return Err(RunsError::NotInterrupted(thread_id.to_owned()));
         };

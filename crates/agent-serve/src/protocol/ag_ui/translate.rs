@@ -95,19 +95,17 @@ impl Translate {
             }
             RunEvent::Output { value, spent } => {
                 // A reply that was not streamed (a model without deltas) is sent whole.
-                if self.messages == 0 || self.text.is_some() {
-                    if self.text.is_none() {
-                        let id = self.open_text(&mut out);
-                        let text = match value {
-                            Value::String(text) => text.clone(),
-                            other => other.to_string(),
-                        };
-                        out.push(
-                            json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}),
-                        );
-                    }
-                    self.close_text(&mut out);
+                if self.messages == 0 {
+                    let id = self.open_text(&mut out);
+                    let text = match value {
+                        Value::String(text) => text.clone(),
+                        other => other.to_string(),
+                    };
+                    out.push(
+                        json!({"type": "TEXT_MESSAGE_CONTENT", "messageId": id, "delta": text}),
+                    );
                 }
+                self.close_text(&mut out);
                 self.spent = *spent;
                 out.push(json!({
                     "type": "STATE_DELTA",
